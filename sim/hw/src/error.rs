@@ -1,0 +1,69 @@
+//! Error types of the hardware crate.
+
+use std::path::PathBuf;
+
+/// A hardware config that could not be read, parsed or validated.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read hardware config: {source}")]
+    Io {
+        /// Path of the config file.
+        file: PathBuf,
+        /// Underlying I/O error.
+        source: std::io::Error,
+    },
+    /// RON syntax error, unknown field, missing field or wrong type.
+    #[error("{file}:{line}:{col}: {message}")]
+    Parse {
+        /// Path of the config file.
+        file: PathBuf,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        col: usize,
+        /// What the parser said.
+        message: String,
+    },
+    /// A field parsed but holds a value the hardware cannot have.
+    #[error("{file}: field `{field}` = {value}: {allowed}")]
+    Invalid {
+        /// Path of the config file (or `<inline>`).
+        file: PathBuf,
+        /// Dotted path of the field, e.g. `mxu.rows`.
+        field: String,
+        /// The offending value as written.
+        value: String,
+        /// What would be accepted.
+        allowed: String,
+    },
+}
+
+/// Errors from running operations on the machine.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HwError {
+    /// Operand shapes do not agree.
+    #[error("shape mismatch in {op}: {detail}")]
+    Shape {
+        /// Operation name.
+        op: String,
+        /// Expected vs found.
+        detail: String,
+    },
+    /// A fault site that does not exist on this machine.
+    #[error("fault site `{site}` does not exist on this machine: {why}")]
+    BadSite {
+        /// The site as text.
+        site: String,
+        /// Why it is out of range.
+        why: String,
+    },
+    /// A site string that does not parse.
+    #[error("cannot parse fault site `{text}`: {why}")]
+    SiteParse {
+        /// The text given.
+        text: String,
+        /// What is wrong.
+        why: String,
+    },
+}

@@ -1,0 +1,81 @@
+//! Fault events for the cycle-level model, applied at the clock's commit boundary.
+//!
+//! Each clock computes the next state from the current one and then commits it (D/Q). Faults
+//! act on the committed state: a flip at cycle `t` inverts the bit in the value latched at the
+//! end of cycle `t`, so everything that reads the register at cycle `t + 1` sees it. A stuck-at
+//! forces the bit at every commit of its cycle range. Because faults touch only committed state,
+//! their effect does not depend on the order in which PEs are evaluated.
+
+use crate::sites::FaultSite;
+use faultline_num::BitFault;
+use serde::{Deserialize, Serialize};
+
+/// When a fault strikes: cycle `cycle` counted from the start of tile (fold) `tile`.
+///
+/// A tile starts at the cycle its first activation enters the array; the tile schedule is the
+/// one `mxu::gemm_timing` documents, the same in every execution mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FaultTime {
+    /// Fold index in schedule order.
+    pub tile: usize,
+    /// Cycle offset within the tile (may run past the tile into the next one's overlap).
+    pub cycle: u64,
+}
+
+/// One fault: what, where, when, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FaultEvent {
+    /// The bit.
+    pub site: FaultSite,
+    /// Flip or stuck-at.
+    pub kind: BitFault,
+    /// First cycle the fault acts on.
+    pub at: FaultTime,
+    /// Number of cycles a stuck-at stays active (>= 1). Ignored for flips, which act once.
+    pub duration: u64,
+}
+
+impl FaultEvent {
+    /// A single-event upset of `site` at cycle `cycle` of tile `tile`.
+    pub fn flip(site: FaultSite, tile: usize, cycle: u64) -> FaultEvent {
+        FaultEvent { site, kind: BitFault::Flip, at: FaultTime { tile, cycle }, duration: 1 }
+    }
+
+    /// A stuck-at-`value` of `site` for `duration` cycles from cycle `cycle` of tile `tile`.
+    pub fn stuck(site: FaultSite, value: bool, tile: usize, cycle: u64, duration: u64) -> FaultEvent {
+        let kind = if value { BitFault::StuckAt1 } else { BitFault::StuckAt0 };
+        FaultEvent { site, kind, at: FaultTime { tile, cycle }, duration: duration.max(1) }
+    }
+
+    /// Number of commits the fault acts on.
+    pub fn active_cycles(&self) -> u64 {
+        match self.kind {
+            BitFault::Flip => 1,
+            _ => self.duration.max(1),
+        }
+    }
+}
+
+/// The faults active during one operation (empty for a golden run).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultSchedule {
+    /// Events, in any order.
+    pub events: Vec<FaultEvent>,
+}
+
+impl FaultSchedule {
+    /// No faults.
+    pub fn none() -> FaultSchedule {
+        FaultSchedule::default()
+    }
+
+    /// A schedule of one event.
+    pub fn one(e: FaultEvent) -> FaultSchedule {
+        FaultSchedule { events: vec![e] }
+    }
+
+    /// True when there is nothing to inject.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+}

@@ -1,0 +1,31 @@
+//! The simulated accelerator at register granularity.
+//!
+//! * [`config`]: the hardware description (RON), validated on load.
+//! * [`sites`]: every injectable bit, addressable as a [`sites::FaultSite`] with a stable text form.
+//! * [`mxu`]: the systolic matrix unit, stepped clock by clock, plus its bit-exact functional twin.
+//! * [`fault`]: fault events applied at the clock's commit boundary.
+//!
+//! **Architecture invariant:** this crate knows nothing of graphs, training or campaigns. It
+//! executes hardware operations on raw bits and reports cycles; callers decide what they mean.
+
+pub mod config;
+pub mod error;
+pub mod fault;
+pub mod matrix;
+pub mod mxu;
+pub mod sites;
+
+pub use config::{Dataflow, HwConfig, MxuConfig};
+pub use error::{ConfigError, HwError};
+pub use fault::{FaultEvent, FaultSchedule};
+pub use matrix::Matrix;
+pub use sites::{FaultSite, Register, SiteClass, SiteKind, Unit};
+
+/// How an operation is executed. Both give identical bits when no fault is active.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum ExecMode {
+    /// Compute results directly with the same accumulation order and rounding (fast).
+    Functional,
+    /// Step every register one clock at a time (faults can be injected).
+    CycleLevel,
+}

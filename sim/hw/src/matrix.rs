@@ -1,0 +1,68 @@
+//! Row-major matrices of raw register bits.
+
+/// A row-major matrix whose elements are raw bits of some [`faultline_num::NumFormat`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Matrix {
+    /// Number of rows.
+    pub rows: usize,
+    /// Number of columns.
+    pub cols: usize,
+    /// `rows * cols` elements, row-major.
+    pub data: Vec<u32>,
+}
+
+impl Matrix {
+    /// An all-zero-bits matrix.
+    pub fn zeros(rows: usize, cols: usize) -> Matrix {
+        Matrix { rows, cols, data: vec![0; rows * cols] }
+    }
+
+    /// Builds a matrix from a function of (row, col).
+    pub fn from_fn(rows: usize, cols: usize, mut f: impl FnMut(usize, usize) -> u32) -> Matrix {
+        let mut data = Vec::with_capacity(rows * cols);
+        for r in 0..rows {
+            for c in 0..cols {
+                data.push(f(r, c));
+            }
+        }
+        Matrix { rows, cols, data }
+    }
+
+    /// Element at (row, col).
+    #[inline]
+    pub fn get(&self, r: usize, c: usize) -> u32 {
+        self.data[r * self.cols + c]
+    }
+
+    /// Sets element (row, col).
+    #[inline]
+    pub fn set(&mut self, r: usize, c: usize, v: u32) {
+        self.data[r * self.cols + c] = v;
+    }
+
+    /// FNV-1a hash over the shape and the raw bits: a checksum that changes if any bit does.
+    pub fn checksum(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |x: u64| {
+            for b in x.to_le_bytes() {
+                h ^= b as u64;
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        eat(self.rows as u64);
+        eat(self.cols as u64);
+        for &v in &self.data {
+            eat(v as u64);
+        }
+        h
+    }
+
+    /// Positions (row, col) where two same-shaped matrices differ in any bit.
+    pub fn diff(&self, other: &Matrix) -> Vec<(usize, usize)> {
+        assert_eq!((self.rows, self.cols), (other.rows, other.cols), "diff of differently shaped matrices");
+        (0..self.data.len())
+            .filter(|&i| self.data[i] != other.data[i])
+            .map(|i| (i / self.cols, i % self.cols))
+            .collect()
+    }
+}

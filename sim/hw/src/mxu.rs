@@ -1,0 +1,630 @@
+//! The matrix unit: an R x C systolic array of PEs, stepped one clock at a time, and its
+//! bit-exact functional twin.
+//!
+//! # Dataflows and the tile schedule
+//!
+//! A GEMM `out[M][N] = A[M][K] * W[K][N]` is cut into folds (tiles) that fit the array.
+//!
+//! **Weight stationary (WS).** A fold is a weight tile `W[k0..k0+kr][n0..n0+nc]` (`kr <= R`,
+//! `nc <= C`); PE `(i, j)` holds `W[k0+i][n0+j]`. Folds run n-tile-major, k-tile-minor, and all
+//! `M` rows of `A` stream through each fold: `A[m][k0+i]` enters row `i` at cycle
+//! `T_f + m + i` (skewed feed) and moves one PE right per cycle; partial sums move one PE down
+//! per cycle, so output `(m, j)` leaves the bottom of column `j` after cycle `T_f + m + R-1 + j`
+//! and the accumulator captures it one cycle later. The first k-tile of an n-tile overwrites the
+//! accumulators, later ones add (`acc + psum`, one rounding).
+//!
+//! Weights are double-buffered: a per-column weight bus writes fold `f`'s weights into the shadow
+//! registers, row `i` of column `j` at cycle `T_f + j - 1 + i`, and a `swap` strobe riding with
+//! the fold's first activation copies shadow to weight as it passes each PE (at `T_f + i + j`).
+//! The write of row `i` lands one cycle before its swap and after the previous fold's swap of the
+//! same PE, so loading overlaps computing. The bus writes one row per cycle (R cycles per fold)
+//! and the activation port feeds one row of `A` per cycle (M cycles per fold), hence
+//!
+//! ```text
+//! T_0 = 1,   T_{f+1} = T_f + max(M, R)                     (fold start = first activation in)
+//! total_cycles = max_f (T_f + M + R + nc_f - 1)           (last accumulator capture, + 1)
+//! ```
+//!
+//! **Output stationary (OS).** A fold is an output tile `out[m0..m0+mr][n0..n0+nc]`; PE `(i, j)`
+//! accumulates `out[m0+i][n0+j]` over the whole of `K`. `A[m0+i][k]` enters row `i` at
+//! `S_f + k + i` moving right; `W[k][n0+j]` enters column `j` at `S_f + k + j` moving down; PE
+//! `(i, j)` sees both at `S_f + k + i + j`. After the last MAC (`S_f + K-1 + R-1 + C-1`) the
+//! array drains for R cycles: partial sums shift down one row per cycle into the accumulators
+//! (zeros shift in, clearing the array for the next fold). As in SCALE-Sim's OS model:
+//!
+//! ```text
+//! S_f = f * (K + 2R + C - 2),   total_cycles = F * (K + 2R + C - 2)
+//! ```
+//!
+//! Ragged folds use the physical array: unused rows/columns carry `valid = 0` and zero weights,
+//! so latencies are those of the full array. A PE whose incoming activation is not valid passes
+//! its partial sum through unchanged (it never computes `x + 0 * a`, which would turn `-0` into
+//! `+0` or `inf` into NaN).
+//!
+//! # Bit-exactness
+//!
+//! Both paths perform, for every output, the same sequence of [`MacFormat::mac_value`] calls in
+//! the same order (`k` ascending within a fold, folds in schedule order) starting from `+0`, and
+//! the same accumulator adds; NaN results are stored as one canonical NaN. So the functional
+//! twin equals the cycle-level model bit for bit when no fault is active.
+
+use crate::config::{Dataflow, HwConfig, MxuConfig};
+use crate::error::HwError;
+use crate::fault::{FaultEvent, FaultSchedule};
+use crate::matrix::Matrix;
+use crate::sites::{FaultSite, Register, Unit};
+use crate::ExecMode;
+use faultline_num::{with_precision, MacFormat};
+use serde::{Deserialize, Serialize};
+
+/// Cycle and work counts of one GEMM, identical in every execution mode.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GemmStats {
+    /// Cycles from the first weight/activation entering the array to the last accumulator write.
+    pub total_cycles: u64,
+    /// Cycles in which new operands are fed (WS: `M` per fold; OS: `K` per fold); the rest of
+    /// `total_cycles` is fill, drain and weight-load stall.
+    pub compute_cycles: u64,
+    /// Number of folds (tiles).
+    pub folds: u64,
+    /// Useful multiply-accumulates, `M * K * N`.
+    pub macs: u64,
+    /// `macs / (total_cycles * R * C)`: fraction of PE-cycles doing useful work.
+    pub utilization: f64,
+}
+
+/// One fold of the schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fold {
+    /// First output row (OS) or 0 (WS streams all rows).
+    pub m0: usize,
+    /// Output rows in this fold.
+    pub mr: usize,
+    /// First reduction index.
+    pub k0: usize,
+    /// Reduction length in this fold.
+    pub kr: usize,
+    /// First output column.
+    pub n0: usize,
+    /// Output columns in this fold.
+    pub nc: usize,
+    /// Whether this fold's results overwrite the accumulators (else they are added).
+    pub overwrite: bool,
+    /// Cycle at which the fold's first data enters the array (the origin of fault times).
+    pub start: u64,
+}
+
+/// The fold schedule of a GEMM on an array: the one timing source for every mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    /// Dataflow used.
+    pub dataflow: Dataflow,
+    /// Array rows.
+    pub rows: usize,
+    /// Array columns.
+    pub cols: usize,
+    /// GEMM M.
+    pub m: usize,
+    /// GEMM K.
+    pub k: usize,
+    /// GEMM N.
+    pub n: usize,
+    /// Folds in execution order.
+    pub folds: Vec<Fold>,
+    /// Cycles from one fold's start to the next's.
+    pub period: u64,
+    /// Total cycles of the GEMM.
+    pub total_cycles: u64,
+}
+
+impl Schedule {
+    /// Builds the schedule of an `m x k x n` GEMM (closed form; see the module docs).
+    pub fn new(cfg: &MxuConfig, m: usize, k: usize, n: usize) -> Schedule {
+        let (r, c) = (cfg.rows, cfg.cols);
+        let mut folds = Vec::new();
+        let (period, total);
+        match cfg.dataflow {
+            Dataflow::WeightStationary => {
+                period = m.max(r) as u64;
+                for n0 in (0..n).step_by(c) {
+                    for k0 in (0..k).step_by(r) {
+                        let t = 1 + folds.len() as u64 * period;
+                        folds.push(Fold {
+                            m0: 0,
+                            mr: m,
+                            k0,
+                            kr: r.min(k - k0),
+                            n0,
+                            nc: c.min(n - n0),
+                            overwrite: k0 == 0,
+                            // The fold's weights start entering one cycle before its activations.
+                            start: t - 1,
+                        });
+                    }
+                }
+                total = folds.iter().map(|f| f.start + 1 + (m + r + f.nc) as u64 - 1).max().unwrap_or(0);
+            }
+            Dataflow::OutputStationary => {
+                period = (k + 2 * r + c - 2) as u64;
+                for m0 in (0..m).step_by(r) {
+                    for n0 in (0..n).step_by(c) {
+                        let start = folds.len() as u64 * period;
+                        folds.push(Fold {
+                            m0,
+                            mr: r.min(m - m0),
+                            k0: 0,
+                            kr: k,
+                            n0,
+                            nc: c.min(n - n0),
+                            overwrite: true,
+                            start,
+                        });
+                    }
+                }
+                total = folds.len() as u64 * period;
+            }
+        }
+        Schedule { dataflow: cfg.dataflow, rows: r, cols: c, m, k, n, folds, period, total_cycles: total }
+    }
+
+    /// Cycle and work counts of the schedule.
+    pub fn stats(&self) -> GemmStats {
+        let per_fold = match self.dataflow {
+            Dataflow::WeightStationary => self.m,
+            Dataflow::OutputStationary => self.k,
+        } as u64;
+        let macs = (self.m * self.k * self.n) as u64;
+        let pe_cycles = self.total_cycles * (self.rows * self.cols) as u64;
+        GemmStats {
+            total_cycles: self.total_cycles,
+            compute_cycles: per_fold * self.folds.len() as u64,
+            folds: self.folds.len() as u64,
+            macs,
+            utilization: if pe_cycles == 0 { 0.0 } else { macs as f64 / pe_cycles as f64 },
+        }
+    }
+
+    /// Absolute cycle of `cycle` within fold `tile`, if the fold exists.
+    pub fn absolute_cycle(&self, tile: usize, cycle: u64) -> Option<u64> {
+        self.folds.get(tile).map(|f| f.start + cycle)
+    }
+}
+
+/// Closed-form cycle counts of an `m x k x n` GEMM on `cfg`'s array.
+pub fn gemm_timing(cfg: &MxuConfig, m: usize, k: usize, n: usize) -> GemmStats {
+    Schedule::new(cfg, m, k, n).stats()
+}
+
+/// Register state of the PE array, one flat row-major array per register class.
+///
+/// `Clone + PartialEq`, so a golden state is a cheap checkpoint and "faulty vs golden" is a diff.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeArrayState {
+    /// Array rows.
+    pub rows: usize,
+    /// Array columns.
+    pub cols: usize,
+    /// Activation registers (input-format bits).
+    pub act: Vec<u32>,
+    /// Activation-valid bits.
+    pub valid: Vec<u8>,
+    /// WS weight-swap strobes.
+    pub swap: Vec<u8>,
+    /// Weight registers (input-format bits).
+    pub weight: Vec<u32>,
+    /// WS shadow weight registers.
+    pub shadow: Vec<u32>,
+    /// OS weight-valid bits.
+    pub wvalid: Vec<u8>,
+    /// Partial sums (accumulator-format bits).
+    pub psum: Vec<u32>,
+}
+
+impl PeArrayState {
+    /// The reset state: every register zero.
+    pub fn new(rows: usize, cols: usize) -> PeArrayState {
+        let n = rows * cols;
+        PeArrayState {
+            rows,
+            cols,
+            act: vec![0; n],
+            valid: vec![0; n],
+            swap: vec![0; n],
+            weight: vec![0; n],
+            shadow: vec![0; n],
+            wvalid: vec![0; n],
+            psum: vec![0; n],
+        }
+    }
+
+    /// Current bits of an MXU site's register (the whole register, not just the site's bit).
+    pub fn read(&self, site: &FaultSite) -> u32 {
+        let i = site.instance[0] as usize * self.cols + site.instance[1] as usize;
+        match site.register {
+            Register::Act => self.act[i],
+            Register::Valid => self.valid[i] as u32,
+            Register::Swap => self.swap[i] as u32,
+            Register::Weight => self.weight[i],
+            Register::WeightShadow => self.shadow[i],
+            Register::WeightValid => self.wvalid[i] as u32,
+            Register::Psum => self.psum[i],
+        }
+    }
+
+    /// Applies a fault event's bit operation to the committed state.
+    fn apply(&mut self, e: &FaultEvent) {
+        let s = &e.site;
+        let i = s.instance[0] as usize * self.cols + s.instance[1] as usize;
+        let k = e.kind;
+        let b = s.bit;
+        let bit8 = |v: &mut u8| *v = k.apply(*v as u32, b) as u8 & 1;
+        match s.register {
+            Register::Act => self.act[i] = k.apply(self.act[i], b),
+            Register::Valid => bit8(&mut self.valid[i]),
+            Register::Swap => bit8(&mut self.swap[i]),
+            Register::Weight => self.weight[i] = k.apply(self.weight[i], b),
+            Register::WeightShadow => self.shadow[i] = k.apply(self.shadow[i], b),
+            Register::WeightValid => bit8(&mut self.wvalid[i]),
+            Register::Psum => self.psum[i] = k.apply(self.psum[i], b),
+        }
+    }
+}
+
+/// Result of a GEMM: output bits (accumulator format, `M x N`) and its timing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GemmOutput {
+    /// `M x N` accumulator-format bits.
+    pub out: Matrix,
+    /// Cycle counts (from the schedule; identical across modes).
+    pub stats: GemmStats,
+}
+
+fn check_shapes(cfg: &HwConfig, a: &Matrix, w: &Matrix) -> Result<(), HwError> {
+    let shape = |detail: String| HwError::Shape { op: "gemm".into(), detail };
+    if a.cols != w.rows {
+        return Err(shape(format!("A is {}x{} but W is {}x{}: A.cols must equal W.rows", a.rows, a.cols, w.rows, w.cols)));
+    }
+    if a.data.len() != a.rows * a.cols || w.data.len() != w.rows * w.cols {
+        return Err(shape("matrix data length does not match its shape".into()));
+    }
+    if a.rows == 0 || a.cols == 0 || w.cols == 0 {
+        return Err(shape(format!("empty GEMM {}x{}x{}", a.rows, a.cols, w.cols)));
+    }
+    let mask = cfg.mxu.precision().input().mask();
+    if a.data.iter().chain(&w.data).any(|&v| v & !mask != 0) {
+        return Err(shape(format!("operand bits wider than the {} input format", cfg.mxu.input_format.name())));
+    }
+    Ok(())
+}
+
+/// Runs `out = A * W` on the MXU of `cfg`.
+///
+/// `a` is `M x K` and `w` is `K x N`, both raw input-format bits. In [`ExecMode::CycleLevel`]
+/// every register is stepped and `faults` are injected; in [`ExecMode::Functional`] faults must
+/// be empty (a fault needs registers to live in).
+pub fn gemm(cfg: &HwConfig, a: &Matrix, w: &Matrix, mode: ExecMode, faults: &FaultSchedule) -> Result<GemmOutput, HwError> {
+    check_shapes(cfg, a, w)?;
+    let sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols);
+    for e in &faults.events {
+        if e.site.unit != Unit::Mxu {
+            return Err(HwError::BadSite { site: e.site.to_string(), why: "not an MXU site".into() });
+        }
+        e.site.validate(cfg)?;
+        if e.at.tile >= sched.folds.len() {
+            return Err(HwError::BadSite {
+                site: e.site.to_string(),
+                why: format!("tile {} out of range, the GEMM has {} folds", e.at.tile, sched.folds.len()),
+            });
+        }
+    }
+    let out = match mode {
+        ExecMode::Functional => {
+            if !faults.is_empty() {
+                return Err(HwError::BadSite {
+                    site: faults.events[0].site.to_string(),
+                    why: "faults need cycle-level execution".into(),
+                });
+            }
+            with_precision!(cfg.mxu.precision(), F => functional::<F>(&sched, a, w))
+        }
+        ExecMode::CycleLevel => with_precision!(cfg.mxu.precision(), F => {
+            let mut st = PeArrayState::new(cfg.mxu.rows, cfg.mxu.cols);
+            cycle_level::<F>(&sched, a, w, faults, &mut st)
+        }),
+    };
+    Ok(GemmOutput { out, stats: sched.stats() })
+}
+
+/// Functional twin: the same per-output operation sequence, without registers or clocks.
+fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix) -> Matrix {
+    let (m, k, n) = (s.m, s.k, s.n);
+    let av: Vec<F::Value> = a.data.iter().map(|&b| F::decode_in(b)).collect();
+    let wv: Vec<F::Value> = w.data.iter().map(|&b| F::decode_in(b)).collect();
+    let mut out = vec![F::Value::default(); m * n];
+    // K is reduced in chunks of R in WS (one chunk per fold) and in one piece in OS.
+    let chunk = match s.dataflow {
+        Dataflow::WeightStationary => s.rows,
+        Dataflow::OutputStationary => k,
+    };
+    let mut tmp = vec![F::Value::default(); n];
+    for mi in 0..m {
+        let orow = &mut out[mi * n..(mi + 1) * n];
+        for k0 in (0..k).step_by(chunk) {
+            tmp.fill(F::Value::default());
+            for ki in k0..(k0 + chunk).min(k) {
+                let x = av[mi * k + ki];
+                let wrow = &wv[ki * n..(ki + 1) * n];
+                for (t, &y) in tmp.iter_mut().zip(wrow) {
+                    *t = F::mac_value(*t, x, y);
+                }
+            }
+            if k0 == 0 {
+                orow.copy_from_slice(&tmp);
+            } else {
+                for (o, &t) in orow.iter_mut().zip(&tmp) {
+                    *o = F::add_value(*o, t);
+                }
+            }
+        }
+    }
+    Matrix { rows: m, cols: n, data: out.into_iter().map(F::encode_acc).collect() }
+}
+
+/// A fault event resolved to absolute cycles `[start, end)`.
+struct ActiveFault {
+    event: FaultEvent,
+    start: u64,
+    end: u64,
+}
+
+fn resolve(s: &Schedule, faults: &FaultSchedule) -> Vec<ActiveFault> {
+    faults
+        .events
+        .iter()
+        .map(|e| {
+            let start = s.folds[e.at.tile].start + e.at.cycle;
+            ActiveFault { event: *e, start, end: start + e.active_cycles() }
+        })
+        .collect()
+}
+
+/// Steps the array cycle by cycle from `st` (normally the reset state) through the schedule.
+pub fn cycle_level<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, faults: &FaultSchedule, st: &mut PeArrayState) -> Matrix {
+    let faults = resolve(s, faults);
+    let mut out = Matrix::zeros(s.m, s.n);
+    let mut next = st.clone();
+    let mut edge = Edge::new(s.rows, s.cols);
+    for t in 0..s.total_cycles {
+        match s.dataflow {
+            Dataflow::WeightStationary => {
+                capture_ws::<F>(s, t, st, &mut out);
+                edge.drive_ws(s, a, w, t);
+                step_ws::<F>(st, &mut next, &edge);
+            }
+            Dataflow::OutputStationary => {
+                let drain = os_drain_row(s, t);
+                if let Some((f, d)) = drain {
+                    capture_os(s, f, d, st, &mut out);
+                }
+                edge.drive_os(s, a, w, t);
+                step_os::<F>(st, &mut next, &edge, drain.is_some());
+            }
+        }
+        std::mem::swap(st, &mut next);
+        for f in &faults {
+            if (f.start..f.end).contains(&t) {
+                st.apply(&f.event);
+            }
+        }
+    }
+    out
+}
+
+/// Values the sequencer drives into the array's edges in one cycle.
+struct Edge {
+    /// Per row: activation bits, valid, swap.
+    act: Vec<u32>,
+    valid: Vec<u8>,
+    swap: Vec<u8>,
+    /// Per column: weight-bus write (row to write, bits) in WS; top weight input in OS.
+    wrow: Vec<Option<usize>>,
+    wbits: Vec<u32>,
+    wvalid: Vec<u8>,
+}
+
+impl Edge {
+    fn new(rows: usize, cols: usize) -> Edge {
+        Edge {
+            act: vec![0; rows],
+            valid: vec![0; rows],
+            swap: vec![0; rows],
+            wrow: vec![None; cols],
+            wbits: vec![0; cols],
+            wvalid: vec![0; cols],
+        }
+    }
+
+    /// WS: row `i` gets `A[m][k0+i]` at `T_f + m + i`; column `j`'s bus writes row `i` at
+    /// `T_f + j - 1 + i` (with `T_f = fold.start + 1`).
+    fn drive_ws(&mut self, s: &Schedule, a: &Matrix, w: &Matrix, t: u64) {
+        let p = s.period;
+        for i in 0..s.rows {
+            self.act[i] = 0;
+            self.valid[i] = 0;
+            self.swap[i] = 0;
+            // u - 1 = f * p + m with u = t - i.
+            if t > i as u64 {
+                let u1 = t - i as u64 - 1;
+                let (f, m) = ((u1 / p) as usize, (u1 % p) as usize);
+                if f < s.folds.len() && m < s.m {
+                    let fold = &s.folds[f];
+                    self.swap[i] = (m == 0) as u8;
+                    if i < fold.kr {
+                        self.act[i] = a.get(m, fold.k0 + i);
+                        self.valid[i] = 1;
+                    }
+                }
+            }
+        }
+        for j in 0..s.cols {
+            self.wrow[j] = None;
+            // u - 1 = f * p + i with u = t + 1 - j.
+            if t + 1 > j as u64 {
+                let u1 = t - j as u64;
+                let (f, i) = ((u1 / p) as usize, (u1 % p) as usize);
+                if f < s.folds.len() && i < s.rows {
+                    let fold = &s.folds[f];
+                    self.wrow[j] = Some(i);
+                    self.wbits[j] = if i < fold.kr && j < fold.nc { w.get(fold.k0 + i, fold.n0 + j) } else { 0 };
+                }
+            }
+        }
+    }
+
+    /// OS: row `i` gets `A[m0+i][k]` and column `j` gets `W[k][n0+j]` at `S_f + k + i` / `+ j`.
+    fn drive_os(&mut self, s: &Schedule, a: &Matrix, w: &Matrix, t: u64) {
+        let p = s.period;
+        let (f, off) = ((t / p) as usize, t % p);
+        let fold = s.folds.get(f);
+        for i in 0..s.rows {
+            self.act[i] = 0;
+            self.valid[i] = 0;
+            if let Some(fold) = fold {
+                if off >= i as u64 && i < fold.mr {
+                    let k = (off - i as u64) as usize;
+                    if k < s.k {
+                        self.act[i] = a.get(fold.m0 + i, k);
+                        self.valid[i] = 1;
+                    }
+                }
+            }
+        }
+        for j in 0..s.cols {
+            self.wbits[j] = 0;
+            self.wvalid[j] = 0;
+            if let Some(fold) = fold {
+                if off >= j as u64 && j < fold.nc {
+                    let k = (off - j as u64) as usize;
+                    if k < s.k {
+                        self.wbits[j] = w.get(k, fold.n0 + j);
+                        self.wvalid[j] = 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Canonical bits of the zero partial sum entering row 0 (`+0` / `0`).
+const PSUM_ZERO: u32 = 0;
+
+/// One WS clock: next state from current state and edge inputs (D/Q).
+#[inline(never)]
+fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) {
+    let c = cur.cols;
+    let zeros = vec![PSUM_ZERO; c];
+    for i in 0..cur.rows {
+        let r = i * c..(i + 1) * c;
+        let above: &[u32] = if i == 0 { &zeros } else { &cur.psum[(i - 1) * c..i * c] };
+        let (ca, cv, cs) = (&cur.act[r.clone()], &cur.valid[r.clone()], &cur.swap[r.clone()]);
+        let (cw, csh) = (&cur.weight[r.clone()], &cur.shadow[r.clone()]);
+        let na = &mut next.act[r.clone()];
+        let nv = &mut next.valid[r.clone()];
+        let ns = &mut next.swap[r.clone()];
+        let nw = &mut next.weight[r.clone()];
+        let np = &mut next.psum[r.clone()];
+        for j in 0..c {
+            let (a_in, v_in, s_in) = if j == 0 { (e.act[i], e.valid[i], e.swap[i]) } else { (ca[j - 1], cv[j - 1], cs[j - 1]) };
+            let w_eff = if s_in != 0 { csh[j] } else { cw[j] };
+            nw[j] = w_eff;
+            np[j] = if v_in != 0 { F::mac(above[j], a_in, w_eff) } else { above[j] };
+            na[j] = a_in;
+            nv[j] = v_in;
+            ns[j] = s_in;
+        }
+        next.shadow[r.clone()].copy_from_slice(csh);
+    }
+    // The weight bus writes the shadow registers (next state; the swap above read the current).
+    for (j, row) in e.wrow.iter().enumerate() {
+        if let Some(i) = *row {
+            next.shadow[i * c + j] = e.wbits[j];
+        }
+    }
+}
+
+/// One OS clock. In drain cycles partial sums shift down and nothing is computed.
+#[inline(never)]
+fn step_os<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge, drain: bool) {
+    let c = cur.cols;
+    for i in 0..cur.rows {
+        let r = i * c..(i + 1) * c;
+        for j in 0..c {
+            let x = i * c + j;
+            let (a_in, v_in) = if j == 0 { (e.act[i], e.valid[i]) } else { (cur.act[x - 1], cur.valid[x - 1]) };
+            let (w_in, wv_in) = if i == 0 { (e.wbits[j], e.wvalid[j]) } else { (cur.weight[x - c], cur.wvalid[x - c]) };
+            next.psum[x] = if drain {
+                if i == 0 {
+                    PSUM_ZERO
+                } else {
+                    cur.psum[x - c]
+                }
+            } else if v_in != 0 && wv_in != 0 {
+                F::mac(cur.psum[x], a_in, w_in)
+            } else {
+                cur.psum[x]
+            };
+            next.act[x] = a_in;
+            next.valid[x] = v_in;
+            next.weight[x] = w_in;
+            next.wvalid[x] = wv_in;
+        }
+        let _ = r;
+    }
+}
+
+/// WS accumulator: at cycle `t` column `j` captures output `m = t - T_f - R - j` of fold `f`.
+fn capture_ws<F: MacFormat>(s: &Schedule, t: u64, st: &PeArrayState, out: &mut Matrix) {
+    let (r, c, p) = (s.rows as u64, s.cols, s.period);
+    let bottom = &st.psum[(s.rows - 1) * c..];
+    for (j, &ps) in bottom.iter().enumerate() {
+        // t = 1 + f * p + m + R + j
+        let base = 1 + r + j as u64;
+        if t < base {
+            continue;
+        }
+        let u = t - base;
+        let (f, m) = ((u / p) as usize, (u % p) as usize);
+        if f >= s.folds.len() || m >= s.m {
+            continue;
+        }
+        let fold = &s.folds[f];
+        if j >= fold.nc {
+            continue;
+        }
+        let col = fold.n0 + j;
+        let v = if fold.overwrite { ps } else { F::add(out.get(m, col), ps) };
+        out.set(m, col, v);
+    }
+}
+
+/// OS: the drain of fold `f` occupies the last R cycles of its period; returns `(f, d)` for
+/// drain cycle `d`.
+fn os_drain_row(s: &Schedule, t: u64) -> Option<(usize, usize)> {
+    let p = s.period;
+    let (f, off) = ((t / p) as usize, t % p);
+    let drain_start = p - s.rows as u64;
+    (f < s.folds.len() && off >= drain_start).then(|| (f, (off - drain_start) as usize))
+}
+
+/// OS accumulator: drain cycle `d` captures the bottom row, which holds original row `R-1-d`.
+fn capture_os(s: &Schedule, f: usize, d: usize, st: &PeArrayState, out: &mut Matrix) {
+    let fold = &s.folds[f];
+    let i = s.rows - 1 - d;
+    if i >= fold.mr {
+        return;
+    }
+    let bottom = &st.psum[(s.rows - 1) * s.cols..];
+    for (j, &ps) in bottom.iter().enumerate().take(fold.nc) {
+        out.set(fold.m0 + i, fold.n0 + j, ps);
+    }
+}

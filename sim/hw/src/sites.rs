@@ -1,0 +1,433 @@
+//! Every injectable bit of the machine, with one address each.
+//!
+//! A [`FaultSite`] is `unit.element[i][j].register[bit]`, e.g. `mxu.pe[3][5].psum[30]` or
+//! `mxu.pe[0][7].weight_shadow[14]`. Memories (added with the memory system) print as
+//! `ub.word[0x1f40][7]`: the word is the element and there is no register name. The text form is
+//! stable (traces and reports key on it) and `parse(display(x)) == x`.
+//!
+//! Sites are grouped in [`SiteClass`]es (one per unit/register pair); a class knows its element
+//! dimensions and bit width for a given [`HwConfig`], so campaigns can count bits per class (for
+//! AVF/FIT) and sample sites uniformly by bit index.
+
+use crate::config::{Dataflow, HwConfig};
+use crate::error::HwError;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Hardware unit a site belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Unit {
+    /// The systolic matrix unit.
+    Mxu,
+}
+
+impl Unit {
+    /// Text name, first segment of a site.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Unit::Mxu => "mxu",
+        }
+    }
+}
+
+/// A register (or memory word) kind within a unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Register {
+    /// PE activation register (input format; passed right).
+    Act,
+    /// PE activation-valid bit (gates the MAC).
+    Valid,
+    /// WS only: weight-swap strobe riding with the first activation of a tile.
+    Swap,
+    /// PE weight register (stationary in WS, passed down in OS).
+    Weight,
+    /// WS only: shadow weight register, loaded while the current tile computes.
+    WeightShadow,
+    /// OS only: weight-valid bit travelling down with the weight.
+    WeightValid,
+    /// PE partial sum (accumulator format; passed down in WS, held then drained in OS).
+    Psum,
+}
+
+/// Whether a site is a flip-flop (logic) or an SRAM cell; FIT rates differ per kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum SiteKind {
+    /// A flip-flop in logic.
+    FlipFlop,
+    /// A bit cell of an SRAM array.
+    Sram,
+}
+
+/// A group of sites sharing a unit and register: e.g. all `mxu.pe[*][*].psum` bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SiteClass {
+    /// Unit of the class.
+    pub unit: Unit,
+    /// Register of the class.
+    pub register: Register,
+}
+
+/// Static description of a class: how it prints and where it exists.
+struct ClassInfo {
+    class: SiteClass,
+    /// Element segment name (`pe`, `word`, `lane`) or "" for unit-level registers.
+    element: &'static str,
+    /// Register segment name, or "" when the element itself holds the bits (memory words).
+    reg: &'static str,
+    /// Number of element indices (0, 1 or 2).
+    arity: usize,
+    kind: SiteKind,
+    /// Print indices in hex (addresses).
+    hex: bool,
+}
+
+const fn pe(register: Register, reg: &'static str) -> ClassInfo {
+    ClassInfo {
+        class: SiteClass { unit: Unit::Mxu, register },
+        element: "pe",
+        reg,
+        arity: 2,
+        kind: SiteKind::FlipFlop,
+        hex: false,
+    }
+}
+
+/// The one table of site classes: printing, parsing and enumeration all read it.
+const CLASSES: &[ClassInfo] = &[
+    pe(Register::Act, "act"),
+    pe(Register::Valid, "valid"),
+    pe(Register::Swap, "swap"),
+    pe(Register::Weight, "weight"),
+    pe(Register::WeightShadow, "weight_shadow"),
+    pe(Register::WeightValid, "wvalid"),
+    pe(Register::Psum, "psum"),
+];
+
+fn info(class: SiteClass) -> &'static ClassInfo {
+    CLASSES.iter().find(|c| c.class == class).expect("every SiteClass has a CLASSES row")
+}
+
+impl SiteClass {
+    /// Every class that exists on `cfg` (some registers exist only in one dataflow).
+    pub fn all(cfg: &HwConfig) -> Vec<SiteClass> {
+        CLASSES.iter().map(|c| c.class).filter(|c| c.exists(cfg)).collect()
+    }
+
+    /// Whether this class is physically present on `cfg`.
+    pub fn exists(self, cfg: &HwConfig) -> bool {
+        let ws = cfg.mxu.dataflow == Dataflow::WeightStationary;
+        match self.register {
+            Register::Swap | Register::WeightShadow => ws,
+            Register::WeightValid => !ws,
+            _ => true,
+        }
+    }
+
+    /// Flip-flop or SRAM.
+    pub fn kind(self) -> SiteKind {
+        info(self).kind
+    }
+
+    /// Extent of each element index (unused trailing entries are 1).
+    pub fn dims(self, cfg: &HwConfig) -> [u32; 2] {
+        match self.unit {
+            Unit::Mxu => [cfg.mxu.rows as u32, cfg.mxu.cols as u32],
+        }
+    }
+
+    /// Width in bits of one element's register.
+    pub fn width(self, cfg: &HwConfig) -> u32 {
+        let p = cfg.mxu.precision();
+        match self.register {
+            Register::Act | Register::Weight | Register::WeightShadow => p.input().bits(),
+            Register::Psum => p.acc().bits(),
+            Register::Valid | Register::Swap | Register::WeightValid => 1,
+        }
+    }
+
+    /// Number of elements (PEs, words, lanes) in the class.
+    pub fn elements(self, cfg: &HwConfig) -> u64 {
+        let d = self.dims(cfg);
+        d[..info(self).arity].iter().map(|&x| x as u64).product()
+    }
+
+    /// Total bits in the class on `cfg` (0 if the class does not exist there).
+    pub fn bit_count(self, cfg: &HwConfig) -> u64 {
+        if !self.exists(cfg) {
+            return 0;
+        }
+        self.elements(cfg) * self.width(cfg) as u64
+    }
+
+    /// The `idx`-th bit of the class (row-major over elements, then bit): uniform sampling over
+    /// `0..bit_count` gives uniform sampling over the class's bits.
+    pub fn site_at(self, cfg: &HwConfig, idx: u64) -> Option<FaultSite> {
+        if idx >= self.bit_count(cfg) {
+            return None;
+        }
+        let w = self.width(cfg) as u64;
+        let (elem, bit) = (idx / w, (idx % w) as u32);
+        let d = self.dims(cfg);
+        let instance = match info(self).arity {
+            0 => [0, 0],
+            1 => [elem as u32, 0],
+            _ => [(elem / d[1] as u64) as u32, (elem % d[1] as u64) as u32],
+        };
+        Some(FaultSite { unit: self.unit, instance, register: self.register, bit })
+    }
+
+    /// Glob-style pattern of the class, e.g. `mxu.pe[*][*].psum`.
+    pub fn pattern(self) -> String {
+        let i = info(self);
+        let mut s = String::from(self.unit.name());
+        if !i.element.is_empty() {
+            s.push('.');
+            s.push_str(i.element);
+            for _ in 0..i.arity {
+                s.push_str("[*]");
+            }
+        }
+        if !i.reg.is_empty() {
+            s.push('.');
+            s.push_str(i.reg);
+        }
+        s
+    }
+}
+
+impl fmt::Display for SiteClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.pattern())
+    }
+}
+
+/// One injectable bit: `unit.element[instance].register[bit]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FaultSite {
+    /// Unit holding the bit.
+    pub unit: Unit,
+    /// Element indices (PE row/col, word address, lane); unused entries are 0.
+    pub instance: [u32; 2],
+    /// Register within the element.
+    pub register: Register,
+    /// Bit position, 0 = least significant.
+    pub bit: u32,
+}
+
+impl FaultSite {
+    /// A bit of an MXU PE register.
+    pub fn pe(row: usize, col: usize, register: Register, bit: u32) -> FaultSite {
+        FaultSite { unit: Unit::Mxu, instance: [row as u32, col as u32], register, bit }
+    }
+
+    /// The class this site belongs to.
+    pub fn class(&self) -> SiteClass {
+        SiteClass { unit: self.unit, register: self.register }
+    }
+
+    /// Checks that the site exists on `cfg` (class present, indices and bit in range).
+    pub fn validate(&self, cfg: &HwConfig) -> Result<(), HwError> {
+        let c = self.class();
+        let err = |why: String| HwError::BadSite { site: self.to_string(), why };
+        if !c.exists(cfg) {
+            return Err(err(format!("{} is not present with dataflow {:?}", c, cfg.mxu.dataflow)));
+        }
+        let d = c.dims(cfg);
+        for (k, (&i, &n)) in self.instance.iter().zip(d.iter()).take(info(c).arity).enumerate() {
+            if i >= n {
+                return Err(err(format!("index {k} is {i}, allowed 0..{n}")));
+            }
+        }
+        let w = c.width(cfg);
+        if self.bit >= w {
+            return Err(err(format!("bit {} out of range, register is {w} bits", self.bit)));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for FaultSite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = info(self.class());
+        write!(f, "{}", self.unit.name())?;
+        if !i.element.is_empty() {
+            write!(f, ".{}", i.element)?;
+            for &x in &self.instance[..i.arity] {
+                if i.hex {
+                    write!(f, "[{x:#x}]")?;
+                } else {
+                    write!(f, "[{x}]")?;
+                }
+            }
+        }
+        if !i.reg.is_empty() {
+            write!(f, ".{}", i.reg)?;
+        }
+        write!(f, "[{}]", self.bit)
+    }
+}
+
+/// Splits `name[a][b]` into the name and its bracketed indices (decimal or 0x-hex).
+fn segment(seg: &str) -> Result<(&str, Vec<u32>), String> {
+    let (name, mut rest) = match seg.find('[') {
+        Some(p) => (&seg[..p], &seg[p..]),
+        None => (seg, ""),
+    };
+    let mut idx = Vec::new();
+    while !rest.is_empty() {
+        let close = rest.find(']').ok_or_else(|| format!("unclosed `[` in `{seg}`"))?;
+        if !rest.starts_with('[') {
+            return Err(format!("unexpected text in `{seg}`"));
+        }
+        let num = &rest[1..close];
+        let v = if let Some(h) = num.strip_prefix("0x") {
+            u32::from_str_radix(h, 16)
+        } else {
+            num.parse()
+        }
+        .map_err(|_| format!("`{num}` is not an index"))?;
+        idx.push(v);
+        rest = &rest[close + 1..];
+    }
+    Ok((name, idx))
+}
+
+impl FromStr for FaultSite {
+    type Err = HwError;
+    fn from_str(text: &str) -> Result<FaultSite, HwError> {
+        let err = |why: String| HwError::SiteParse { text: text.to_string(), why };
+        let segs: Vec<&str> = text.split('.').collect();
+        let parsed: Vec<(&str, Vec<u32>)> = segs.iter().map(|s| segment(s)).collect::<Result<_, _>>().map_err(err)?;
+        let unit_name = parsed[0].0;
+        for ci in CLASSES {
+            if ci.class.unit.name() != unit_name {
+                continue;
+            }
+            // Expected segment layout for this class.
+            let mut layout: Vec<(&str, usize)> = vec![(unit_name, 0)];
+            if !ci.element.is_empty() {
+                layout.push((ci.element, ci.arity + usize::from(ci.reg.is_empty())));
+            }
+            if !ci.reg.is_empty() {
+                layout.push((ci.reg, 1));
+            }
+            let fits = layout.len() == parsed.len()
+                && layout.iter().zip(&parsed).all(|((n, a), (pn, pi))| n == pn && *a == pi.len());
+            if !fits {
+                continue;
+            }
+            let mut instance = [0u32; 2];
+            if !ci.element.is_empty() {
+                let ix = &parsed[1].1;
+                instance[..ci.arity].copy_from_slice(&ix[..ci.arity]);
+            }
+            let bit = *parsed.last().unwrap().1.last().unwrap();
+            return Ok(FaultSite { unit: ci.class.unit, instance, register: ci.class.register, bit });
+        }
+        let known: Vec<String> = CLASSES.iter().map(|c| format!("{}[bit]", c.class.pattern())).collect();
+        Err(err(format!("no site class has this form; known forms: {}", known.join(", "))))
+    }
+}
+
+/// Matches a site or class pattern against a glob where `*` matches any run of characters,
+/// e.g. `mxu.pe[*][*].psum` or `mxu.pe[0][*].*`.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == b'*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faultline_num::Precision;
+    use proptest::prelude::*;
+
+    fn cfg(df: Dataflow) -> HwConfig {
+        HwConfig::test_config(4, 6, df, Precision::Bf16Fp32)
+    }
+
+    #[test]
+    fn text_forms_are_stable() {
+        assert_eq!(FaultSite::pe(3, 5, Register::Psum, 30).to_string(), "mxu.pe[3][5].psum[30]");
+        assert_eq!(FaultSite::pe(0, 7, Register::WeightShadow, 14).to_string(), "mxu.pe[0][7].weight_shadow[14]");
+        assert_eq!(FaultSite::pe(2, 2, Register::Valid, 0).to_string(), "mxu.pe[2][2].valid[0]");
+        assert_eq!("mxu.pe[2][2].valid[0]".parse::<FaultSite>().unwrap(), FaultSite::pe(2, 2, Register::Valid, 0));
+    }
+
+    #[test]
+    fn bad_text_is_a_clear_error() {
+        for bad in ["mxu.pe[1].psum[3]", "mxu.pe[1][2].psm[3]", "gpu.x[1]", "mxu.pe[1][2].psum[", "mxu.pe[a][2].psum[1]"] {
+            let e = bad.parse::<FaultSite>().unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn bit_counts_per_class() {
+        let ws = cfg(Dataflow::WeightStationary);
+        let n = 24;
+        let count = |r| SiteClass { unit: Unit::Mxu, register: r }.bit_count(&ws);
+        assert_eq!(count(Register::Psum), n * 32);
+        assert_eq!(count(Register::Act), n * 16);
+        assert_eq!(count(Register::WeightShadow), n * 16);
+        assert_eq!(count(Register::Valid), n);
+        assert_eq!(count(Register::WeightValid), 0, "wvalid exists only in OS");
+        let os = cfg(Dataflow::OutputStationary);
+        assert!(!SiteClass::all(&os).iter().any(|c| c.register == Register::WeightShadow));
+        let total: u64 = SiteClass::all(&ws).iter().map(|c| c.bit_count(&ws)).sum();
+        assert_eq!(total, n * (16 + 1 + 1 + 16 + 16 + 32));
+    }
+
+    #[test]
+    fn validate_rejects_out_of_range() {
+        let c = cfg(Dataflow::WeightStationary);
+        assert!(FaultSite::pe(3, 5, Register::Psum, 31).validate(&c).is_ok());
+        assert!(FaultSite::pe(4, 0, Register::Psum, 0).validate(&c).is_err());
+        assert!(FaultSite::pe(0, 0, Register::Act, 16).validate(&c).is_err());
+        assert!(FaultSite::pe(0, 0, Register::WeightValid, 0).validate(&c).is_err());
+    }
+
+    #[test]
+    fn globbing() {
+        assert!(glob_match("mxu.pe[*][*].psum", "mxu.pe[*][*].psum"));
+        assert!(glob_match("mxu.pe[0][*].*", "mxu.pe[0][3].psum[2]"));
+        assert!(!glob_match("mxu.pe[*][*].psum", "mxu.pe[*][*].act"));
+        assert!(glob_match("*shadow*", "mxu.pe[*][*].weight_shadow"));
+    }
+
+    proptest! {
+        #[test]
+        fn every_site_roundtrips_through_text(idx in any::<u64>()) {
+            for df in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
+                let c = cfg(df);
+                for class in SiteClass::all(&c) {
+                    let s = class.site_at(&c, idx % class.bit_count(&c)).unwrap();
+                    prop_assert!(s.validate(&c).is_ok());
+                    prop_assert_eq!(s.to_string().parse::<FaultSite>().unwrap(), s);
+                    prop_assert_eq!(s.class(), class);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! What one processing element's multiply-accumulate does to raw bits.
+//!
+//! The cycle-level MXU and its functional twin both go through these functions, so they round
+//! identically by construction: a product, then one rounded add into the accumulator.
+
+use crate::format::{bf16_bits_to_f32, f32_to_bf16_bits, NumFormat, Precision};
+
+/// A supported (input, accumulator) pair with its bit-level arithmetic.
+pub trait MacFormat: Copy + Send + Sync + 'static {
+    /// The runtime tag of this pair.
+    const PRECISION: Precision;
+    /// Value the arithmetic works in once decoded (exact for inputs and accumulators).
+    type Value: Copy + Send + Sync + Default + PartialEq + std::fmt::Debug;
+
+    /// Decodes input-register bits (exact).
+    fn decode_in(bits: u32) -> Self::Value;
+    /// Decodes accumulator bits (exact).
+    fn decode_acc(bits: u32) -> Self::Value;
+    /// Encodes an accumulator value as bits.
+    fn encode_acc(v: Self::Value) -> u32;
+    /// `acc + a * w` with this pair's rounding, on decoded values.
+    fn mac_value(acc: Self::Value, a: Self::Value, w: Self::Value) -> Self::Value;
+    /// `acc + x` for two accumulator values (the accumulator-SRAM add between K folds).
+    fn add_value(acc: Self::Value, x: Self::Value) -> Self::Value;
+
+    /// `acc + a * w` on raw bits.
+    #[inline(always)]
+    fn mac(acc: u32, a: u32, w: u32) -> u32 {
+        Self::encode_acc(Self::mac_value(Self::decode_acc(acc), Self::decode_in(a), Self::decode_in(w)))
+    }
+    /// `acc + x` on raw accumulator bits.
+    #[inline(always)]
+    fn add(acc: u32, x: u32) -> u32 {
+        Self::encode_acc(Self::add_value(Self::decode_acc(acc), Self::decode_acc(x)))
+    }
+    /// Rounds a real number into input-register bits.
+    fn input_from_f64(x: f64) -> u32 {
+        Self::PRECISION.input().f64_to_bits(x)
+    }
+    /// Reads accumulator bits as a real number.
+    fn acc_to_f64(bits: u32) -> f64 {
+        Self::PRECISION.acc().bits_to_f64(bits)
+    }
+}
+
+/// bf16 x bf16 -> fp32 accumulate. The product is exact in fp32 barring over/underflow.
+#[derive(Debug, Clone, Copy)]
+pub struct Bf16Fp32;
+/// fp32 x fp32 -> fp32 accumulate: product rounded, then sum rounded (no fused multiply-add).
+#[derive(Debug, Clone, Copy)]
+pub struct Fp32Fp32;
+/// int8 x int8 -> int32 accumulate, wrapping.
+#[derive(Debug, Clone, Copy)]
+pub struct Int8Int32;
+
+impl MacFormat for Bf16Fp32 {
+    const PRECISION: Precision = Precision::Bf16Fp32;
+    type Value = f32;
+    #[inline(always)]
+    fn decode_in(bits: u32) -> f32 {
+        bf16_bits_to_f32(bits)
+    }
+    #[inline(always)]
+    fn decode_acc(bits: u32) -> f32 {
+        f32::from_bits(bits)
+    }
+    #[inline(always)]
+    fn encode_acc(v: f32) -> u32 {
+        canonical_f32_bits(v)
+    }
+    #[inline(always)]
+    fn mac_value(acc: f32, a: f32, w: f32) -> f32 {
+        acc + a * w
+    }
+    #[inline(always)]
+    fn add_value(acc: f32, x: f32) -> f32 {
+        acc + x
+    }
+}
+
+impl MacFormat for Fp32Fp32 {
+    const PRECISION: Precision = Precision::Fp32Fp32;
+    type Value = f32;
+    #[inline(always)]
+    fn decode_in(bits: u32) -> f32 {
+        f32::from_bits(bits)
+    }
+    #[inline(always)]
+    fn decode_acc(bits: u32) -> f32 {
+        f32::from_bits(bits)
+    }
+    #[inline(always)]
+    fn encode_acc(v: f32) -> u32 {
+        canonical_f32_bits(v)
+    }
+    #[inline(always)]
+    fn mac_value(acc: f32, a: f32, w: f32) -> f32 {
+        acc + a * w
+    }
+    #[inline(always)]
+    fn add_value(acc: f32, x: f32) -> f32 {
+        acc + x
+    }
+}
+
+impl MacFormat for Int8Int32 {
+    const PRECISION: Precision = Precision::Int8Int32;
+    type Value = i32;
+    #[inline(always)]
+    fn decode_in(bits: u32) -> i32 {
+        bits as u8 as i8 as i32
+    }
+    #[inline(always)]
+    fn decode_acc(bits: u32) -> i32 {
+        bits as i32
+    }
+    #[inline(always)]
+    fn encode_acc(v: i32) -> u32 {
+        v as u32
+    }
+    #[inline(always)]
+    fn mac_value(acc: i32, a: i32, w: i32) -> i32 {
+        acc.wrapping_add(a * w)
+    }
+    #[inline(always)]
+    fn add_value(acc: i32, x: i32) -> i32 {
+        acc.wrapping_add(x)
+    }
+}
+
+/// The one NaN the accumulators store (quiet, positive), so NaN results are bit-reproducible
+/// whatever payload the host's arithmetic propagated.
+pub const CANONICAL_NAN: u32 = 0x7fc0_0000;
+
+/// Raw bits of an accumulator value, with every NaN made [`CANONICAL_NAN`].
+#[inline(always)]
+pub fn canonical_f32_bits(v: f32) -> u32 {
+    if v.is_nan() {
+        CANONICAL_NAN
+    } else {
+        v.to_bits()
+    }
+}
+
+/// Rounds an `f32` into bf16 input bits (helper for callers holding f32 data).
+pub fn bf16_input_from_f32(x: f32) -> u32 {
+    f32_to_bf16_bits(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn int32_accumulation_wraps() {
+        let acc = Int8Int32::encode_acc(i32::MAX);
+        let one = 1u32;
+        assert_eq!(Int8Int32::decode_acc(Int8Int32::mac(acc, one, one)), i32::MIN);
+        // -128 * -128 = 16384: int8 bits 0x80.
+        assert_eq!(Int8Int32::decode_acc(Int8Int32::mac(0, 0x80, 0x80)), 16384);
+    }
+
+    #[test]
+    fn bf16_nan_and_inf_propagate() {
+        let inf = 0x7f80;
+        let zero = 0;
+        // inf * 0 = NaN per IEEE.
+        assert_eq!(Bf16Fp32::mac(0, inf, zero), CANONICAL_NAN);
+        assert_eq!(f32::from_bits(Bf16Fp32::mac(0, inf, 0x3f80)), f32::INFINITY);
+        // -0 + (+0 * 1) = +0 under round-to-nearest.
+        assert_eq!(Bf16Fp32::mac((-0.0f32).to_bits(), 0, 0x3f80), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn bf16_product_is_exact_in_fp32(a in any::<u16>(), w in any::<u16>()) {
+            let (x, y) = (bf16_bits_to_f32(a as u32), bf16_bits_to_f32(w as u32));
+            let p32 = x * y;
+            let p64 = x as f64 * y as f64;
+            // Exact unless the f64 product is outside fp32's normal range.
+            if p64.is_finite() && p64.abs() < f32::MAX as f64 && (p64 == 0.0 || p64.abs() >= f32::MIN_POSITIVE as f64) {
+                prop_assert_eq!(p32 as f64, p64);
+            }
+        }
+
+        #[test]
+        fn mac_bits_match_value_arithmetic(acc in any::<f32>(), a in any::<u16>(), w in any::<u16>()) {
+            let got = Bf16Fp32::mac(acc.to_bits(), a as u32, w as u32);
+            let want = acc + bf16_bits_to_f32(a as u32) * bf16_bits_to_f32(w as u32);
+            prop_assert_eq!(got, canonical_f32_bits(want));
+        }
+    }
+}
