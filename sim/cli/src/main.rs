@@ -18,8 +18,16 @@ enum Command {
     Gemm(gemm::GemmArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// Prints an error as one line with its causes (`error: a: b`) and exits with status 2, instead
+/// of anyhow's debug dump: users read these, and a backtrace is noise for a bad flag or file.
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Gemm(a) => gemm::run(a),
     }

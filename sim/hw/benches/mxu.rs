@@ -1,1 +1,42 @@
-fn main() {}
+//! `mxu` benchmark: a 512x512x512 bf16 GEMM on a 128x128 array, cycle-level and functional.
+//!
+//! Throughput is reported in elements/s: PE-cycles for the cycle-level model (target >= 200 M
+//! per core), MACs for the functional twin (target >= 1 G per core).
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use faultline_hw::fault::FaultSchedule;
+use faultline_hw::mxu::{gemm, gemm_timing};
+use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
+use faultline_num::{NumFormat, Precision};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::hint::black_box;
+
+fn operands(m: usize, k: usize, n: usize) -> (Matrix, Matrix) {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mut gen = |r, c| Matrix::from_fn(r, c, |_, _| NumFormat::Bf16.f64_to_bits(rng.gen_range(-1.0..1.0)));
+    (gen(m, k), gen(k, n))
+}
+
+fn bench(c: &mut Criterion) {
+    let (m, k, n) = (512, 512, 512);
+    let (a, w) = operands(m, k, n);
+    let mut g = c.benchmark_group("mxu");
+    g.sample_size(10);
+    for df in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
+        let cfg = HwConfig::test_config(128, 128, df, Precision::Bf16Fp32);
+        let t = gemm_timing(&cfg.mxu, m, k, n);
+        g.throughput(Throughput::Elements(t.total_cycles * 128 * 128));
+        g.bench_function(format!("cycle_level_{}_128x128_512cubed_pe_cycles", df.short()), |b| {
+            b.iter(|| gemm(&cfg, black_box(&a), black_box(&w), ExecMode::CycleLevel, &FaultSchedule::none()).unwrap())
+        });
+        g.throughput(Throughput::Elements(t.macs));
+        g.bench_function(format!("functional_{}_128x128_512cubed_macs", df.short()), |b| {
+            b.iter(|| gemm(&cfg, black_box(&a), black_box(&w), ExecMode::Functional, &FaultSchedule::none()).unwrap())
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

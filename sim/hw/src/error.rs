@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("{file}: cannot read hardware config: {source}")]
+    #[error("{file}: cannot read hardware config")]
     Io {
         /// Path of the config file.
         file: PathBuf,

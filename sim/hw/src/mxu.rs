@@ -282,7 +282,10 @@ pub struct GemmOutput {
 fn check_shapes(cfg: &HwConfig, a: &Matrix, w: &Matrix) -> Result<(), HwError> {
     let shape = |detail: String| HwError::Shape { op: "gemm".into(), detail };
     if a.cols != w.rows {
-        return Err(shape(format!("A is {}x{} but W is {}x{}: A.cols must equal W.rows", a.rows, a.cols, w.rows, w.cols)));
+        return Err(shape(format!(
+            "A is {}x{} but W is {}x{}: A.cols must equal W.rows",
+            a.rows, a.cols, w.rows, w.cols
+        )));
     }
     if a.data.len() != a.rows * a.cols || w.data.len() != w.rows * w.cols {
         return Err(shape("matrix data length does not match its shape".into()));
@@ -302,7 +305,13 @@ fn check_shapes(cfg: &HwConfig, a: &Matrix, w: &Matrix) -> Result<(), HwError> {
 /// `a` is `M x K` and `w` is `K x N`, both raw input-format bits. In [`ExecMode::CycleLevel`]
 /// every register is stepped and `faults` are injected; in [`ExecMode::Functional`] faults must
 /// be empty (a fault needs registers to live in).
-pub fn gemm(cfg: &HwConfig, a: &Matrix, w: &Matrix, mode: ExecMode, faults: &FaultSchedule) -> Result<GemmOutput, HwError> {
+pub fn gemm(
+    cfg: &HwConfig,
+    a: &Matrix,
+    w: &Matrix,
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> Result<GemmOutput, HwError> {
     check_shapes(cfg, a, w)?;
     let sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols);
     for e in &faults.events {
@@ -329,7 +338,7 @@ pub fn gemm(cfg: &HwConfig, a: &Matrix, w: &Matrix, mode: ExecMode, faults: &Fau
         }
         ExecMode::CycleLevel => with_precision!(cfg.mxu.precision(), F => {
             let mut st = PeArrayState::new(cfg.mxu.rows, cfg.mxu.cols);
-            cycle_level::<F>(&sched, a, w, faults, &mut st)
+            cycle_level::<F>(&sched, a, w, faults, &mut st).0
         }),
     };
     Ok(GemmOutput { out, stats: sched.stats() })
@@ -388,23 +397,47 @@ fn resolve(s: &Schedule, faults: &FaultSchedule) -> Vec<ActiveFault> {
         .collect()
 }
 
+/// What the stepped model observed, besides the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CycleReport {
+    /// Cycles stepped until the last accumulator write (measured, not taken from the formula).
+    pub measured_cycles: u64,
+    /// Accumulator writes performed.
+    pub captures: u64,
+}
+
 /// Steps the array cycle by cycle from `st` (normally the reset state) through the schedule.
-pub fn cycle_level<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, faults: &FaultSchedule, st: &mut PeArrayState) -> Matrix {
+///
+/// The sequencer drives edges and the accumulator captures at the times the schedule gives;
+/// stepping stops when every output element has been written, so the cycle count is measured
+/// and can be checked against the closed form.
+pub fn cycle_level<F: MacFormat>(
+    s: &Schedule,
+    a: &Matrix,
+    w: &Matrix,
+    faults: &FaultSchedule,
+    st: &mut PeArrayState,
+) -> (Matrix, CycleReport) {
     let faults = resolve(s, faults);
     let mut out = Matrix::zeros(s.m, s.n);
     let mut next = st.clone();
     let mut edge = Edge::new(s.rows, s.cols);
-    for t in 0..s.total_cycles {
+    let expected: u64 = s.folds.iter().map(|f| (f.mr * f.nc) as u64).sum();
+    let mut captures = 0u64;
+    let mut t = 0u64;
+    // Generous bound: a schedule bug must end in a wrong count, not an endless loop.
+    let limit = 2 * s.total_cycles + 16;
+    while captures < expected && t < limit {
         match s.dataflow {
             Dataflow::WeightStationary => {
-                capture_ws::<F>(s, t, st, &mut out);
+                captures += capture_ws::<F>(s, t, st, &mut out);
                 edge.drive_ws(s, a, w, t);
                 step_ws::<F>(st, &mut next, &edge);
             }
             Dataflow::OutputStationary => {
                 let drain = os_drain_row(s, t);
                 if let Some((f, d)) = drain {
-                    capture_os(s, f, d, st, &mut out);
+                    captures += capture_os(s, f, d, st, &mut out);
                 }
                 edge.drive_os(s, a, w, t);
                 step_os::<F>(st, &mut next, &edge, drain.is_some());
@@ -416,8 +449,9 @@ pub fn cycle_level<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, faults: &
                 st.apply(&f.event);
             }
         }
+        t += 1;
     }
-    out
+    (out, CycleReport { measured_cycles: t, captures })
 }
 
 /// Values the sequencer drives into the array's edges in one cycle.
@@ -430,6 +464,8 @@ struct Edge {
     wrow: Vec<Option<usize>>,
     wbits: Vec<u32>,
     wvalid: Vec<u8>,
+    /// The partial sums entering row 0: all zero.
+    zero_row: Vec<u32>,
 }
 
 impl Edge {
@@ -441,6 +477,7 @@ impl Edge {
             wrow: vec![None; cols],
             wbits: vec![0; cols],
             wvalid: vec![0; cols],
+            zero_row: vec![PSUM_ZERO; cols],
         }
     }
 
@@ -522,10 +559,10 @@ const PSUM_ZERO: u32 = 0;
 #[inline(never)]
 fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) {
     let c = cur.cols;
-    let zeros = vec![PSUM_ZERO; c];
+    let zeros = &e.zero_row;
     for i in 0..cur.rows {
         let r = i * c..(i + 1) * c;
-        let above: &[u32] = if i == 0 { &zeros } else { &cur.psum[(i - 1) * c..i * c] };
+        let above: &[u32] = if i == 0 { zeros } else { &cur.psum[(i - 1) * c..i * c] };
         let (ca, cv, cs) = (&cur.act[r.clone()], &cur.valid[r.clone()], &cur.swap[r.clone()]);
         let (cw, csh) = (&cur.weight[r.clone()], &cur.shadow[r.clone()]);
         let na = &mut next.act[r.clone()];
@@ -534,7 +571,8 @@ fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) 
         let nw = &mut next.weight[r.clone()];
         let np = &mut next.psum[r.clone()];
         for j in 0..c {
-            let (a_in, v_in, s_in) = if j == 0 { (e.act[i], e.valid[i], e.swap[i]) } else { (ca[j - 1], cv[j - 1], cs[j - 1]) };
+            let (a_in, v_in, s_in) =
+                if j == 0 { (e.act[i], e.valid[i], e.swap[i]) } else { (ca[j - 1], cv[j - 1], cs[j - 1]) };
             let w_eff = if s_in != 0 { csh[j] } else { cw[j] };
             nw[j] = w_eff;
             np[j] = if v_in != 0 { F::mac(above[j], a_in, w_eff) } else { above[j] };
@@ -557,7 +595,6 @@ fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) 
 fn step_os<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge, drain: bool) {
     let c = cur.cols;
     for i in 0..cur.rows {
-        let r = i * c..(i + 1) * c;
         for j in 0..c {
             let x = i * c + j;
             let (a_in, v_in) = if j == 0 { (e.act[i], e.valid[i]) } else { (cur.act[x - 1], cur.valid[x - 1]) };
@@ -578,12 +615,12 @@ fn step_os<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge, 
             next.weight[x] = w_in;
             next.wvalid[x] = wv_in;
         }
-        let _ = r;
     }
 }
 
 /// WS accumulator: at cycle `t` column `j` captures output `m = t - T_f - R - j` of fold `f`.
-fn capture_ws<F: MacFormat>(s: &Schedule, t: u64, st: &PeArrayState, out: &mut Matrix) {
+fn capture_ws<F: MacFormat>(s: &Schedule, t: u64, st: &PeArrayState, out: &mut Matrix) -> u64 {
+    let mut n = 0;
     let (r, c, p) = (s.rows as u64, s.cols, s.period);
     let bottom = &st.psum[(s.rows - 1) * c..];
     for (j, &ps) in bottom.iter().enumerate() {
@@ -604,7 +641,9 @@ fn capture_ws<F: MacFormat>(s: &Schedule, t: u64, st: &PeArrayState, out: &mut M
         let col = fold.n0 + j;
         let v = if fold.overwrite { ps } else { F::add(out.get(m, col), ps) };
         out.set(m, col, v);
+        n += 1;
     }
+    n
 }
 
 /// OS: the drain of fold `f` occupies the last R cycles of its period; returns `(f, d)` for
@@ -617,14 +656,15 @@ fn os_drain_row(s: &Schedule, t: u64) -> Option<(usize, usize)> {
 }
 
 /// OS accumulator: drain cycle `d` captures the bottom row, which holds original row `R-1-d`.
-fn capture_os(s: &Schedule, f: usize, d: usize, st: &PeArrayState, out: &mut Matrix) {
+fn capture_os(s: &Schedule, f: usize, d: usize, st: &PeArrayState, out: &mut Matrix) -> u64 {
     let fold = &s.folds[f];
     let i = s.rows - 1 - d;
     if i >= fold.mr {
-        return;
+        return 0;
     }
     let bottom = &st.psum[(s.rows - 1) * s.cols..];
     for (j, &ps) in bottom.iter().enumerate().take(fold.nc) {
         out.set(fold.m0 + i, fold.n0 + j, ps);
     }
+    fold.nc as u64
 }

@@ -24,7 +24,7 @@ mod mac;
 
 pub use fault::{BitFault, FaultKindParseError};
 pub use format::{bf16_bits_to_f32, f32_to_bf16_bits, f64_to_int8, NumFormat, Precision};
-pub use mac::{bf16_input_from_f32, canonical_f32_bits, CANONICAL_NAN, Bf16Fp32, Fp32Fp32, Int8Int32, MacFormat};
+pub use mac::{bf16_input_from_f32, canonical_f32_bits, Bf16Fp32, Fp32Fp32, Int8Int32, MacFormat, CANONICAL_NAN};
 
 /// Calls `$body` with the type alias `$T` bound to the [`MacFormat`] of a runtime [`Precision`],
 /// so that hot loops are monomorphised per format instead of branching per element.

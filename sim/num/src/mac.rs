@@ -3,7 +3,7 @@
 //! The cycle-level MXU and its functional twin both go through these functions, so they round
 //! identically by construction: a product, then one rounded add into the accumulator.
 
-use crate::format::{bf16_bits_to_f32, f32_to_bf16_bits, NumFormat, Precision};
+use crate::format::{bf16_bits_to_f32, f32_to_bf16_bits, Precision};
 
 /// A supported (input, accumulator) pair with its bit-level arithmetic.
 pub trait MacFormat: Copy + Send + Sync + 'static {

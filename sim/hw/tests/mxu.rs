@@ -1,0 +1,304 @@
+//! MXU behaviour across modules: the functional twin, the cycle formula and the fault hook.
+
+use faultline_hw::fault::{FaultEvent, FaultSchedule};
+use faultline_hw::mxu::{self, cycle_level, gemm, PeArrayState, Schedule};
+use faultline_hw::sites::{FaultSite, Register};
+use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
+use faultline_num::{with_precision, MacFormat, NumFormat, Precision};
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeSet;
+
+/// Random operand bits of `prec`'s input format; `specials` mixes in inf/NaN/subnormal/-0.
+fn operand(rng: &mut ChaCha8Rng, prec: Precision, rows: usize, cols: usize, specials: bool) -> Matrix {
+    let f = prec.input();
+    Matrix::from_fn(rows, cols, |_, _| {
+        if specials && rng.gen_ratio(1, 8) {
+            let pick = [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -0.0, 1e-40, -3e-39];
+            return f.f64_to_bits(pick[rng.gen_range(0..pick.len())]);
+        }
+        match f {
+            NumFormat::Int8 => rng.gen_range(-128i32..=127) as u8 as u32,
+            _ => f.f64_to_bits(rng.gen_range(-4.0..4.0)),
+        }
+    })
+}
+
+fn run(cfg: &HwConfig, a: &Matrix, w: &Matrix, mode: ExecMode, faults: &FaultSchedule) -> Matrix {
+    gemm(cfg, a, w, mode, faults).unwrap().out
+}
+
+fn dataflows() -> impl Strategy<Value = Dataflow> {
+    prop_oneof![Just(Dataflow::WeightStationary), Just(Dataflow::OutputStationary)]
+}
+
+fn precisions() -> impl Strategy<Value = Precision> {
+    prop_oneof![Just(Precision::Bf16Fp32), Just(Precision::Fp32Fp32), Just(Precision::Int8Int32)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+
+    /// Invariant 1 of the design: cycle-level == functional, to the bit, with no fault active.
+    #[test]
+    fn cycle_level_equals_functional(
+        rows in 1usize..=16, cols in 1usize..=16,
+        m in 1usize..=40, k in 1usize..=40, n in 1usize..=40,
+        df in dataflows(), prec in precisions(), specials in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let cfg = HwConfig::test_config(rows, cols, df, prec);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let a = operand(&mut rng, prec, m, k, specials);
+        let w = operand(&mut rng, prec, k, n, specials);
+        let f = run(&cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none());
+        let c = run(&cfg, &a, &w, ExecMode::CycleLevel, &FaultSchedule::none());
+        prop_assert_eq!(f.diff(&c), vec![]);
+    }
+
+    /// The closed-form cycle count equals the stepped model's measured count.
+    #[test]
+    fn closed_form_cycles_match_stepped_model(
+        rows in 1usize..=12, cols in 1usize..=12,
+        m in 1usize..=30, k in 1usize..=30, n in 1usize..=30, df in dataflows(),
+    ) {
+        let cfg = HwConfig::test_config(rows, cols, df, Precision::Int8Int32);
+        let s = Schedule::new(&cfg.mxu, m, k, n);
+        let a = Matrix::from_fn(m, k, |i, j| ((i + j) % 5) as u32);
+        let w = Matrix::from_fn(k, n, |i, j| ((i * 3 + j) % 7) as u32);
+        let mut st = PeArrayState::new(rows, cols);
+        let (_, rep) = cycle_level::<faultline_num::Int8Int32>(&s, &a, &w, &FaultSchedule::none(), &mut st);
+        prop_assert_eq!(rep.measured_cycles, s.total_cycles);
+        // WS writes every output once per k-tile (overwrite, then accumulate); OS once.
+        let writes_per_output = if df == Dataflow::WeightStationary { k.div_ceil(rows) } else { 1 };
+        prop_assert_eq!(rep.captures, (m * n * writes_per_output) as u64);
+    }
+}
+
+/// Hand-checked closed forms for a few shapes (the formulas in `mxu`'s module docs).
+#[test]
+fn closed_form_examples() {
+    let ws = HwConfig::test_config(4, 3, Dataflow::WeightStationary, Precision::Bf16Fp32);
+    // M=10, K=8 (2 k-tiles), N=5 (2 n-tiles: 3 + 2 cols) -> 4 folds, period max(10,4)=10.
+    let t = mxu::gemm_timing(&ws.mxu, 10, 8, 5);
+    assert_eq!(t.folds, 4);
+    // Last fold starts at T_3 = 1 + 3*10 = 31 and ends at 31 + 10 + 4 + 2 - 1 = 46.
+    assert_eq!(t.total_cycles, 46);
+    assert_eq!(t.compute_cycles, 40);
+    assert_eq!(t.macs, 400);
+    // 1x1 array, 1x1x1 GEMM: load (1), MAC (1), capture (1).
+    let one = HwConfig::test_config(1, 1, Dataflow::WeightStationary, Precision::Bf16Fp32);
+    assert_eq!(mxu::gemm_timing(&one.mxu, 1, 1, 1).total_cycles, 3);
+    let os = HwConfig::test_config(4, 3, Dataflow::OutputStationary, Precision::Bf16Fp32);
+    // OS: folds = ceil(10/4)*ceil(5/3) = 6, each K + 2R + C - 2 = 8 + 8 + 3 - 2 = 17.
+    let t = mxu::gemm_timing(&os.mxu, 10, 8, 5);
+    assert_eq!((t.folds, t.total_cycles), (6, 102));
+    assert!((t.utilization - 400.0 / (102.0 * 12.0)).abs() < 1e-12);
+}
+
+/// Functional results vs an f64 reference on the same (already rounded) inputs.
+///
+/// Bound: every output is a recursive sum of K products, each product exact (bf16) or rounded
+/// once (fp32), each add rounded once, so |err| <= gamma_{K+1} * sum |a_i w_i| with
+/// gamma_n = n u / (1 - n u), u = 2^-24 (Higham, Accuracy and Stability, eq. 3.5). The WS
+/// chunking into folds only regroups the same adds, so the bound holds for both dataflows.
+#[test]
+fn functional_matches_f64_reference_within_bound() {
+    for (prec, df) in [
+        (Precision::Bf16Fp32, Dataflow::WeightStationary),
+        (Precision::Bf16Fp32, Dataflow::OutputStationary),
+        (Precision::Fp32Fp32, Dataflow::WeightStationary),
+    ] {
+        let cfg = HwConfig::test_config(8, 8, df, prec);
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let (m, k, n) = (20, 300, 17);
+        let a = operand(&mut rng, prec, m, k, false);
+        let w = operand(&mut rng, prec, k, n, false);
+        let out = run(&cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none());
+        let u = 2f64.powi(-24);
+        let gamma = (k + 1) as f64 * u / (1.0 - (k + 1) as f64 * u);
+        let fi = prec.input();
+        for i in 0..m {
+            for j in 0..n {
+                let (mut exact, mut mag) = (0.0f64, 0.0f64);
+                for x in 0..k {
+                    let p = fi.bits_to_f64(a.get(i, x)) * fi.bits_to_f64(w.get(x, j));
+                    exact += p;
+                    mag += p.abs();
+                }
+                let got = f32::from_bits(out.get(i, j)) as f64;
+                assert!((got - exact).abs() <= gamma * mag, "{prec:?} {df:?} ({i},{j}): {got} vs {exact}");
+            }
+        }
+    }
+    // int8/int32 is exact.
+    let cfg = HwConfig::test_config(5, 7, Dataflow::WeightStationary, Precision::Int8Int32);
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let a = operand(&mut rng, Precision::Int8Int32, 9, 23, false);
+    let w = operand(&mut rng, Precision::Int8Int32, 23, 11, false);
+    let out = run(&cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none());
+    for i in 0..9 {
+        for j in 0..11 {
+            let want: i64 = (0..23).map(|x| (a.get(i, x) as u8 as i8 as i64) * (w.get(x, j) as u8 as i8 as i64)).sum();
+            assert_eq!(out.get(i, j) as i32 as i64, want);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- fault hook
+
+/// Operands with every element non-zero, so that any changed product changes the sum.
+fn nonzero_int8(rows: usize, cols: usize, salt: usize) -> Matrix {
+    Matrix::from_fn(rows, cols, |i, j| {
+        let v = ((i * 7 + j * 3 + salt) % 11) as i32 + 1; // 1..=11
+        (if (i + j) % 2 == 0 { v } else { -v }) as u8 as u32
+    })
+}
+
+fn faulty_diff(cfg: &HwConfig, a: &Matrix, w: &Matrix, e: FaultEvent) -> BTreeSet<(usize, usize)> {
+    let golden = run(cfg, a, w, ExecMode::CycleLevel, &FaultSchedule::none());
+    let faulty = run(cfg, a, w, ExecMode::CycleLevel, &FaultSchedule::one(e));
+    golden.diff(&faulty).into_iter().collect()
+}
+
+const WS_SHAPE: (usize, usize, usize) = (9, 10, 7); // on a 4x3 array: 3 k-tiles x 3 n-tiles
+
+fn ws_cfg(prec: Precision) -> HwConfig {
+    HwConfig::test_config(4, 3, Dataflow::WeightStationary, prec)
+}
+
+/// WS weight flip at PE (i, j) during fold f: every later activation of that fold passing the PE
+/// multiplies by the wrong weight, so outputs (m, n0 + j) for m >= the first later wavefront
+/// change, and nothing else (the next fold's swap replaces the register).
+#[test]
+fn ws_weight_flip_corrupts_predicted_outputs_only() {
+    let cfg = ws_cfg(Precision::Int8Int32);
+    let (m, k, n) = WS_SHAPE;
+    let (a, w) = (nonzero_int8(m, k, 1), nonzero_int8(k, n, 2));
+    let s = Schedule::new(&cfg.mxu, m, k, n);
+    for (f, i, j, off, bit) in [(0, 0, 0, 3, 2), (4, 2, 1, 6, 6), (7, 1, 2, 1 + 1 + 2 + 1, 0), (8, 1, 0, 5, 4)] {
+        let fold = s.folds[f];
+        let t_f = fold.start + 1; // first activation enters row 0
+        let abs = fold.start + off;
+        assert!(abs >= t_f + (i + j) as u64, "test flips after the swap");
+        let e = FaultEvent::flip(FaultSite::pe(i, j, Register::Weight, bit), f, off);
+        let want: BTreeSet<_> = if i < fold.kr && j < fold.nc {
+            (0..m).filter(|&mm| t_f + (mm + i + j) as u64 > abs).map(|mm| (mm, fold.n0 + j)).collect()
+        } else {
+            BTreeSet::new()
+        };
+        assert!(!want.is_empty() || i >= fold.kr || j >= fold.nc);
+        assert_eq!(faulty_diff(&cfg, &a, &w, e), want, "fold {f} pe[{i}][{j}] bit {bit}");
+    }
+}
+
+/// WS psum flip at PE (i, j) at absolute cycle t hits exactly the one partial sum in flight
+/// there: output m = t - T_f - i - j of fold f.
+#[test]
+fn ws_psum_flip_corrupts_one_output() {
+    let cfg = ws_cfg(Precision::Int8Int32);
+    let (m, k, n) = WS_SHAPE;
+    let (a, w) = (nonzero_int8(m, k, 3), nonzero_int8(k, n, 4));
+    let s = Schedule::new(&cfg.mxu, m, k, n);
+    for (f, i, j, mm, bit) in [(0, 0, 0, 0, 0), (2, 3, 2, 8, 31), (5, 2, 1, 4, 17), (8, 3, 0, 6, 9)] {
+        let fold = s.folds[f];
+        let off = 1 + (mm + i + j) as u64; // cycle T_f + m + i + j, relative to the fold start
+        let e = FaultEvent::flip(FaultSite::pe(i, j, Register::Psum, bit), f, off);
+        let want: BTreeSet<_> = if j < fold.nc { [(mm, fold.n0 + j)].into() } else { BTreeSet::new() };
+        assert_eq!(faulty_diff(&cfg, &a, &w, e), want, "fold {f} pe[{i}][{j}] m {mm}");
+    }
+}
+
+/// A valid bit travels right with its activation: clearing it at PE (i, j) makes every PE to
+/// the right skip that activation's MAC: outputs (m, n0 + j') for j' > j.
+#[test]
+fn ws_valid_flip_propagates_right() {
+    let cfg = HwConfig::test_config(4, 5, Dataflow::WeightStationary, Precision::Int8Int32);
+    let (m, k, n) = (6, 4, 5);
+    let (a, w) = (nonzero_int8(m, k, 5), nonzero_int8(k, n, 6));
+    let (i, j, mm) = (2, 1, 3);
+    let e = FaultEvent::flip(FaultSite::pe(i, j, Register::Valid, 0), 0, 1 + (mm + i + j) as u64);
+    let want: BTreeSet<_> = (j + 1..n).map(|jj| (mm, jj)).collect();
+    assert_eq!(faulty_diff(&cfg, &a, &w, e), want);
+}
+
+/// A bf16 exponent-bit flip in a WS shadow register before the swap corrupts the whole fold
+/// column that loads it; after the swap (shadow already consumed, next fold not yet loaded) it
+/// is overwritten by the next load and is masked.
+#[test]
+fn ws_shadow_flip_before_swap_corrupts_column_after_is_masked() {
+    let cfg = ws_cfg(Precision::Bf16Fp32);
+    let (m, k, n) = (5, 4, 3); // one fold
+    let a = Matrix::from_fn(m, k, |i, j| Precision::Bf16Fp32.input().f64_to_bits(1.0 + (i + j) as f64 / 8.0));
+    let w = Matrix::from_fn(k, n, |i, j| Precision::Bf16Fp32.input().f64_to_bits(0.5 + (i * j) as f64 / 16.0));
+    // Shadow of PE (2, 1) is written at cycle j - 1 + i + 1 = 2 (fold start 0) and swapped at 1 + 3 = 4.
+    let site = FaultSite::pe(2, 1, Register::WeightShadow, 13);
+    let before = FaultEvent::flip(site, 0, 3);
+    let want: BTreeSet<_> = (0..m).map(|mm| (mm, 1)).collect();
+    assert_eq!(faulty_diff(&cfg, &a, &w, before), want);
+    let after = FaultEvent::flip(site, 0, 5);
+    assert_eq!(faulty_diff(&cfg, &a, &w, after), BTreeSet::new());
+}
+
+/// OS psum flip during the compute window corrupts exactly the output that PE owns; OS weight
+/// flip corrupts the outputs of the PEs below it in the column (the weight moves down).
+#[test]
+fn os_psum_and_weight_flips() {
+    let cfg = HwConfig::test_config(4, 3, Dataflow::OutputStationary, Precision::Int8Int32);
+    let (m, k, n) = (7, 6, 5); // 2 x 2 output tiles, the last ones ragged
+    let (a, w) = (nonzero_int8(m, k, 7), nonzero_int8(k, n, 8));
+    let s = Schedule::new(&cfg.mxu, m, k, n);
+    for (f, i, j, off, bit) in [(0, 1, 2, 4, 3), (3, 2, 1, 9, 30), (1, 3, 0, 2, 12)] {
+        let fold = s.folds[f];
+        let e = FaultEvent::flip(FaultSite::pe(i, j, Register::Psum, bit), f, off);
+        let want: BTreeSet<_> =
+            if i < fold.mr && j < fold.nc { [(fold.m0 + i, fold.n0 + j)].into() } else { BTreeSet::new() };
+        assert_eq!(faulty_diff(&cfg, &a, &w, e), want, "psum fold {f} pe[{i}][{j}]");
+    }
+    // Weight register of PE (1, 1) at cycle S + kk + 1 + 1 holds W[kk][n0+1]; PEs (2,1), (3,1) use it next.
+    let (f, i, j, kk) = (0, 1, 1, 2);
+    let e = FaultEvent::flip(FaultSite::pe(i, j, Register::Weight, 5), f, (kk + i + j) as u64);
+    let want: BTreeSet<_> = (i + 1..4).map(|ii| (ii, j)).collect();
+    assert_eq!(faulty_diff(&cfg, &a, &w, e), want);
+}
+
+/// A stuck-at-1 on a psum bit for a cycle range hits every partial sum passing that PE in the
+/// range (operands are small and positive, so bit 20 is 0 in every golden partial sum).
+#[test]
+fn stuck_at_covers_its_cycle_range() {
+    let cfg = HwConfig::test_config(3, 2, Dataflow::WeightStationary, Precision::Int8Int32);
+    let (m, k, n) = (8, 3, 2);
+    let a = Matrix::from_fn(m, k, |i, j| (1 + (i + j) % 9) as u32);
+    let w = Matrix::from_fn(k, n, |i, j| (1 + (2 * i + j) % 5) as u32);
+    // PE (1, 0): output mm is there after cycle T + mm + 1 (T = 1). Stick for cycles 4..=6.
+    let e = FaultEvent::stuck(FaultSite::pe(1, 0, Register::Psum, 20), true, 0, 4, 3);
+    let want: BTreeSet<_> = [2usize, 3, 4].into_iter().map(|mm| (mm, 0)).collect();
+    assert_eq!(faulty_diff(&cfg, &a, &w, e), want);
+}
+
+#[test]
+fn bad_requests_are_errors_not_panics() {
+    let cfg = ws_cfg(Precision::Bf16Fp32);
+    let a = Matrix::zeros(2, 3);
+    let w = Matrix::zeros(4, 2);
+    let e = gemm(&cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none()).unwrap_err();
+    assert!(e.to_string().contains("A.cols must equal W.rows"), "{e}");
+    let w = Matrix::zeros(3, 2);
+    let site = FaultSite::pe(9, 0, Register::Psum, 0);
+    let e = gemm(&cfg, &a, &w, ExecMode::CycleLevel, &FaultSchedule::one(FaultEvent::flip(site, 0, 0))).unwrap_err();
+    assert!(e.to_string().contains("mxu.pe[9][0].psum[0]"), "{e}");
+    let site = FaultSite::pe(0, 0, Register::Psum, 0);
+    let e = gemm(&cfg, &a, &w, ExecMode::CycleLevel, &FaultSchedule::one(FaultEvent::flip(site, 5, 0))).unwrap_err();
+    assert!(e.to_string().contains("tile 5"), "{e}");
+    let e = gemm(&cfg, &a, &w, ExecMode::Functional, &FaultSchedule::one(FaultEvent::flip(site, 0, 0))).unwrap_err();
+    assert!(e.to_string().contains("cycle-level"), "{e}");
+}
+
+/// The generic entry agrees with a direct monomorphised call (guards `with_precision!`).
+#[test]
+fn precision_dispatch_uses_the_configured_format() {
+    for p in Precision::ALL {
+        let name = with_precision!(p, F => format!("{:?}", F::PRECISION));
+        assert_eq!(name, format!("{p:?}"));
+    }
+}
