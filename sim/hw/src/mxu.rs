@@ -248,6 +248,8 @@ impl PeArrayState {
             Register::WeightShadow => self.shadow[i],
             Register::WeightValid => self.wvalid[i] as u32,
             Register::Psum => self.psum[i],
+            // Not a PE register (`gemm` rejects non-MXU sites before this is reached).
+            _ => 0,
         }
     }
 
@@ -266,6 +268,8 @@ impl PeArrayState {
             Register::WeightShadow => self.shadow[i] = k.apply(self.shadow[i], b),
             Register::WeightValid => bit8(&mut self.wvalid[i]),
             Register::Psum => self.psum[i] = k.apply(self.psum[i], b),
+            // Not a PE register (`gemm` rejects non-MXU sites before this is reached).
+            _ => {}
         }
     }
 }
@@ -418,6 +422,19 @@ pub fn cycle_level<F: MacFormat>(
     faults: &FaultSchedule,
     st: &mut PeArrayState,
 ) -> (Matrix, CycleReport) {
+    cycle_level_observed::<F>(s, a, w, faults, st, |_, _| {})
+}
+
+/// [`cycle_level`] with an observer called after every commit (faults applied) with the cycle
+/// number and the state: the hook for waveform (VCD) export and propagation tracing.
+pub fn cycle_level_observed<F: MacFormat>(
+    s: &Schedule,
+    a: &Matrix,
+    w: &Matrix,
+    faults: &FaultSchedule,
+    st: &mut PeArrayState,
+    mut observe: impl FnMut(u64, &PeArrayState),
+) -> (Matrix, CycleReport) {
     let faults = resolve(s, faults);
     let mut out = Matrix::zeros(s.m, s.n);
     let mut next = st.clone();
@@ -449,6 +466,7 @@ pub fn cycle_level<F: MacFormat>(
                 st.apply(&f.event);
             }
         }
+        observe(t, st);
         t += 1;
     }
     (out, CycleReport { measured_cycles: t, captures })
@@ -559,28 +577,31 @@ const PSUM_ZERO: u32 = 0;
 #[inline(never)]
 fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) {
     let c = cur.cols;
-    let zeros = &e.zero_row;
     for i in 0..cur.rows {
         let r = i * c..(i + 1) * c;
-        let above: &[u32] = if i == 0 { zeros } else { &cur.psum[(i - 1) * c..i * c] };
-        let (ca, cv, cs) = (&cur.act[r.clone()], &cur.valid[r.clone()], &cur.swap[r.clone()]);
+        let above: &[u32] = if i == 0 { &e.zero_row } else { &cur.psum[(i - 1) * c..i * c] };
+        // Activations, valid bits and swap strobes move one PE right; the edge feeds column 0.
+        let (na, nv, ns) = (&mut next.act[r.clone()], &mut next.valid[r.clone()], &mut next.swap[r.clone()]);
+        na[0] = e.act[i];
+        nv[0] = e.valid[i];
+        ns[0] = e.swap[i];
+        na[1..].copy_from_slice(&cur.act[i * c..(i + 1) * c - 1]);
+        nv[1..].copy_from_slice(&cur.valid[i * c..(i + 1) * c - 1]);
+        ns[1..].copy_from_slice(&cur.swap[i * c..(i + 1) * c - 1]);
         let (cw, csh) = (&cur.weight[r.clone()], &cur.shadow[r.clone()]);
-        let na = &mut next.act[r.clone()];
-        let nv = &mut next.valid[r.clone()];
-        let ns = &mut next.swap[r.clone()];
         let nw = &mut next.weight[r.clone()];
         let np = &mut next.psum[r.clone()];
         for j in 0..c {
-            let (a_in, v_in, s_in) =
-                if j == 0 { (e.act[i], e.valid[i], e.swap[i]) } else { (ca[j - 1], cv[j - 1], cs[j - 1]) };
-            let w_eff = if s_in != 0 { csh[j] } else { cw[j] };
+            // The arriving swap strobe makes this clock's MAC use the shadow weight.
+            // Branch-free selects (masks from the 0/1 control bits) let the loop vectorise.
+            let swap = 0u32.wrapping_sub(ns[j] as u32);
+            let w_eff = (csh[j] & swap) | (cw[j] & !swap);
             nw[j] = w_eff;
-            np[j] = if v_in != 0 { F::mac(above[j], a_in, w_eff) } else { above[j] };
-            na[j] = a_in;
-            nv[j] = v_in;
-            ns[j] = s_in;
+            let valid = 0u32.wrapping_sub(nv[j] as u32);
+            let mac = F::mac(above[j], na[j], w_eff);
+            np[j] = (mac & valid) | (above[j] & !valid);
         }
-        next.shadow[r.clone()].copy_from_slice(csh);
+        next.shadow[r].copy_from_slice(csh);
     }
     // The weight bus writes the shadow registers (next state; the swap above read the current).
     for (j, row) in e.wrow.iter().enumerate() {
@@ -595,26 +616,37 @@ fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) 
 fn step_os<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge, drain: bool) {
     let c = cur.cols;
     for i in 0..cur.rows {
-        for j in 0..c {
-            let x = i * c + j;
-            let (a_in, v_in) = if j == 0 { (e.act[i], e.valid[i]) } else { (cur.act[x - 1], cur.valid[x - 1]) };
-            let (w_in, wv_in) = if i == 0 { (e.wbits[j], e.wvalid[j]) } else { (cur.weight[x - c], cur.wvalid[x - c]) };
-            next.psum[x] = if drain {
-                if i == 0 {
-                    PSUM_ZERO
-                } else {
-                    cur.psum[x - c]
-                }
-            } else if v_in != 0 && wv_in != 0 {
-                F::mac(cur.psum[x], a_in, w_in)
+        let r = i * c..(i + 1) * c;
+        // Weights (and their valid bits) come from the row above, or from the top edge.
+        let (w_above, wv_above): (&[u32], &[u8]) = if i == 0 {
+            (&e.wbits, &e.wvalid)
+        } else {
+            (&cur.weight[(i - 1) * c..i * c], &cur.wvalid[(i - 1) * c..i * c])
+        };
+        let (ca, cv, cp) = (&cur.act[r.clone()], &cur.valid[r.clone()], &cur.psum[r.clone()]);
+        let na = &mut next.act[r.clone()];
+        let nv = &mut next.valid[r.clone()];
+        na[0] = e.act[i];
+        nv[0] = e.valid[i];
+        na[1..].copy_from_slice(&ca[..c - 1]);
+        nv[1..].copy_from_slice(&cv[..c - 1]);
+        let np = &mut next.psum[r.clone()];
+        if drain {
+            if i == 0 {
+                np.fill(PSUM_ZERO);
             } else {
-                cur.psum[x]
-            };
-            next.act[x] = a_in;
-            next.valid[x] = v_in;
-            next.weight[x] = w_in;
-            next.wvalid[x] = wv_in;
+                np.copy_from_slice(&cur.psum[(i - 1) * c..i * c]);
+            }
+        } else {
+            for j in 0..c {
+                // Branch-free select, as in `step_ws`.
+                let go = 0u32.wrapping_sub((nv[j] & wv_above[j]) as u32);
+                let mac = F::mac(cp[j], na[j], w_above[j]);
+                np[j] = (mac & go) | (cp[j] & !go);
+            }
         }
+        next.weight[r.clone()].copy_from_slice(w_above);
+        next.wvalid[r].copy_from_slice(wv_above);
     }
 }
 

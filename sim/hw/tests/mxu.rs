@@ -302,3 +302,27 @@ fn precision_dispatch_uses_the_configured_format() {
         assert_eq!(name, format!("{p:?}"));
     }
 }
+
+/// The observer sees the committed state every cycle, faults included: a psum flip shows up in
+/// the observed register at exactly the faulted cycle.
+#[test]
+fn observer_sees_committed_faulty_state() {
+    let cfg = HwConfig::test_config(2, 2, Dataflow::WeightStationary, Precision::Int8Int32);
+    let s = Schedule::new(&cfg.mxu, 3, 2, 2);
+    let (a, w) = (nonzero_int8(3, 2, 1), nonzero_int8(2, 2, 2));
+    let site = FaultSite::pe(1, 1, Register::Psum, 4);
+    let e = FaultEvent::flip(site, 0, 5);
+    let (mut golden, mut faulty) = (Vec::new(), Vec::new());
+    let mut st = PeArrayState::new(2, 2);
+    mxu::cycle_level_observed::<faultline_num::Int8Int32>(&s, &a, &w, &FaultSchedule::none(), &mut st, |_, x| {
+        golden.push(x.read(&site))
+    });
+    let mut st = PeArrayState::new(2, 2);
+    mxu::cycle_level_observed::<faultline_num::Int8Int32>(&s, &a, &w, &FaultSchedule::one(e), &mut st, |_, x| {
+        faulty.push(x.read(&site))
+    });
+    assert_eq!(golden.len(), s.total_cycles as usize);
+    let differs: Vec<usize> = (0..golden.len()).filter(|&t| golden[t] != faulty[t]).collect();
+    assert_eq!(differs, vec![5], "the flipped value lives one cycle, then the next partial sum replaces it");
+    assert_eq!(golden[5] ^ faulty[5], 1 << 4);
+}
