@@ -53,55 +53,38 @@ pub struct Fp32Fp32;
 #[derive(Debug, Clone, Copy)]
 pub struct Int8Int32;
 
-impl MacFormat for Bf16Fp32 {
-    const PRECISION: Precision = Precision::Bf16Fp32;
-    type Value = f32;
-    #[inline(always)]
-    fn decode_in(bits: u32) -> f32 {
-        bf16_bits_to_f32(bits)
-    }
-    #[inline(always)]
-    fn decode_acc(bits: u32) -> f32 {
-        f32::from_bits(bits)
-    }
-    #[inline(always)]
-    fn encode_acc(v: f32) -> u32 {
-        canonical_f32_bits(v)
-    }
-    #[inline(always)]
-    fn mac_value(acc: f32, a: f32, w: f32) -> f32 {
-        acc + a * w
-    }
-    #[inline(always)]
-    fn add_value(acc: f32, x: f32) -> f32 {
-        acc + x
-    }
+/// The two fp32-accumulating pairs differ only in how input bits widen to `f32`.
+macro_rules! fp32_accumulate {
+    ($ty:ty, $prec:expr, $decode_in:expr) => {
+        impl MacFormat for $ty {
+            const PRECISION: Precision = $prec;
+            type Value = f32;
+            #[inline(always)]
+            fn decode_in(bits: u32) -> f32 {
+                $decode_in(bits)
+            }
+            #[inline(always)]
+            fn decode_acc(bits: u32) -> f32 {
+                f32::from_bits(bits)
+            }
+            #[inline(always)]
+            fn encode_acc(v: f32) -> u32 {
+                canonical_f32_bits(v)
+            }
+            #[inline(always)]
+            fn mac_value(acc: f32, a: f32, w: f32) -> f32 {
+                acc + a * w
+            }
+            #[inline(always)]
+            fn add_value(acc: f32, x: f32) -> f32 {
+                acc + x
+            }
+        }
+    };
 }
 
-impl MacFormat for Fp32Fp32 {
-    const PRECISION: Precision = Precision::Fp32Fp32;
-    type Value = f32;
-    #[inline(always)]
-    fn decode_in(bits: u32) -> f32 {
-        f32::from_bits(bits)
-    }
-    #[inline(always)]
-    fn decode_acc(bits: u32) -> f32 {
-        f32::from_bits(bits)
-    }
-    #[inline(always)]
-    fn encode_acc(v: f32) -> u32 {
-        canonical_f32_bits(v)
-    }
-    #[inline(always)]
-    fn mac_value(acc: f32, a: f32, w: f32) -> f32 {
-        acc + a * w
-    }
-    #[inline(always)]
-    fn add_value(acc: f32, x: f32) -> f32 {
-        acc + x
-    }
-}
+fp32_accumulate!(Bf16Fp32, Precision::Bf16Fp32, bf16_bits_to_f32);
+fp32_accumulate!(Fp32Fp32, Precision::Fp32Fp32, f32::from_bits);
 
 impl MacFormat for Int8Int32 {
     const PRECISION: Precision = Precision::Int8Int32;
