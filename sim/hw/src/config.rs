@@ -53,6 +53,92 @@ impl MxuConfig {
     }
 }
 
+/// The vector unit (elementwise ops, reductions, optimizer updates in fp32).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VpuConfig {
+    /// Number of lanes (elements processed per vector instruction). Count, 1..=4096.
+    pub lanes: usize,
+    /// Cycles from the ALU reading the operand registers to the result register latching
+    /// (the ALU's internal pipeline; those internal stages are not fault sites). Cycles, 1..=64.
+    pub pipeline_depth: u64,
+}
+
+/// One on-chip SRAM array. Each word holds one element (low bits used), so an element and its
+/// word are the same thing for fault injection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SramConfig {
+    /// Capacity. Bytes; must be a whole number of words, 1 KiB..=1 GiB.
+    pub bytes: u64,
+    /// Word width. Bits: 8, 16 or 32 (at least the width of the elements stored in it).
+    pub word_bits: u32,
+    /// Independently addressable banks. Count, 1..=1024.
+    pub banks: u32,
+    /// Read ports per bank (one word per port per cycle). Count, 1..=4.
+    pub read_ports: u32,
+    /// Write ports per bank (one word per port per cycle). Count, 1..=4.
+    pub write_ports: u32,
+}
+
+impl SramConfig {
+    /// Bytes per word.
+    pub fn word_bytes(&self) -> u64 {
+        (self.word_bits / 8) as u64
+    }
+    /// Number of words.
+    pub fn words(&self) -> u64 {
+        self.bytes / self.word_bytes()
+    }
+    /// Peak write bandwidth of the array, bytes per cycle (`banks * write_ports * word_bytes`).
+    pub fn write_bytes_per_cycle(&self) -> f64 {
+        (self.banks as u64 * self.write_ports as u64 * self.word_bytes()) as f64
+    }
+    /// Peak read bandwidth of the array, bytes per cycle (`banks * read_ports * word_bytes`).
+    pub fn read_bytes_per_cycle(&self) -> f64 {
+        (self.banks as u64 * self.read_ports as u64 * self.word_bytes()) as f64
+    }
+}
+
+/// The on-chip memories.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Unified buffer: activations and VPU operands (fp32 VPU data needs 32-bit words).
+    pub unified_buffer: SramConfig,
+    /// Accumulator SRAM: MXU outputs in the accumulator format (32-bit words).
+    pub accumulator: SramConfig,
+    /// Weight buffer / FIFO feeding the MXU shadow registers; holds whole weight tiles
+    /// (`rows * cols` words each), two of them for double buffering.
+    pub weight_buffer: SramConfig,
+}
+
+/// Off-chip DRAM / HBM.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DramConfig {
+    /// Capacity. Bytes, 1 MiB..=8 GiB (32-bit words; word addresses fit a 32-bit register).
+    pub bytes: u64,
+    /// Sustained bandwidth. Bytes per core cycle, > 0 (`inf` allowed: no bandwidth limit).
+    pub bandwidth_bytes_per_cycle: f64,
+    /// Latency from a DMA transfer's start to its first word arriving. Cycles.
+    pub latency_cycles: u64,
+    /// Whether DRAM words are fault sites (`dram.word[addr][bit]`); off by default in studies
+    /// because DRAM is usually ECC-protected.
+    pub fault_sites: bool,
+}
+
+/// The DMA engine moving tiles between DRAM and the SRAMs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DmaConfig {
+    /// Fixed cost of starting one transfer (descriptor fetch, address setup), added to the
+    /// DRAM latency. Cycles.
+    pub setup_cycles: u64,
+    /// Tile buffers per SRAM for prefetching: 1 = no overlap, 2 = double buffering. Count, 1..=2.
+    pub buffers: usize,
+}
+
 /// The whole machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,14 +149,22 @@ pub struct HwConfig {
     pub clock_mhz: f64,
     /// The matrix unit.
     pub mxu: MxuConfig,
+    /// The vector unit.
+    pub vpu: VpuConfig,
+    /// On-chip SRAMs.
+    pub memory: MemoryConfig,
+    /// Off-chip memory.
+    pub dram: DramConfig,
+    /// The DMA engine.
+    pub dma: DmaConfig,
 }
 
 impl HwConfig {
     /// Reads, parses and validates a config file.
     pub fn load(path: impl AsRef<Path>) -> Result<HwConfig, ConfigError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Io { file: path.to_path_buf(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Io { file: path.to_path_buf(), source })?;
         Self::from_ron(&text, path)
     }
 
@@ -111,15 +205,133 @@ impl HwConfig {
                 "allowed pairs (input_format, acc_format): (Bf16, Fp32), (Fp32, Fp32), (Int8, Int32)",
             ));
         }
+        if !(1..=4096).contains(&self.vpu.lanes) {
+            return Err(bad("vpu.lanes", self.vpu.lanes.to_string(), "allowed: 1 to 4096"));
+        }
+        if !(1..=64).contains(&self.vpu.pipeline_depth) {
+            return Err(bad("vpu.pipeline_depth", self.vpu.pipeline_depth.to_string(), "allowed: 1 to 64 cycles"));
+        }
+        let m = &self.memory;
+        let elem_in = self.mxu.input_format.bits();
+        for (name, s, min_bits) in [
+            ("memory.unified_buffer", &m.unified_buffer, elem_in),
+            ("memory.accumulator", &m.accumulator, 32),
+            ("memory.weight_buffer", &m.weight_buffer, elem_in),
+        ] {
+            if ![8, 16, 32].contains(&s.word_bits) || s.word_bits < min_bits {
+                return Err(bad(
+                    &format!("{name}.word_bits"),
+                    s.word_bits.to_string(),
+                    &format!("allowed: 8, 16 or 32, and at least {min_bits} (the elements it stores)"),
+                ));
+            }
+            if !(1024..=1 << 30).contains(&s.bytes) || s.bytes % s.word_bytes() != 0 {
+                return Err(bad(
+                    &format!("{name}.bytes"),
+                    s.bytes.to_string(),
+                    "allowed: 1024 to 2^30 bytes, a whole number of words",
+                ));
+            }
+            if !(1..=1024).contains(&s.banks) {
+                return Err(bad(&format!("{name}.banks"), s.banks.to_string(), "allowed: 1 to 1024"));
+            }
+            if !(1..=4).contains(&s.read_ports) {
+                return Err(bad(&format!("{name}.read_ports"), s.read_ports.to_string(), "allowed: 1 to 4"));
+            }
+            if !(1..=4).contains(&s.write_ports) {
+                return Err(bad(&format!("{name}.write_ports"), s.write_ports.to_string(), "allowed: 1 to 4"));
+            }
+        }
+        // The array is fed at full rate: one activation per row, one accumulator word per
+        // column and one weight per column each cycle (the MXU schedule assumes it).
+        for (name, s, ports, need, why) in [
+            (
+                "memory.unified_buffer",
+                &m.unified_buffer,
+                m.unified_buffer.read_ports,
+                self.mxu.rows,
+                "mxu.rows: one activation per array row per cycle",
+            ),
+            (
+                "memory.accumulator",
+                &m.accumulator,
+                m.accumulator.write_ports,
+                self.mxu.cols,
+                "mxu.cols: one output per array column per cycle",
+            ),
+            (
+                "memory.weight_buffer",
+                &m.weight_buffer,
+                m.weight_buffer.read_ports,
+                self.mxu.cols,
+                "mxu.cols: one weight per array column per cycle",
+            ),
+        ] {
+            let words = s.banks as usize * ports as usize;
+            if words < need {
+                return Err(bad(
+                    &format!("{name}.banks"),
+                    format!("{} (x {ports} ports = {words} words per cycle)", s.banks),
+                    &format!("allowed: banks * ports >= {need} = {why}"),
+                ));
+            }
+        }
+        let tile = (self.mxu.rows * self.mxu.cols) as u64;
+        if m.weight_buffer.words() < tile {
+            return Err(bad(
+                "memory.weight_buffer.bytes",
+                m.weight_buffer.bytes.to_string(),
+                &format!(
+                    "allowed: at least one {}x{} weight tile = {} bytes",
+                    self.mxu.rows,
+                    self.mxu.cols,
+                    tile * m.weight_buffer.word_bytes()
+                ),
+            ));
+        }
+        if !(1 << 20..=1 << 33).contains(&self.dram.bytes) || !self.dram.bytes.is_multiple_of(4) {
+            return Err(bad("dram.bytes", self.dram.bytes.to_string(), "allowed: 2^20 to 2^33 bytes, a multiple of 4"));
+        }
+        let bw = self.dram.bandwidth_bytes_per_cycle;
+        if bw.is_nan() || bw <= 0.0 {
+            return Err(bad(
+                "dram.bandwidth_bytes_per_cycle",
+                bw.to_string(),
+                "allowed: a positive number of bytes per cycle, or inf",
+            ));
+        }
+        if !(1..=2).contains(&self.dma.buffers) {
+            return Err(bad(
+                "dma.buffers",
+                self.dma.buffers.to_string(),
+                "allowed: 1 (no overlap) or 2 (double buffering)",
+            ));
+        }
         Ok(())
     }
 
     /// A small in-memory config for tests and examples.
     pub fn test_config(rows: usize, cols: usize, dataflow: Dataflow, precision: Precision) -> HwConfig {
+        // One bank per array row/column (at least 8), so the array is fed at full rate.
+        let banks = rows.max(cols).clamp(8, 1024) as u32;
         HwConfig {
             name: format!("test-{rows}x{cols}"),
             clock_mhz: 1000.0,
             mxu: MxuConfig { rows, cols, dataflow, input_format: precision.input(), acc_format: precision.acc() },
+            vpu: VpuConfig { lanes: cols.max(1), pipeline_depth: 1 },
+            memory: MemoryConfig {
+                unified_buffer: SramConfig { bytes: 1 << 20, word_bits: 32, banks, read_ports: 1, write_ports: 1 },
+                accumulator: SramConfig { bytes: 1 << 20, word_bits: 32, banks, read_ports: 1, write_ports: 1 },
+                weight_buffer: SramConfig { bytes: 1 << 20, word_bits: 32, banks, read_ports: 1, write_ports: 1 },
+            },
+            // Unlimited bandwidth and zero latency: op time equals compute time by default.
+            dram: DramConfig {
+                bytes: 1 << 30,
+                bandwidth_bytes_per_cycle: f64::INFINITY,
+                latency_cycles: 0,
+                fault_sites: false,
+            },
+            dma: DmaConfig { setup_cycles: 0, buffers: 2 },
         }
     }
 }
@@ -137,6 +349,14 @@ mod tests {
         name: "t",
         clock_mhz: 940.0,
         mxu: (rows: 4, cols: 8, dataflow: WeightStationary, input_format: Bf16, acc_format: Fp32),
+        vpu: (lanes: 8, pipeline_depth: 2),
+        memory: (
+            unified_buffer: (bytes: 65536, word_bits: 32, banks: 4, read_ports: 1, write_ports: 1),
+            accumulator: (bytes: 16384, word_bits: 32, banks: 8, read_ports: 1, write_ports: 1),
+            weight_buffer: (bytes: 4096, word_bits: 16, banks: 2, read_ports: 4, write_ports: 1),
+        ),
+        dram: (bytes: 1048576, bandwidth_bytes_per_cycle: 16.0, latency_cycles: 100, fault_sites: false),
+        dma: (setup_cycles: 4, buffers: 2),
     )"#;
 
     #[test]
@@ -167,6 +387,30 @@ mod tests {
         assert!(e.contains("mxu.rows") && e.contains("1 to 1024"), "{e}");
         let e = HwConfig::from_ron(&GOOD.replace("Fp32)", "Int32)"), "x.ron").unwrap_err().to_string();
         assert!(e.contains("mxu.acc_format") && e.contains("(Int8, Int32)"), "{e}");
+        let e = HwConfig::from_ron(&GOOD.replace("word_bits: 16", "word_bits: 8"), "x.ron").unwrap_err().to_string();
+        assert!(
+            e.contains("x.ron") && e.contains("memory.weight_buffer.word_bits") && e.contains("at least 16"),
+            "{e}"
+        );
+        let e = HwConfig::from_ron(&GOOD.replace("buffers: 2", "buffers: 3"), "x.ron").unwrap_err().to_string();
+        assert!(e.contains("dma.buffers") && e.contains("double buffering"), "{e}");
+        let e = HwConfig::from_ron(&GOOD.replace("16.0", "0.0"), "x.ron").unwrap_err().to_string();
+        assert!(e.contains("dram.bandwidth_bytes_per_cycle"), "{e}");
+        let e = HwConfig::from_ron(&GOOD.replace("banks: 2, read_ports: 4", "banks: 1, read_ports: 4"), "x.ron")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("memory.weight_buffer.banks") && e.contains(">= 8") && e.contains("4 words per cycle"),
+            "{e}"
+        );
+        let e = HwConfig::from_ron(&GOOD.replace("lanes: 8", "lanes: 0"), "x.ron").unwrap_err().to_string();
+        assert!(e.contains("vpu.lanes") && e.contains("1 to 4096"), "{e}");
+    }
+
+    #[test]
+    fn infinite_bandwidth_parses() {
+        let c = HwConfig::from_ron(&GOOD.replace("16.0", "inf"), "x.ron").unwrap();
+        assert!(c.dram.bandwidth_bytes_per_cycle.is_infinite());
     }
 
     #[test]

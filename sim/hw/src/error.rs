@@ -66,4 +66,30 @@ pub enum HwError {
         /// What is wrong.
         why: String,
     },
+    /// An operation's tiles do not fit an on-chip memory.
+    #[error("op {op}: {memory} too small: needs {needed_bytes} bytes ({what}), has {available_bytes} bytes; use a config with a larger `{field}` or a smaller op")]
+    SramOverflow {
+        /// Operation name and shape.
+        op: String,
+        /// Memory name (`unified buffer`, `accumulator`, `weight buffer`).
+        memory: String,
+        /// Config field that sets its size.
+        field: String,
+        /// What had to fit.
+        what: String,
+        /// Bytes needed.
+        needed_bytes: u64,
+        /// Bytes available.
+        available_bytes: u64,
+    },
+    /// An operation's DRAM footprint exceeds the DRAM.
+    #[error("op {op}: needs {needed_bytes} bytes of DRAM, the config has {available_bytes} (`dram.bytes`)")]
+    DramOverflow {
+        /// Operation name and shape.
+        op: String,
+        /// Bytes needed.
+        needed_bytes: u64,
+        /// Bytes available.
+        available_bytes: u64,
+    },
 }

@@ -4,16 +4,28 @@
 //! * [`sites`]: every injectable bit, addressable as a [`sites::FaultSite`] with a stable text form.
 //! * [`mxu`]: the systolic matrix unit, stepped clock by clock, plus its bit-exact functional twin.
 //! * [`fault`]: fault events applied at the clock's commit boundary.
+//! * [`vpu`]: the vector unit (elementwise ops, reductions, optimizer updates), lane registers
+//!   stepped clock by clock, plus its functional twin.
+//! * [`mem`]: unified buffer, accumulator SRAM, weight buffer and DRAM as word arrays, with a
+//!   functional (peek/poke) and a timed, fault-seeing (read/write) access path.
+//! * [`dma`]: DRAM <-> SRAM transfer costs and the DMA address registers.
+//! * [`timing`]: whole-op cycle accounting (tile pipeline, double buffering, stalls, overlap).
+//! * [`op`]: whole ops (matmul, conv2d, relu, softmax, adam) through DMA, SRAM and MXU/VPU.
 //!
 //! **Architecture invariant:** this crate knows nothing of graphs, training or campaigns. It
 //! executes hardware operations on raw bits and reports cycles; callers decide what they mean.
 
 pub mod config;
+pub mod dma;
 pub mod error;
 pub mod fault;
 pub mod matrix;
+pub mod mem;
 pub mod mxu;
+pub mod op;
 pub mod sites;
+pub mod timing;
+pub mod vpu;
 
 pub use config::{Dataflow, HwConfig, MxuConfig};
 pub use error::{ConfigError, HwError};

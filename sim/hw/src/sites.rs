@@ -20,6 +20,20 @@ use std::str::FromStr;
 pub enum Unit {
     /// The systolic matrix unit.
     Mxu,
+    /// The vector unit (`vpu.lane[l].a[bit]`).
+    Vpu,
+    /// Unified buffer SRAM (`ub.word[0x1f40][7]`).
+    Ub,
+    /// Accumulator SRAM (`acc.word[0xc][31]`).
+    Acc,
+    /// Weight buffer / FIFO SRAM (`wbuf.word[0x10][3]`).
+    Wbuf,
+    /// Off-chip DRAM (`dram.word[0x100][0]`); sites only when `dram.fault_sites` is set.
+    Dram,
+    /// The core sequencer's control registers (`seq.acc_addr[3]`, `seq.tile[0]`).
+    Seq,
+    /// The DMA engine's address registers (`dma.src_addr[5]`).
+    Dma,
 }
 
 impl Unit {
@@ -27,7 +41,19 @@ impl Unit {
     pub const fn name(self) -> &'static str {
         match self {
             Unit::Mxu => "mxu",
+            Unit::Vpu => "vpu",
+            Unit::Ub => "ub",
+            Unit::Acc => "acc",
+            Unit::Wbuf => "wbuf",
+            Unit::Dram => "dram",
+            Unit::Seq => "seq",
+            Unit::Dma => "dma",
         }
+    }
+
+    /// Whether the unit is a memory whose sites are `unit.word[addr][bit]`.
+    pub const fn is_memory(self) -> bool {
+        matches!(self, Unit::Ub | Unit::Acc | Unit::Wbuf | Unit::Dram)
     }
 }
 
@@ -48,6 +74,28 @@ pub enum Register {
     WeightValid,
     /// PE partial sum (accumulator format; passed down in WS, held then drained in OS).
     Psum,
+    /// VPU lane operand register 0 (fp32): first input of the instruction.
+    OpA,
+    /// VPU lane operand register 1 (fp32).
+    OpB,
+    /// VPU lane operand register 2 (fp32).
+    OpC,
+    /// VPU lane operand register 3 (fp32).
+    OpD,
+    /// VPU lane reduction accumulator (fp32).
+    LaneAcc,
+    /// VPU lane result register (fp32), read by the write-back.
+    LaneOut,
+    /// One SRAM/DRAM word (the element itself holds the bits).
+    Word,
+    /// Sequencer: accumulator-SRAM write address (word address, `ceil(log2(words))` bits).
+    AccAddr,
+    /// Sequencer: tile (fold) counter selecting the tile the MXU executes next (16 bits).
+    TileCounter,
+    /// DMA: source word address of the current transfer (32 bits).
+    SrcAddr,
+    /// DMA: destination word address of the current transfer (32 bits).
+    DstAddr,
 }
 
 /// Whether a site is a flip-flop (logic) or an SRAM cell; FIT rates differ per kind.
@@ -93,6 +141,32 @@ const fn pe(register: Register, reg: &'static str) -> ClassInfo {
     }
 }
 
+const fn lane(register: Register, reg: &'static str) -> ClassInfo {
+    ClassInfo {
+        class: SiteClass { unit: Unit::Vpu, register },
+        element: "lane",
+        reg,
+        arity: 1,
+        kind: SiteKind::FlipFlop,
+        hex: false,
+    }
+}
+
+const fn word(unit: Unit) -> ClassInfo {
+    ClassInfo {
+        class: SiteClass { unit, register: Register::Word },
+        element: "word",
+        reg: "",
+        arity: 1,
+        kind: SiteKind::Sram,
+        hex: true,
+    }
+}
+
+const fn ctrl(unit: Unit, register: Register, reg: &'static str) -> ClassInfo {
+    ClassInfo { class: SiteClass { unit, register }, element: "", reg, arity: 0, kind: SiteKind::FlipFlop, hex: false }
+}
+
 /// The one table of site classes: printing, parsing and enumeration all read it.
 const CLASSES: &[ClassInfo] = &[
     pe(Register::Act, "act"),
@@ -102,7 +176,31 @@ const CLASSES: &[ClassInfo] = &[
     pe(Register::WeightShadow, "weight_shadow"),
     pe(Register::WeightValid, "wvalid"),
     pe(Register::Psum, "psum"),
+    lane(Register::OpA, "a"),
+    lane(Register::OpB, "b"),
+    lane(Register::OpC, "c"),
+    lane(Register::OpD, "d"),
+    lane(Register::LaneAcc, "acc"),
+    lane(Register::LaneOut, "out"),
+    word(Unit::Ub),
+    word(Unit::Acc),
+    word(Unit::Wbuf),
+    word(Unit::Dram),
+    ctrl(Unit::Seq, Register::AccAddr, "acc_addr"),
+    ctrl(Unit::Seq, Register::TileCounter, "tile"),
+    ctrl(Unit::Dma, Register::SrcAddr, "src_addr"),
+    ctrl(Unit::Dma, Register::DstAddr, "dst_addr"),
 ];
+
+/// Bits needed to address `n` words (at least 1).
+pub fn addr_bits(n: u64) -> u32 {
+    (64 - n.saturating_sub(1).leading_zeros()).max(1)
+}
+
+/// Width of the sequencer's tile counter, bits.
+pub const TILE_COUNTER_BITS: u32 = 16;
+/// Width of the DMA address registers, bits (word addresses).
+pub const DMA_ADDR_BITS: u32 = 32;
 
 fn info(class: SiteClass) -> &'static ClassInfo {
     CLASSES.iter().find(|c| c.class == class).expect("every SiteClass has a CLASSES row")
@@ -117,10 +215,19 @@ impl SiteClass {
     /// Whether this class is physically present on `cfg`.
     pub fn exists(self, cfg: &HwConfig) -> bool {
         let ws = cfg.mxu.dataflow == Dataflow::WeightStationary;
-        match self.register {
-            Register::Swap | Register::WeightShadow => ws,
-            Register::WeightValid => !ws,
+        match (self.unit, self.register) {
+            (Unit::Mxu, Register::Swap | Register::WeightShadow) => ws,
+            (Unit::Mxu, Register::WeightValid) => !ws,
+            (Unit::Dram, _) => cfg.dram.fault_sites,
             _ => true,
+        }
+    }
+
+    /// Why the class is absent on `cfg` (for error messages).
+    fn absent_reason(self, cfg: &HwConfig) -> String {
+        match self.unit {
+            Unit::Dram => "DRAM words are fault sites only with `dram.fault_sites: true`".into(),
+            _ => format!("{} is not present with dataflow {:?}", self, cfg.mxu.dataflow),
         }
     }
 
@@ -131,18 +238,36 @@ impl SiteClass {
 
     /// Extent of each element index (unused trailing entries are 1).
     pub fn dims(self, cfg: &HwConfig) -> [u32; 2] {
+        let m = &cfg.memory;
         match self.unit {
             Unit::Mxu => [cfg.mxu.rows as u32, cfg.mxu.cols as u32],
+            Unit::Vpu => [cfg.vpu.lanes as u32, 1],
+            Unit::Ub => [m.unified_buffer.words() as u32, 1],
+            Unit::Acc => [m.accumulator.words() as u32, 1],
+            Unit::Wbuf => [m.weight_buffer.words() as u32, 1],
+            Unit::Dram => [(cfg.dram.bytes / 4) as u32, 1],
+            Unit::Seq | Unit::Dma => [1, 1],
         }
     }
 
     /// Width in bits of one element's register.
     pub fn width(self, cfg: &HwConfig) -> u32 {
         let p = cfg.mxu.precision();
+        let m = &cfg.memory;
         match self.register {
             Register::Act | Register::Weight | Register::WeightShadow => p.input().bits(),
             Register::Psum => p.acc().bits(),
             Register::Valid | Register::Swap | Register::WeightValid => 1,
+            Register::OpA | Register::OpB | Register::OpC | Register::OpD | Register::LaneAcc | Register::LaneOut => 32,
+            Register::Word => match self.unit {
+                Unit::Ub => m.unified_buffer.word_bits,
+                Unit::Acc => m.accumulator.word_bits,
+                Unit::Wbuf => m.weight_buffer.word_bits,
+                _ => 32,
+            },
+            Register::AccAddr => addr_bits(m.accumulator.words()),
+            Register::TileCounter => TILE_COUNTER_BITS,
+            Register::SrcAddr | Register::DstAddr => DMA_ADDR_BITS,
         }
     }
 
@@ -221,6 +346,21 @@ impl FaultSite {
         FaultSite { unit: Unit::Mxu, instance: [row as u32, col as u32], register, bit }
     }
 
+    /// A bit of a VPU lane register.
+    pub fn lane(lane: usize, register: Register, bit: u32) -> FaultSite {
+        FaultSite { unit: Unit::Vpu, instance: [lane as u32, 0], register, bit }
+    }
+
+    /// A bit of a memory word (`unit` is `Ub`, `Acc`, `Wbuf` or `Dram`).
+    pub fn word(unit: Unit, addr: u64, bit: u32) -> FaultSite {
+        FaultSite { unit, instance: [addr as u32, 0], register: Register::Word, bit }
+    }
+
+    /// A bit of a unit-level control register (`seq.acc_addr`, `dma.src_addr`, ...).
+    pub fn control(unit: Unit, register: Register, bit: u32) -> FaultSite {
+        FaultSite { unit, instance: [0, 0], register, bit }
+    }
+
     /// The class this site belongs to.
     pub fn class(&self) -> SiteClass {
         SiteClass { unit: self.unit, register: self.register }
@@ -230,8 +370,11 @@ impl FaultSite {
     pub fn validate(&self, cfg: &HwConfig) -> Result<(), HwError> {
         let c = self.class();
         let err = |why: String| HwError::BadSite { site: self.to_string(), why };
+        if !CLASSES.iter().any(|i| i.class == c) {
+            return Err(err(format!("unit {} has no register {:?}", self.unit.name(), self.register)));
+        }
         if !c.exists(cfg) {
-            return Err(err(format!("{} is not present with dataflow {:?}", c, cfg.mxu.dataflow)));
+            return Err(err(c.absent_reason(cfg)));
         }
         let d = c.dims(cfg);
         for (k, (&i, &n)) in self.instance.iter().zip(d.iter()).take(info(c).arity).enumerate() {
@@ -249,7 +392,10 @@ impl FaultSite {
 
 impl fmt::Display for FaultSite {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let i = info(self.class());
+        let Some(i) = CLASSES.iter().find(|c| c.class == self.class()) else {
+            // Only reachable for a hand-built site whose register the unit lacks.
+            return write!(f, "{}.<{:?}>[{}]", self.unit.name(), self.register, self.bit);
+        };
         write!(f, "{}", self.unit.name())?;
         if !i.element.is_empty() {
             write!(f, ".{}", i.element)?;
@@ -281,12 +427,8 @@ fn segment(seg: &str) -> Result<(&str, Vec<u32>), String> {
             return Err(format!("unexpected text in `{seg}`"));
         }
         let num = &rest[1..close];
-        let v = if let Some(h) = num.strip_prefix("0x") {
-            u32::from_str_radix(h, 16)
-        } else {
-            num.parse()
-        }
-        .map_err(|_| format!("`{num}` is not an index"))?;
+        let v = if let Some(h) = num.strip_prefix("0x") { u32::from_str_radix(h, 16) } else { num.parse() }
+            .map_err(|_| format!("`{num}` is not an index"))?;
         idx.push(v);
         rest = &rest[close + 1..];
     }
@@ -377,7 +519,9 @@ mod tests {
 
     #[test]
     fn bad_text_is_a_clear_error() {
-        for bad in ["mxu.pe[1].psum[3]", "mxu.pe[1][2].psm[3]", "gpu.x[1]", "mxu.pe[1][2].psum[", "mxu.pe[a][2].psum[1]"] {
+        for bad in
+            ["mxu.pe[1].psum[3]", "mxu.pe[1][2].psm[3]", "gpu.x[1]", "mxu.pe[1][2].psum[", "mxu.pe[a][2].psum[1]"]
+        {
             let e = bad.parse::<FaultSite>().unwrap_err().to_string();
             assert!(e.contains(bad), "{e}");
         }
@@ -395,8 +539,41 @@ mod tests {
         assert_eq!(count(Register::WeightValid), 0, "wvalid exists only in OS");
         let os = cfg(Dataflow::OutputStationary);
         assert!(!SiteClass::all(&os).iter().any(|c| c.register == Register::WeightShadow));
-        let total: u64 = SiteClass::all(&ws).iter().map(|c| c.bit_count(&ws)).sum();
+        let total: u64 = SiteClass::all(&ws).iter().filter(|c| c.unit == Unit::Mxu).map(|c| c.bit_count(&ws)).sum();
         assert_eq!(total, n * (16 + 1 + 1 + 16 + 16 + 32));
+    }
+
+    #[test]
+    fn memory_and_control_sites() {
+        let c = cfg(Dataflow::WeightStationary);
+        assert_eq!(FaultSite::word(Unit::Ub, 0x1f40, 7).to_string(), "ub.word[0x1f40][7]");
+        assert_eq!(FaultSite::word(Unit::Acc, 12, 31).to_string(), "acc.word[0xc][31]");
+        assert_eq!("acc.word[12][31]".parse::<FaultSite>().unwrap(), FaultSite::word(Unit::Acc, 12, 31));
+        assert_eq!(FaultSite::lane(3, Register::OpB, 7).to_string(), "vpu.lane[3].b[7]");
+        assert_eq!(FaultSite::control(Unit::Seq, Register::AccAddr, 2).to_string(), "seq.acc_addr[2]");
+        assert_eq!(
+            "dma.src_addr[31]".parse::<FaultSite>().unwrap(),
+            FaultSite::control(Unit::Dma, Register::SrcAddr, 31)
+        );
+        let ub = SiteClass { unit: Unit::Ub, register: Register::Word };
+        assert_eq!(ub.kind(), SiteKind::Sram);
+        assert_eq!(ub.bit_count(&c), (1 << 20) * 8);
+        assert_eq!(ub.pattern(), "ub.word[*]");
+        // 1 MiB of 32-bit words = 2^18 words -> 18 address bits.
+        assert_eq!(SiteClass { unit: Unit::Seq, register: Register::AccAddr }.width(&c), 18);
+        assert!(FaultSite::word(Unit::Ub, 1 << 18, 0).validate(&c).is_err());
+        let e = FaultSite::word(Unit::Dram, 0, 0).validate(&c).unwrap_err().to_string();
+        assert!(e.contains("fault_sites"), "{e}");
+        assert!(FaultSite { unit: Unit::Ub, instance: [0, 0], register: Register::Psum, bit: 0 }.validate(&c).is_err());
+        let mut d = c.clone();
+        d.dram.fault_sites = true;
+        let dram = SiteClass { unit: Unit::Dram, register: Register::Word };
+        assert_eq!(dram.bit_count(&c), 0);
+        assert_eq!(dram.bit_count(&d), d.dram.bytes * 8);
+        assert!(SiteClass::all(&d).contains(&dram) && !SiteClass::all(&c).contains(&dram));
+        assert_eq!(addr_bits(1), 1);
+        assert_eq!(addr_bits(4096), 12);
+        assert_eq!(addr_bits(4097), 13);
     }
 
     #[test]
@@ -420,7 +597,8 @@ mod tests {
         #[test]
         fn every_site_roundtrips_through_text(idx in any::<u64>()) {
             for df in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
-                let c = cfg(df);
+                let mut c = cfg(df);
+                c.dram.fault_sites = df == Dataflow::OutputStationary;
                 for class in SiteClass::all(&c) {
                     let s = class.site_at(&c, idx % class.bit_count(&c)).unwrap();
                     prop_assert!(s.validate(&c).is_ok());

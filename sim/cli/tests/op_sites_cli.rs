@@ -1,0 +1,128 @@
+//! End-to-end checks of `faultline sites` and `faultline op` as a user runs them.
+
+use std::process::Command;
+
+fn faultline(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_faultline"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("run faultline")
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let out = faultline(args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn sites_counts_and_filters() {
+    let all = json(&["sites", "--config", "configs/tpu-32x32.ron", "--json"]);
+    let classes = all["classes"].as_array().unwrap();
+    let find = |c: &str| classes.iter().find(|r| r["class"] == c).unwrap_or_else(|| panic!("no {c}")).clone();
+    assert_eq!(find("mxu.pe[*][*].psum")["bits"], 32 * 32 * 32);
+    // 512 KiB of 32-bit words.
+    assert_eq!(find("ub.word[*]")["bits"], 512 * 1024 * 8);
+    assert_eq!(find("ub.word[*]")["kind"], "sram");
+    assert_eq!(find("seq.acc_addr")["width"], 17);
+    let t = &all["totals"];
+    assert_eq!(t["bits"].as_u64().unwrap(), t["flip_flop_bits"].as_u64().unwrap() + t["sram_bits"].as_u64().unwrap());
+    let psum = json(&["sites", "--config", "configs/tpu-32x32.ron", "--filter", "mxu.pe[*][*].psum", "--json"]);
+    assert_eq!(psum["classes"].as_array().unwrap().len(), 1);
+    assert_eq!(psum["totals"]["sram_bits"], 0);
+    let out = faultline(&["sites", "--config", "configs/tpu-32x32.ron", "--filter", "gpu.*"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no site class matches"));
+}
+
+#[test]
+fn op_modes_agree_and_a_fault_changes_the_checksum() {
+    let base = [
+        "op",
+        "--config",
+        "configs/tpu-8x8.ron",
+        "--op",
+        "conv2d",
+        "--h",
+        "6",
+        "--w",
+        "6",
+        "--c-in",
+        "4",
+        "--c-out",
+        "10",
+        "--json",
+    ];
+    let f = json(&base);
+    let mut cyc = base.to_vec();
+    cyc.extend(["--mode", "cycle"]);
+    let c = json(&cyc);
+    assert_eq!(f["checksum"], c["checksum"]);
+    assert_eq!(f["timing"], c["timing"]);
+    for key in
+        ["total_cycles", "compute_cycles", "dma_cycles", "stall_cycles", "overlap_cycles", "utilization", "bound"]
+    {
+        assert!(c["timing"].get(key).is_some(), "missing {key}");
+    }
+    // An accumulator flip after fold 0's rows are written and before the store.
+    let mut faulty = cyc.clone();
+    faulty.extend(["--fault", "flip:acc.word[0x3][30]@0:400"]);
+    let fj = json(&faulty);
+    assert_ne!(fj["checksum"], c["checksum"]);
+    // Hybrid (only the faulted fold stepped) gives the same bits as full cycle-level.
+    let mut hybrid: Vec<&str> = faulty.iter().map(|s| if *s == "cycle" { "hybrid" } else { s }).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("tiles.csv");
+    hybrid.extend(["--csv", csv.to_str().unwrap()]);
+    assert_eq!(json(&hybrid)["checksum"], fj["checksum"]);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(text.starts_with("tile,origin,loaded,compute_start,ready,stored\n"), "{text}");
+    assert_eq!(text.lines().count(), 1 + c["timing"]["tiles"].as_array().unwrap().len());
+}
+
+#[test]
+fn op_errors_are_one_line_and_exit_2() {
+    for (args, want) in [
+        (
+            vec!["op", "--config", "configs/tpu-8x8.ron", "--op", "matmul", "--m", "4096", "--k", "4096", "--n", "8"],
+            "unified buffer",
+        ),
+        (vec!["op", "--config", "configs/tpu-8x8.ron", "--op", "matmul", "--m", "4"], "needs --k"),
+        (
+            vec![
+                "op",
+                "--config",
+                "configs/tpu-8x8.ron",
+                "--op",
+                "relu",
+                "--n",
+                "8",
+                "--fault",
+                "flip:ub.word[0][0]@0:0",
+            ],
+            "--mode cycle",
+        ),
+        (
+            vec![
+                "op",
+                "--config",
+                "configs/tpu-8x8.ron",
+                "--op",
+                "relu",
+                "--n",
+                "8",
+                "--mode",
+                "cycle",
+                "--fault",
+                "flip:acc.word[0][0]@0:0",
+            ],
+            "does not use",
+        ),
+    ] {
+        let out = faultline(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want) && err.lines().count() == 1, "{args:?}: {err}");
+    }
+}

@@ -1,0 +1,185 @@
+//! The DMA engine: moves tiles between DRAM and the on-chip SRAMs.
+//!
+//! # Cost model
+//!
+//! One engine, transfers in program order, data phases one at a time; requests are pipelined so
+//! a transfer's fixed overhead overlaps the previous transfer's data phase (see
+//! [`crate::timing`]). A transfer of `bytes` bytes between DRAM and an SRAM alone costs
+//!
+//! ```text
+//! overhead = dma.setup_cycles + dram.latency_cycles
+//! bw       = min(dram.bandwidth_bytes_per_cycle, SRAM port bandwidth)   (bytes / cycle)
+//! cycles   = overhead + ceil(bytes / bw)                                (0 bytes: no transfer)
+//! ```
+//!
+//! where the SRAM port bandwidth is `banks * write_ports * word_bytes` for loads into the SRAM
+//! and `banks * read_ports * word_bytes` for stores out of it. Word `i` (of `eb` bytes) of a
+//! transfer started at `s` moves at cycle `s + overhead + floor(i * eb / bw)`.
+//!
+//! # Address registers (fault sites)
+//!
+//! The engine's `dma.src_addr` and `dma.dst_addr` registers are loaded with the first word's
+//! addresses when a transfer's data phase starts (`start + overhead`) and advanced by the address generator after every word
+//! (`+1` along a row, `+stride` at a row end, wrapping in 32 bits). A fault changes the register
+//! and therefore every later word of that transfer (the next transfer reloads it).
+
+use crate::config::{HwConfig, SramConfig};
+use crate::fault::FaultEvent;
+use faultline_num::BitFault;
+use serde::{Deserialize, Serialize};
+
+/// Direction of a transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Direction {
+    /// DRAM to SRAM.
+    Load,
+    /// SRAM to DRAM.
+    Store,
+}
+
+/// One scheduled transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Transfer {
+    /// Load or store.
+    pub dir: Direction,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Cycle the request goes out (its data phase starts `overhead` cycles later).
+    pub start: u64,
+    /// Cycle the last data moved + 1 (the data phase is free again).
+    pub end: u64,
+    /// Tile the transfer belongs to.
+    pub tile: usize,
+    /// Index among the tile's loads (or stores).
+    pub part: usize,
+}
+
+/// Effective bandwidth of a transfer to/from `sram`, bytes per cycle.
+pub fn bandwidth(cfg: &HwConfig, sram: &SramConfig, dir: Direction) -> f64 {
+    if cfg.dram.bandwidth_bytes_per_cycle.is_infinite() {
+        return f64::INFINITY;
+    }
+    let port = match dir {
+        Direction::Load => sram.write_bytes_per_cycle(),
+        Direction::Store => sram.read_bytes_per_cycle(),
+    };
+    cfg.dram.bandwidth_bytes_per_cycle.min(port)
+}
+
+/// Fixed cycles of every transfer (`setup + DRAM latency`).
+pub fn overhead(cfg: &HwConfig) -> u64 {
+    cfg.dma.setup_cycles + cfg.dram.latency_cycles
+}
+
+/// Cycles of a transfer of `bytes` bytes at bandwidth `bw` (see the module docs).
+pub fn transfer_cycles(cfg: &HwConfig, bytes: u64, bw: f64) -> u64 {
+    if bytes == 0 {
+        return 0;
+    }
+    overhead(cfg) + data_cycles(bytes, bw)
+}
+
+/// `ceil(bytes / bw)` (0 for infinite bandwidth).
+pub fn data_cycles(bytes: u64, bw: f64) -> u64 {
+    if bw.is_infinite() {
+        0
+    } else {
+        (bytes as f64 / bw).ceil() as u64
+    }
+}
+
+/// Cycle at which word `i` of `eb` bytes moves, for a transfer started at `start`.
+pub fn word_cycle(cfg: &HwConfig, start: u64, i: u64, eb: u64, bw: f64) -> u64 {
+    let d = if bw.is_infinite() { 0 } else { ((i * eb) as f64 / bw).floor() as u64 };
+    start + overhead(cfg) + d
+}
+
+/// An address register stepped word by word, with faults applied at their commit cycles.
+///
+/// The register is loaded at cycle `load` with the golden first address; before each use at
+/// cycle `t` the faults striking in `[previous use, t)` are applied; after each use it advances
+/// by the golden delta to the next address (wrapping in `width` bits).
+#[derive(Debug, Clone)]
+pub struct AddrReg<'a> {
+    value: u64,
+    width: u32,
+    prev: u64,
+    faults: &'a [(FaultEvent, u64)],
+}
+
+impl<'a> AddrReg<'a> {
+    /// A register of `width` bits loaded with `first` at cycle `load`; `faults` are events on
+    /// this register with their absolute start cycles.
+    pub fn new(first: u64, width: u32, load: u64, faults: &'a [(FaultEvent, u64)]) -> AddrReg<'a> {
+        AddrReg { value: first & mask(width), width, prev: load, faults }
+    }
+
+    /// The register's value when used at cycle `t` (faults in `[previous use, t)` applied).
+    pub fn use_at(&mut self, t: u64) -> u64 {
+        for (e, s) in self.faults {
+            let end = s.saturating_add(e.active_cycles());
+            let hit = match e.kind {
+                BitFault::Flip => (self.prev..t).contains(s),
+                _ => *s < t && end > self.prev,
+            };
+            if hit && e.site.bit < self.width {
+                self.value = e.kind.apply(self.value as u32, e.site.bit) as u64 & mask(self.width);
+            }
+        }
+        self.prev = t;
+        self.value
+    }
+
+    /// Advances by `delta` (the golden address step) after a use.
+    pub fn advance(&mut self, delta: i64) {
+        self.value = (self.value as i64).wrapping_add(delta) as u64 & mask(self.width);
+    }
+}
+
+fn mask(width: u32) -> u64 {
+    if width >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Dataflow;
+    use crate::sites::{FaultSite, Register, Unit};
+    use faultline_num::Precision;
+
+    #[test]
+    fn transfer_costs() {
+        let mut c = HwConfig::test_config(4, 4, Dataflow::WeightStationary, Precision::Bf16Fp32);
+        assert_eq!(transfer_cycles(&c, 1000, f64::INFINITY), 0);
+        assert!(bandwidth(&c, &c.memory.unified_buffer, Direction::Load).is_infinite());
+        c.dram.latency_cycles = 10;
+        c.dma.setup_cycles = 2;
+        c.dram.bandwidth_bytes_per_cycle = 16.0;
+        let bw = bandwidth(&c, &c.memory.unified_buffer, Direction::Load);
+        // 8 banks x 1 port x 4 bytes = 32 B/cycle of SRAM ports; DRAM's 16 B/cycle is the limit.
+        assert_eq!(bw, 16.0);
+        assert_eq!(transfer_cycles(&c, 100, bw), 12 + 7);
+        assert_eq!(word_cycle(&c, 5, 0, 4, bw), 17);
+        assert_eq!(word_cycle(&c, 5, 4, 4, bw), 18);
+        c.dram.bandwidth_bytes_per_cycle = 1000.0;
+        assert_eq!(bandwidth(&c, &c.memory.unified_buffer, Direction::Store), 32.0);
+    }
+
+    #[test]
+    fn address_register_flip_persists_through_increments() {
+        let e = FaultEvent::flip(FaultSite::control(Unit::Dma, Register::SrcAddr, 4), 0, 0);
+        let fs = [(e, 3u64)];
+        let mut r = AddrReg::new(100, 32, 0, &fs);
+        let mut got = vec![];
+        for t in 0..6 {
+            got.push(r.use_at(t));
+            r.advance(1);
+        }
+        // Flip at cycle 3 commits after the use at 3: uses at 4 and 5 see bit 4 flipped.
+        assert_eq!(got, vec![100, 101, 102, 103, 104 ^ 16, 105 ^ 16]);
+    }
+}

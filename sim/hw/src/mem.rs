@@ -1,0 +1,221 @@
+//! The memories: unified buffer, accumulator SRAM, weight buffer and DRAM, as plain word arrays.
+//!
+//! Each word holds one element in its low `word_bits` bits. Two access paths, kept apart as in
+//! gem5:
+//! * **functional** [`Memory::peek`] / [`Memory::poke`]: no time, no faults (loading inputs,
+//!   reading results, the functional twin);
+//! * **timed** [`Memory::read`] / [`Memory::write`] at a cycle, which see injected faults.
+//!
+//! # Fault semantics
+//!
+//! Within one cycle, writes happen first (a read in the same cycle sees the new value: write
+//! bypass), then reads, then faults (the commit boundary, as in [`crate::fault`]). So a flip
+//! of a word bit at cycle `c` is seen by every read of that word at a cycle `> c` until the word
+//! is next written; a write at a cycle `>= c` erases it. A stuck-at forces its bit at every
+//! commit of its active range, so it also corrupts writes made while it is active.
+//!
+//! Faults are applied lazily at read time from the word's last write cycle, so a golden run
+//! costs nothing extra. This requires the accesses to any one word to be issued in time order,
+//! which the op schedule guarantees (a buffer is refilled only after its last read).
+//! Addresses outside the array (possible only under an address fault) read as 0, and writes to
+//! them are dropped.
+
+use crate::config::HwConfig;
+use crate::error::HwError;
+use crate::fault::FaultEvent;
+use crate::sites::{FaultSite, Unit};
+use faultline_num::BitFault;
+use std::collections::BTreeMap;
+
+/// A fault on one memory bit, resolved to absolute cycles `[start, end)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WordFault {
+    /// Bit within the word.
+    pub bit: u32,
+    /// Flip or stuck-at.
+    pub kind: BitFault,
+    /// First cycle (commit) the fault acts on.
+    pub start: u64,
+    /// One past the last cycle.
+    pub end: u64,
+}
+
+/// One memory array.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Memory {
+    /// Which memory this is (`Ub`, `Acc`, `Wbuf`, `Dram`).
+    pub unit: Unit,
+    /// Width of a word in bits.
+    pub word_bits: u32,
+    /// Word contents (functional state).
+    data: Vec<u32>,
+    /// Cycle of each word's last timed write (0 = reset / poked).
+    last_write: Vec<u64>,
+    /// Injected faults per word, sorted by start cycle.
+    faults: BTreeMap<u64, Vec<WordFault>>,
+}
+
+impl Memory {
+    /// An all-zero memory of `words` words.
+    pub fn new(unit: Unit, words: u64, word_bits: u32) -> Memory {
+        let n = words as usize;
+        Memory { unit, word_bits, data: vec![0; n], last_write: vec![0; n], faults: BTreeMap::new() }
+    }
+
+    /// The unified buffer of `cfg`.
+    pub fn unified_buffer(cfg: &HwConfig) -> Memory {
+        let s = &cfg.memory.unified_buffer;
+        Memory::new(Unit::Ub, s.words(), s.word_bits)
+    }
+
+    /// The accumulator SRAM of `cfg`.
+    pub fn accumulator(cfg: &HwConfig) -> Memory {
+        let s = &cfg.memory.accumulator;
+        Memory::new(Unit::Acc, s.words(), s.word_bits)
+    }
+
+    /// The weight buffer of `cfg`.
+    pub fn weight_buffer(cfg: &HwConfig) -> Memory {
+        let s = &cfg.memory.weight_buffer;
+        Memory::new(Unit::Wbuf, s.words(), s.word_bits)
+    }
+
+    /// A DRAM window of `words` 32-bit words (only the part an op touches is materialised).
+    pub fn dram(words: u64) -> Memory {
+        Memory::new(Unit::Dram, words, 32)
+    }
+
+    /// Number of words.
+    pub fn words(&self) -> u64 {
+        self.data.len() as u64
+    }
+
+    fn mask(&self) -> u32 {
+        if self.word_bits >= 32 {
+            u32::MAX
+        } else {
+            (1 << self.word_bits) - 1
+        }
+    }
+
+    /// Functional read: the stored bits, no time, no faults. `None` past the end.
+    pub fn peek(&self, addr: u64) -> Option<u32> {
+        self.data.get(addr as usize).copied()
+    }
+
+    /// Functional write (masked to the word width): no time, no faults. Returns false past the
+    /// end.
+    pub fn poke(&mut self, addr: u64, bits: u32) -> bool {
+        let m = self.mask();
+        match self.data.get_mut(addr as usize) {
+            Some(w) => {
+                *w = bits & m;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Functional bulk write from `addr` on.
+    pub fn poke_slice(&mut self, addr: u64, bits: &[u32]) -> bool {
+        let m = self.mask();
+        let a = addr as usize;
+        match self.data.get_mut(a..a + bits.len()) {
+            Some(dst) => {
+                for (d, &b) in dst.iter_mut().zip(bits) {
+                    *d = b & m;
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Registers a fault on bit `bit` of word `addr` acting on cycles `[start, end)`.
+    pub fn inject(&mut self, addr: u64, f: WordFault) -> Result<(), HwError> {
+        if addr >= self.words() || f.bit >= self.word_bits {
+            return Err(HwError::BadSite {
+                site: FaultSite::word(self.unit, addr, f.bit).to_string(),
+                why: format!("the memory has {} words of {} bits", self.words(), self.word_bits),
+            });
+        }
+        let v = self.faults.entry(addr).or_default();
+        v.push(f);
+        v.sort_by_key(|f| f.start);
+        Ok(())
+    }
+
+    /// Registers a fault event (its site must be a word of this memory) starting at `start`.
+    pub fn inject_event(&mut self, e: &FaultEvent, start: u64) -> Result<(), HwError> {
+        let f = WordFault { bit: e.site.bit, kind: e.kind, start, end: start.saturating_add(e.active_cycles()) };
+        self.inject(e.site.instance[0] as u64, f)
+    }
+
+    /// Whether any fault is registered.
+    pub fn has_faults(&self) -> bool {
+        !self.faults.is_empty()
+    }
+
+    /// Timed read at cycle `t`: the stored bits with every fault that struck since the last
+    /// write (cycles `last_write..t`) applied. Out-of-range addresses read 0.
+    pub fn read(&self, addr: u64, t: u64) -> u32 {
+        let Some(&v) = self.data.get(addr as usize) else { return 0 };
+        if self.faults.is_empty() {
+            return v;
+        }
+        let Some(fs) = self.faults.get(&addr) else { return v };
+        let w = self.last_write[addr as usize];
+        let mut v = v;
+        for f in fs {
+            match f.kind {
+                BitFault::Flip if (w..t).contains(&f.start) => v = f.kind.apply(v, f.bit),
+                BitFault::StuckAt0 | BitFault::StuckAt1 if f.start < t && f.end > w => v = f.kind.apply(v, f.bit),
+                _ => {}
+            }
+        }
+        v
+    }
+
+    /// Timed write at cycle `t` (masked to the word width). Out-of-range writes are dropped.
+    pub fn write(&mut self, addr: u64, bits: u32, t: u64) {
+        let m = self.mask();
+        if let Some(d) = self.data.get_mut(addr as usize) {
+            *d = bits & m;
+            self.last_write[addr as usize] = t;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flips_are_seen_after_and_erased_by_writes() {
+        let mut m = Memory::new(Unit::Ub, 16, 32);
+        m.write(3, 0x10, 5);
+        m.inject(3, WordFault { bit: 0, kind: BitFault::Flip, start: 7, end: 8 }).unwrap();
+        assert_eq!(m.read(3, 7), 0x10, "a flip at 7 commits at the end of cycle 7");
+        assert_eq!(m.read(3, 8), 0x11);
+        assert_eq!(m.read(3, 100), 0x11);
+        assert_eq!(m.read(2, 100), 0);
+        m.write(3, 0x20, 9);
+        assert_eq!(m.read(3, 10), 0x20, "overwritten");
+        assert_eq!(m.peek(3), Some(0x20));
+    }
+
+    #[test]
+    fn flip_before_write_is_dead_and_stuck_at_persists() {
+        let mut m = Memory::new(Unit::Acc, 4, 16);
+        m.inject(1, WordFault { bit: 2, kind: BitFault::Flip, start: 3, end: 4 }).unwrap();
+        m.write(1, 0xffff_0000, 4);
+        assert_eq!(m.read(1, 9), 0, "masked to 16 bits, flip before the write");
+        m.inject(2, WordFault { bit: 1, kind: BitFault::StuckAt1, start: 10, end: 20 }).unwrap();
+        m.write(2, 0, 15);
+        assert_eq!(m.read(2, 16), 2, "a write during a stuck-at is forced too");
+        m.write(2, 0, 25);
+        assert_eq!(m.read(2, 26), 0, "written after the stuck-at ended");
+        assert!(m.inject(9, WordFault { bit: 0, kind: BitFault::Flip, start: 0, end: 1 }).is_err());
+        assert!(m.inject(0, WordFault { bit: 16, kind: BitFault::Flip, start: 0, end: 1 }).is_err());
+    }
+}

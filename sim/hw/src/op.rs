@@ -1,0 +1,1036 @@
+//! Whole operations through the memory path: DRAM -> DMA -> SRAM -> MXU/VPU -> SRAM -> DMA -> DRAM.
+//!
+//! [`run`] in [`ExecMode::Functional`] computes the result directly ([`crate::mxu::gemm`] or
+//! [`crate::vpu::run`] on whole operands, no memories). In [`ExecMode::CycleLevel`] every value
+//! moves through the memories at the cycles of the op's schedule ([`crate::timing`]), the MXU/VPU are
+//! stepped register by register, and faults on any site (MXU, VPU, SRAM/DRAM words, sequencer
+//! and DMA registers) are injected. [`run_hybrid`] simulates the memory path but steps only the
+//! folds/chunks an MXU/VPU fault lands in. All give identical bits without faults, and the same
+//! [`OpTiming`] always (it comes from the shapes alone). [`timing()`] gives the timing alone.
+//! Errors (shapes, tiles that do not fit an SRAM, sites the op does not use) are
+//! [`HwError`]s naming the op; nothing panics on user input.
+//!
+//! # Layouts (word addresses; one element per word)
+//!
+//! * DRAM: the inputs one after another from address 0, then the outputs.
+//! * Matmul/conv2d: the UB holds the whole activation input (matmul `A[M][K]` row-major;
+//!   conv2d the NHWC input, read through an im2col address generator, padding reads no word).
+//!   The weight buffer holds `B` tile slots (WS: `R x C` words, OS: `K x C`), tile element
+//!   `(i, j)` at `slot * slot_words + i * C + j`. The accumulator holds the whole `M x N` output,
+//!   `(m, n)` at `m * N + n`.
+//! * VPU ops: the input is cut into chunks (whole rows for softmax) that fit `B` UB slots of
+//!   `(inputs + outputs) * chunk` words each.
+//!
+//! # Tiles and timing
+//!
+//! Matmul/conv2d tiles are the MXU folds of [`crate::mxu::Schedule`]; tile 0 loads the
+//! activations and its weights, tile `f` loads its weight tile, occupancy = the schedule's fold
+//! period, latency = fold start to its last accumulator write + 1 (WS: `M + R + nc`, OS: the
+//! period), release (weight slot reusable) = WS `R + C - 1`, OS `K + C - 1`. An output tile is
+//! stored from the accumulator once complete (WS: after the last K fold of an N tile; OS: after
+//! each fold). VPU tiles are chunks: load the inputs, run ([`crate::vpu::timing`]; softmax is
+//! `ReduceMax, Sub, Exp, ReduceSum, Recip, Mul` back to back), store the outputs. See
+//! [`crate::timing`] for the pipeline and [`crate::dma`] for transfer costs.
+//!
+//! # When values move (cycle-approximate, exact for fault timing)
+//!
+//! * DMA word `i` moves at [`crate::dma::word_cycle`], through `dma.src_addr`/`dma.dst_addr`
+//!   (loaded when the transfer's data phase starts, `start + overhead`).
+//! * WS fold at compute start `s`: UB word of `A[m][k0+i]` is read at `s + 1 + m + i`, weight
+//!   `(i, j)` at `s + i + j`; output row `m` is written to the accumulator at `s + m + R + nc`
+//!   (read-modify-write when the fold adds). OS: `A[m0+i][k]` at `s + k + i`, `W[k][j]` at
+//!   `s + k + j`, row `i` written at `s + period - 1 - i` (rows drain bottom first).
+//! * `seq.acc_addr` is loaded with a fold's first row address when that row is written, then
+//!   advanced by `+N` (WS) / `-N` (OS) per row; every word of a row goes to `acc_addr + j`.
+//! * `seq.tile` is read at each fold slot's compute start and incremented; the MXU executes the
+//!   fold it names (its geometry, weight slot `tile % B`); a value `>= folds` ends the loop.
+//!   The DMA's descriptors and the schedule are not affected (timing stays golden).
+//! * VPU chunks of relu/adam read each vector's operands from the UB at its issue cycle and
+//!   write each result at its write-back cycle ([`crate::vpu::element_cycles`], from the
+//!   chunk's compute start); softmax chunks read at compute start and write at `ready - 1`.
+//!
+//! Fault times: MXU sites use the fold's compute start as origin (as in [`crate::mxu`]), VPU
+//! sites the chunk's first vector issue (as in [`crate::vpu`], with softmax's sub-ops back to
+//! back); all other sites use [`crate::timing::TileTiming::origin`] (the tile's first load).
+//!
+//! Within the op each MXU fold is run by [`crate::mxu::gemm`] (one fold: `kr <= R`, `nc <= C`)
+//! from the array's reset state, and the op layer does the accumulator adds between K folds in
+//! the accumulator SRAM (same `MacFormat::add`, same order, so bit-identical to the whole GEMM).
+//! Consequence: an MXU register fault affects only the fold it is injected in; a fault that in
+//! the continuously pipelined array would reach the next fold's weights through the shadow
+//! registers while fold `f` computes must be injected in fold `f + 1`'s own load window.
+
+use crate::config::{Dataflow, HwConfig};
+use crate::dma::{self, AddrReg, Direction, Transfer};
+use crate::error::HwError;
+use crate::fault::{FaultEvent, FaultSchedule, FaultTime};
+use crate::matrix::Matrix;
+use crate::mem::Memory;
+use crate::mxu::{self, Fold, Schedule};
+use crate::sites::{addr_bits, Register, Unit, DMA_ADDR_BITS, TILE_COUNTER_BITS};
+use crate::timing::{self, OpTiming, TileWork};
+use crate::vpu::{self, Axis, VpuOp};
+use crate::ExecMode;
+use faultline_num::{with_precision, MacFormat};
+use serde::{Deserialize, Serialize};
+
+/// Shape of a 2-D convolution (NHWC input, `[KH][KW][C_in] x C_out` weights as a `K x N` matrix
+/// with row `(kh * KW + kw) * C_in + c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConvShape {
+    /// Batch size.
+    pub batch: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Input channels.
+    pub c_in: usize,
+    /// Output channels.
+    pub c_out: usize,
+    /// Kernel height.
+    pub kh: usize,
+    /// Kernel width.
+    pub kw: usize,
+    /// Stride (both dimensions).
+    pub stride: usize,
+    /// Zero padding (both dimensions, each side).
+    pub pad: usize,
+}
+
+impl ConvShape {
+    /// Output height.
+    pub fn out_h(&self) -> usize {
+        (self.h + 2 * self.pad).saturating_sub(self.kh) / self.stride.max(1) + 1
+    }
+    /// Output width.
+    pub fn out_w(&self) -> usize {
+        (self.w + 2 * self.pad).saturating_sub(self.kw) / self.stride.max(1) + 1
+    }
+    /// The lowered GEMM `(M, K, N)`.
+    pub fn gemm(&self) -> (usize, usize, usize) {
+        (self.batch * self.out_h() * self.out_w(), self.kh * self.kw * self.c_in, self.c_out)
+    }
+    /// Input element index read by im2col element `(m, k)`, or `None` for padding.
+    pub fn im2col_index(&self, m: usize, k: usize) -> Option<usize> {
+        let (oh, ow) = (self.out_h(), self.out_w());
+        let (b, r) = (m / (oh * ow), m % (oh * ow));
+        let (y, x) = (r / ow, r % ow);
+        let (kk, c) = (k / self.c_in, k % self.c_in);
+        let (ky, kx) = (kk / self.kw, kk % self.kw);
+        let iy = (y * self.stride + ky).checked_sub(self.pad)?;
+        let ix = (x * self.stride + kx).checked_sub(self.pad)?;
+        (iy < self.h && ix < self.w).then(|| ((b * self.h + iy) * self.w + ix) * self.c_in + c)
+    }
+    /// The explicit im2col matrix of an input (padding = zero bits).
+    pub fn im2col(&self, x: &[u32]) -> Matrix {
+        let (m, k, _) = self.gemm();
+        Matrix::from_fn(m, k, |i, j| self.im2col_index(i, j).map_or(0, |e| x[e]))
+    }
+}
+
+/// An operation of the `op` command and the training executor.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum OpKind {
+    /// `out[M][N] = A[M][K] * W[K][N]` on the MXU. Inputs: `A`, `W` (input-format bits).
+    Matmul {
+        /// Rows of A.
+        m: usize,
+        /// Reduction length.
+        k: usize,
+        /// Columns of W.
+        n: usize,
+    },
+    /// Convolution lowered to an im2col GEMM. Inputs: NHWC `x`, `W` as `K x C_out`.
+    Conv2d(ConvShape),
+    /// `relu(x)` on the VPU. Input: `x` (fp32 bits).
+    Relu {
+        /// Elements.
+        n: usize,
+    },
+    /// Row-wise softmax of a `rows x cols` fp32 matrix on the VPU.
+    Softmax {
+        /// Rows.
+        rows: usize,
+        /// Columns (the softmax axis).
+        cols: usize,
+    },
+    /// One Adam step on the VPU. Inputs `p, g, m, v`; outputs `p', m', v'`.
+    Adam {
+        /// Parameters.
+        n: usize,
+        /// Learning rate.
+        lr: f32,
+        /// First-moment decay.
+        b1: f32,
+        /// Second-moment decay.
+        b2: f32,
+        /// Epsilon.
+        eps: f32,
+        /// 1-based step.
+        t: u32,
+    },
+}
+
+impl OpKind {
+    /// Name and shape, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            OpKind::Matmul { m, k, n } => format!("matmul {m}x{k}x{n}"),
+            OpKind::Conv2d(c) => format!(
+                "conv2d {}x{}x{}x{} -> {} ({}x{}, stride {}, pad {})",
+                c.batch, c.h, c.w, c.c_in, c.c_out, c.kh, c.kw, c.stride, c.pad
+            ),
+            OpKind::Relu { n } => format!("relu {n}"),
+            OpKind::Softmax { rows, cols } => format!("softmax {rows}x{cols}"),
+            OpKind::Adam { n, .. } => format!("adam {n}"),
+        }
+    }
+
+    /// Lengths of the inputs in elements.
+    pub fn input_lens(&self) -> Vec<usize> {
+        match *self {
+            OpKind::Matmul { m, k, n } => vec![m * k, k * n],
+            OpKind::Conv2d(c) => {
+                let (_, k, n) = c.gemm();
+                vec![c.batch * c.h * c.w * c.c_in, k * n]
+            }
+            OpKind::Relu { n } => vec![n],
+            OpKind::Softmax { rows, cols } => vec![rows * cols],
+            OpKind::Adam { n, .. } => vec![n; 4],
+        }
+    }
+
+    /// Lengths of the outputs in elements.
+    pub fn output_lens(&self) -> Vec<usize> {
+        match *self {
+            OpKind::Matmul { m, n, .. } => vec![m * n],
+            OpKind::Conv2d(c) => {
+                let (m, _, n) = c.gemm();
+                vec![m * n]
+            }
+            OpKind::Relu { n } => vec![n],
+            OpKind::Softmax { rows, cols } => vec![rows * cols],
+            OpKind::Adam { n, .. } => vec![n; 3],
+        }
+    }
+
+    fn gemm_dims(&self) -> Option<(usize, usize, usize)> {
+        match *self {
+            OpKind::Matmul { m, k, n } => Some((m, k, n)),
+            OpKind::Conv2d(c) => Some(c.gemm()),
+            _ => None,
+        }
+    }
+}
+
+/// Result of an op.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpOutput {
+    /// Output bits, one vector per output ([`OpKind::output_lens`]): accumulator format for
+    /// matmul/conv2d (row-major `M x N`), fp32 for VPU ops.
+    pub out: Vec<Vec<u32>>,
+    /// Whole-op timing (identical in every mode).
+    pub timing: OpTiming,
+}
+
+/// The op's tiling: everything [`timing()`] and the value path share.
+struct Plan {
+    tiles: Vec<TileWork>,
+    buffers: usize,
+    /// Matmul: schedule and weight-slot words. VPU: chunk length (elements or rows).
+    sched: Option<Schedule>,
+    slot_words: u64,
+    chunk: usize,
+    /// Number of chunks (VPU ops) or folds.
+    count: usize,
+}
+
+fn shape_err(kind: &OpKind, detail: String) -> HwError {
+    HwError::Shape { op: kind.describe(), detail }
+}
+
+fn overflow(kind: &OpKind, memory: &str, field: &str, what: String, needed: u64, available: u64) -> HwError {
+    HwError::SramOverflow {
+        op: kind.describe(),
+        memory: memory.into(),
+        field: field.into(),
+        what,
+        needed_bytes: needed,
+        available_bytes: available,
+    }
+}
+
+fn vpu_ops(kind: &OpKind, cols: usize) -> Vec<VpuOp> {
+    match *kind {
+        OpKind::Relu { .. } => vec![VpuOp::Relu],
+        OpKind::Softmax { .. } => vec![
+            VpuOp::ReduceMax { cols, axis: Axis::Row },
+            VpuOp::Sub,
+            VpuOp::Exp,
+            VpuOp::ReduceSum { cols, axis: Axis::Row },
+            VpuOp::Recip,
+            VpuOp::Mul,
+        ],
+        OpKind::Adam { lr, b1, b2, eps, t, .. } => vec![VpuOp::Adam { lr, b1, b2, eps, t }],
+        _ => vec![],
+    }
+}
+
+/// VPU cycles of a chunk of `len` elements (`rows` rows for softmax) and each sub-op's cycles.
+fn vpu_chunk_cycles(cfg: &HwConfig, kind: &OpKind, len: usize) -> Vec<u64> {
+    match *kind {
+        OpKind::Softmax { cols, .. } => {
+            let rows = len / cols;
+            let ops = vpu_ops(kind, cols);
+            let lens = [len, len, len, len, rows, len];
+            ops.iter().zip(lens).map(|(o, n)| vpu::timing(cfg, o, n).cycles).collect()
+        }
+        _ => vpu_ops(kind, 1).iter().map(|o| vpu::timing(cfg, o, len).cycles).collect(),
+    }
+}
+
+fn build_plan(cfg: &HwConfig, kind: &OpKind) -> Result<Plan, HwError> {
+    let lens = kind.input_lens();
+    if lens.iter().chain(&kind.output_lens()).any(|&l| l == 0) {
+        return Err(shape_err(kind, "every dimension must be at least 1".into()));
+    }
+    if let OpKind::Conv2d(c) = kind {
+        if c.stride == 0 || c.kh > c.h + 2 * c.pad || c.kw > c.w + 2 * c.pad {
+            return Err(shape_err(kind, "stride must be >= 1 and the kernel must fit the padded input".into()));
+        }
+    }
+    let words: u64 = lens.iter().chain(&kind.output_lens()).map(|&l| l as u64).sum();
+    if words * 4 > cfg.dram.bytes {
+        return Err(HwError::DramOverflow {
+            op: kind.describe(),
+            needed_bytes: words * 4,
+            available_bytes: cfg.dram.bytes,
+        });
+    }
+    let m = &cfg.memory;
+    let nb = cfg.dma.buffers.max(1);
+    if let Some((mm, kk, nn)) = kind.gemm_dims() {
+        let (r, c) = (cfg.mxu.rows, cfg.mxu.cols);
+        let ub = &m.unified_buffer;
+        let need = lens[0] as u64 * ub.word_bytes();
+        if need > ub.bytes {
+            return Err(overflow(
+                kind,
+                "unified buffer",
+                "memory.unified_buffer.bytes",
+                format!("the whole activation input, {} elements", lens[0]),
+                need,
+                ub.bytes,
+            ));
+        }
+        let acc = &m.accumulator;
+        let need = (mm * nn) as u64 * acc.word_bytes();
+        if need > acc.bytes {
+            return Err(overflow(
+                kind,
+                "accumulator",
+                "memory.accumulator.bytes",
+                format!("the {mm}x{nn} output"),
+                need,
+                acc.bytes,
+            ));
+        }
+        let wb = &m.weight_buffer;
+        let slot_words = match cfg.mxu.dataflow {
+            Dataflow::WeightStationary => (r * c) as u64,
+            Dataflow::OutputStationary => (kk * c) as u64,
+        };
+        let buffers = (wb.words() / slot_words).min(nb as u64) as usize;
+        if buffers == 0 {
+            return Err(overflow(
+                kind,
+                "weight buffer",
+                "memory.weight_buffer.bytes",
+                format!("one weight tile of {slot_words} elements"),
+                slot_words * wb.word_bytes(),
+                wb.bytes,
+            ));
+        }
+        let sched = Schedule::new(&cfg.mxu, mm, kk, nn);
+        let eb = cfg.mxu.input_format.bits() as u64 / 8;
+        let nf = sched.folds.len();
+        let tiles = sched
+            .folds
+            .iter()
+            .enumerate()
+            .map(|(f, fold)| {
+                let mut loads = Vec::new();
+                if f == 0 {
+                    loads.push((lens[0] as u64 * eb, ub.clone()));
+                }
+                let wrows = match cfg.mxu.dataflow {
+                    Dataflow::WeightStationary => fold.kr,
+                    Dataflow::OutputStationary => kk,
+                };
+                loads.push(((wrows * fold.nc) as u64 * eb, wb.clone()));
+                let (latency, release) = match cfg.mxu.dataflow {
+                    Dataflow::WeightStationary => ((mm + r + fold.nc) as u64, (r + c - 1) as u64),
+                    Dataflow::OutputStationary => (sched.period, (kk + c - 1) as u64),
+                };
+                let stores = match store_rows(cfg, &sched, f) {
+                    Some(rows) => vec![((rows * fold.nc) as u64 * acc.word_bytes(), acc.clone())],
+                    None => vec![],
+                };
+                TileWork { loads, occupancy: sched.period, latency: latency.max(sched.period), release, stores }
+            })
+            .collect();
+        return Ok(Plan { tiles, buffers, sched: Some(sched), slot_words, chunk: 0, count: nf });
+    }
+    // VPU ops.
+    let ub = &m.unified_buffer;
+    if ub.word_bits < 32 {
+        return Err(HwError::Shape {
+            op: kind.describe(),
+            detail: format!("VPU ops keep fp32 data in the unified buffer, which has {}-bit words (memory.unified_buffer.word_bits must be 32)", ub.word_bits),
+        });
+    }
+    let (ni, no) = (lens.len() as u64, kind.output_lens().len() as u64);
+    let per_elem = (ni + no) * nb as u64;
+    let (unit, total) = match *kind {
+        OpKind::Softmax { rows, cols } => (cols, rows),
+        _ => (1, lens[0]),
+    };
+    let cap_units = (ub.words() / (per_elem * unit as u64)) as usize;
+    let lanes = cfg.vpu.lanes;
+    // Whole vectors per chunk where possible (rows for softmax).
+    let chunk = if unit == 1 && cap_units >= lanes { cap_units / lanes * lanes } else { cap_units };
+    if chunk == 0 {
+        return Err(overflow(
+            kind,
+            "unified buffer",
+            "memory.unified_buffer.bytes",
+            format!(
+                "{nb} buffers of {ni} inputs + {no} outputs for one {}",
+                if unit == 1 { "element".to_string() } else { format!("row of {unit}") }
+            ),
+            per_elem * unit as u64 * ub.word_bytes(),
+            ub.bytes,
+        ));
+    }
+    let chunk = chunk.min(total);
+    let count = total.div_ceil(chunk);
+    let tiles = (0..count)
+        .map(|f| {
+            let units = chunk.min(total - f * chunk);
+            let elems = (units * unit) as u64;
+            let cyc: u64 = vpu_chunk_cycles(cfg, kind, elems as usize).iter().sum();
+            TileWork {
+                loads: (0..ni).map(|_| (elems * 4, ub.clone())).collect(),
+                occupancy: cyc,
+                latency: cyc,
+                release: cyc,
+                stores: (0..no).map(|_| (elems * 4, ub.clone())).collect(),
+            }
+        })
+        .collect();
+    Ok(Plan { tiles, buffers: nb, sched: None, slot_words: 0, chunk, count })
+}
+
+/// Rows stored after fold `f` if its output tile is complete (WS: last K fold of an N tile).
+fn store_rows(cfg: &HwConfig, s: &Schedule, f: usize) -> Option<usize> {
+    let fold = &s.folds[f];
+    match cfg.mxu.dataflow {
+        Dataflow::WeightStationary => (fold.k0 + fold.kr == s.k).then_some(s.m),
+        Dataflow::OutputStationary => Some(fold.mr),
+    }
+}
+
+/// Whole-op timing of `kind` on `cfg` (errors if a tile cannot fit; never panics).
+pub fn timing(cfg: &HwConfig, kind: &OpKind) -> Result<OpTiming, HwError> {
+    let p = build_plan(cfg, kind)?;
+    Ok(plan_timing(cfg, kind, &p))
+}
+
+fn plan_timing(cfg: &HwConfig, kind: &OpKind, p: &Plan) -> OpTiming {
+    let (work, width, out_db) = match kind.gemm_dims() {
+        Some((m, k, n)) => ((m * k * n) as f64, (cfg.mxu.rows * cfg.mxu.cols) as f64, false),
+        None => {
+            let n = kind.input_lens()[0] * kind.output_lens().len();
+            (n as f64, cfg.vpu.lanes as f64, true)
+        }
+    };
+    timing::plan(cfg, &p.tiles, p.buffers, out_db, work, width)
+}
+
+/// Runs one op. See the module docs for modes, layouts and fault semantics.
+pub fn run(
+    cfg: &HwConfig,
+    kind: &OpKind,
+    inputs: &[&[u32]],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> Result<OpOutput, HwError> {
+    run_inner(cfg, kind, inputs, mode, faults, false)
+}
+
+/// Hybrid execution: the memory path (DMA, SRAMs, sequencer and DMA registers) is simulated
+/// as in [`ExecMode::CycleLevel`], but only the MXU folds / VPU chunks that an MXU / VPU fault
+/// lands in are stepped register by register; the others use the functional twin. The result
+/// equals [`run`] in `CycleLevel` bit for bit (Invariant 1) at a fraction of the cost.
+pub fn run_hybrid(
+    cfg: &HwConfig,
+    kind: &OpKind,
+    inputs: &[&[u32]],
+    faults: &FaultSchedule,
+) -> Result<OpOutput, HwError> {
+    run_inner(cfg, kind, inputs, ExecMode::CycleLevel, faults, true)
+}
+
+fn run_inner(
+    cfg: &HwConfig,
+    kind: &OpKind,
+    inputs: &[&[u32]],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+    hybrid: bool,
+) -> Result<OpOutput, HwError> {
+    let plan = build_plan(cfg, kind)?;
+    let lens = kind.input_lens();
+    if inputs.len() != lens.len() {
+        return Err(shape_err(kind, format!("takes {} inputs, got {}", lens.len(), inputs.len())));
+    }
+    for (i, (x, &l)) in inputs.iter().zip(&lens).enumerate() {
+        if x.len() != l {
+            return Err(shape_err(kind, format!("input {i} has {} elements, expected {l}", x.len())));
+        }
+    }
+    let t = plan_timing(cfg, kind, &plan);
+    for e in &faults.events {
+        e.site.validate(cfg)?;
+        if e.at.tile >= plan.count {
+            return Err(HwError::BadSite {
+                site: e.site.to_string(),
+                why: format!("tile {} out of range, the op has {} tiles", e.at.tile, plan.count),
+            });
+        }
+        let uses = match e.site.unit {
+            Unit::Mxu => kind.gemm_dims().is_some(),
+            Unit::Vpu => kind.gemm_dims().is_none(),
+            Unit::Acc | Unit::Wbuf => kind.gemm_dims().is_some(),
+            _ => true,
+        };
+        if !uses {
+            return Err(HwError::BadSite {
+                site: e.site.to_string(),
+                why: format!("{} does not use this unit", kind.describe()),
+            });
+        }
+    }
+    let out = match mode {
+        ExecMode::Functional => {
+            if !faults.is_empty() {
+                return Err(HwError::BadSite {
+                    site: faults.events[0].site.to_string(),
+                    why: "faults need cycle-level execution".into(),
+                });
+            }
+            functional(cfg, kind, inputs)?
+        }
+        ExecMode::CycleLevel => {
+            let mut m = Machine::new(cfg, kind, inputs, &plan, &t, faults)?;
+            m.hybrid = hybrid;
+            match kind.gemm_dims() {
+                Some(_) => m.run_gemm(mode)?,
+                None => m.run_vpu()?,
+            }
+            m.outputs()
+        }
+    };
+    Ok(OpOutput { out, timing: t })
+}
+
+/// The functional twin: whole operands, no memories.
+fn functional(cfg: &HwConfig, kind: &OpKind, inputs: &[&[u32]]) -> Result<Vec<Vec<u32>>, HwError> {
+    let none = FaultSchedule::none();
+    Ok(match *kind {
+        OpKind::Matmul { m, k, n } => {
+            let a = Matrix { rows: m, cols: k, data: inputs[0].to_vec() };
+            let w = Matrix { rows: k, cols: n, data: inputs[1].to_vec() };
+            vec![mxu::gemm(cfg, &a, &w, ExecMode::Functional, &none)?.out.data]
+        }
+        OpKind::Conv2d(c) => {
+            let (_, k, n) = c.gemm();
+            let a = c.im2col(inputs[0]);
+            let w = Matrix { rows: k, cols: n, data: inputs[1].to_vec() };
+            vec![mxu::gemm(cfg, &a, &w, ExecMode::Functional, &none)?.out.data]
+        }
+        _ => vpu_compute(cfg, kind, inputs, ExecMode::Functional, &[])?,
+    })
+}
+
+/// Runs an op's VPU instruction sequence on one chunk; `faults` are (event, cycle from the
+/// chunk's compute start).
+fn vpu_compute(
+    cfg: &HwConfig,
+    kind: &OpKind,
+    inputs: &[&[u32]],
+    mode: ExecMode,
+    faults: &[(FaultEvent, u64)],
+) -> Result<Vec<Vec<u32>>, HwError> {
+    let len = inputs[0].len();
+    let cycles = vpu_chunk_cycles(cfg, kind, len);
+    let mut offset = 0u64;
+    let mut sub_faults = |i: usize| {
+        let (lo, hi) = (offset, offset + cycles[i]);
+        offset = hi;
+        FaultSchedule {
+            events: faults
+                .iter()
+                .filter(|(_, c)| (lo..hi).contains(c))
+                .map(|(e, c)| FaultEvent { at: FaultTime { tile: 0, cycle: c - lo }, ..*e })
+                .collect(),
+        }
+    };
+    let run1 = |op: VpuOp, ins: &[&[u32]], f: &FaultSchedule| vpu::run(cfg, op, ins, mode, f);
+    match *kind {
+        OpKind::Softmax { cols, .. } => {
+            let ops = vpu_ops(kind, cols);
+            let x = inputs[0];
+            let expand = |v: &[u32]| v.iter().flat_map(|&b| std::iter::repeat_n(b, cols)).collect::<Vec<u32>>();
+            let f0 = sub_faults(0);
+            let mx = run1(ops[0], &[x], &f0)?.into_first();
+            let f1 = sub_faults(1);
+            let xs = run1(ops[1], &[x, &expand(&mx)], &f1)?.into_first();
+            let f2 = sub_faults(2);
+            let e = run1(ops[2], &[&xs], &f2)?.into_first();
+            let f3 = sub_faults(3);
+            let s = run1(ops[3], &[&e], &f3)?.into_first();
+            let f4 = sub_faults(4);
+            let inv = run1(ops[4], &[&s], &f4)?.into_first();
+            let f5 = sub_faults(5);
+            Ok(vec![run1(ops[5], &[&e, &expand(&inv)], &f5)?.into_first()])
+        }
+        _ => {
+            let f = sub_faults(0);
+            Ok(run1(vpu_ops(kind, 1)[0], inputs, &f)?.out)
+        }
+    }
+}
+
+/// What one DMA transfer moves: a 2-D block of `rows x cols` words.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    dir: Direction,
+    /// On-chip memory (loads: destination; stores: source).
+    sram: Unit,
+    dram_base: u64,
+    dram_stride: u64,
+    sram_base: u64,
+    sram_stride: u64,
+    rows: usize,
+    cols: usize,
+    /// Bytes per element for the bandwidth model.
+    eb: u64,
+}
+
+/// The memories and registers of one cycle-level op run.
+struct Machine<'a> {
+    cfg: &'a HwConfig,
+    kind: &'a OpKind,
+    plan: &'a Plan,
+    t: &'a OpTiming,
+    dram: Memory,
+    ub: Memory,
+    acc: Memory,
+    wbuf: Memory,
+    /// DRAM base address of each input and output.
+    in_base: Vec<u64>,
+    out_base: Vec<u64>,
+    mxu_faults: Vec<Vec<FaultEvent>>,
+    vpu_faults: Vec<Vec<(FaultEvent, u64)>>,
+    acc_addr_faults: Vec<(FaultEvent, u64)>,
+    tile_faults: Vec<(FaultEvent, u64)>,
+    src_faults: Vec<(FaultEvent, u64)>,
+    dst_faults: Vec<(FaultEvent, u64)>,
+    /// Step the MXU/VPU only for tiles with a fault in them.
+    hybrid: bool,
+}
+
+impl<'a> Machine<'a> {
+    fn new(
+        cfg: &'a HwConfig,
+        kind: &'a OpKind,
+        inputs: &[&[u32]],
+        plan: &'a Plan,
+        t: &'a OpTiming,
+        faults: &FaultSchedule,
+    ) -> Result<Machine<'a>, HwError> {
+        let mut base = 0u64;
+        let mut in_base = Vec::new();
+        for x in inputs {
+            in_base.push(base);
+            base += x.len() as u64;
+        }
+        let mut out_base = Vec::new();
+        for l in kind.output_lens() {
+            out_base.push(base);
+            base += l as u64;
+        }
+        // Only the op's footprint is materialised; DRAM words outside it hold nothing the op
+        // reads (a read through a faulty address there returns 0), so faults there are dead.
+        let dram_words = base;
+        let mut m = Machine {
+            cfg,
+            kind,
+            plan,
+            t,
+            dram: Memory::dram(dram_words),
+            ub: Memory::unified_buffer(cfg),
+            acc: Memory::accumulator(cfg),
+            wbuf: Memory::weight_buffer(cfg),
+            in_base,
+            out_base,
+            mxu_faults: vec![vec![]; plan.count],
+            vpu_faults: vec![vec![]; plan.count],
+            acc_addr_faults: vec![],
+            tile_faults: vec![],
+            src_faults: vec![],
+            dst_faults: vec![],
+            hybrid: false,
+        };
+        for (x, &b) in inputs.iter().zip(&m.in_base) {
+            m.dram.poke_slice(b, x);
+        }
+        for e in &faults.events {
+            let tile = e.at.tile;
+            let abs = t.tiles[tile].origin.saturating_add(e.at.cycle);
+            match (e.site.unit, e.site.register) {
+                (Unit::Mxu, _) => {
+                    m.mxu_faults[tile].push(FaultEvent { at: FaultTime { tile: 0, cycle: e.at.cycle }, ..*e })
+                }
+                (Unit::Vpu, _) => m.vpu_faults[tile].push((*e, e.at.cycle)),
+                (Unit::Ub, _) => m.ub.inject_event(e, abs)?,
+                (Unit::Acc, _) => m.acc.inject_event(e, abs)?,
+                (Unit::Wbuf, _) => m.wbuf.inject_event(e, abs)?,
+                (Unit::Dram, _) if (e.site.instance[0] as u64) < m.dram.words() => m.dram.inject_event(e, abs)?,
+                (Unit::Dram, _) => {}
+                (Unit::Seq, Register::AccAddr) => m.acc_addr_faults.push((*e, abs)),
+                (Unit::Seq, _) => m.tile_faults.push((*e, abs)),
+                (Unit::Dma, Register::SrcAddr) => m.src_faults.push((*e, abs)),
+                (Unit::Dma, _) => m.dst_faults.push((*e, abs)),
+            }
+        }
+        Ok(m)
+    }
+
+    fn outputs(&self) -> Vec<Vec<u32>> {
+        self.kind
+            .output_lens()
+            .iter()
+            .zip(&self.out_base)
+            .map(|(&l, &b)| (0..l as u64).map(|i| self.dram.peek(b + i).unwrap_or(0)).collect())
+            .collect()
+    }
+
+    fn sram(&mut self, u: Unit) -> &mut Memory {
+        match u {
+            Unit::Acc => &mut self.acc,
+            Unit::Wbuf => &mut self.wbuf,
+            _ => &mut self.ub,
+        }
+    }
+
+    fn sram_cfg(&self, u: Unit) -> &crate::config::SramConfig {
+        match u {
+            Unit::Acc => &self.cfg.memory.accumulator,
+            Unit::Wbuf => &self.cfg.memory.weight_buffer,
+            _ => &self.cfg.memory.unified_buffer,
+        }
+    }
+
+    /// Moves a block word by word through the DMA address registers.
+    fn transfer(&mut self, tr: &Transfer, b: &Block) {
+        let bw = dma::bandwidth(self.cfg, self.sram_cfg(b.sram), b.dir);
+        let dram_addr = |i: usize| b.dram_base + (i / b.cols) as u64 * b.dram_stride + (i % b.cols) as u64;
+        let sram_addr = |i: usize| b.sram_base + (i / b.cols) as u64 * b.sram_stride + (i % b.cols) as u64;
+        let (src_g, dst_g): (&dyn Fn(usize) -> u64, &dyn Fn(usize) -> u64) = match b.dir {
+            Direction::Load => (&dram_addr, &sram_addr),
+            Direction::Store => (&sram_addr, &dram_addr),
+        };
+        let n = b.rows * b.cols;
+        let src_faults = std::mem::take(&mut self.src_faults);
+        let dst_faults = std::mem::take(&mut self.dst_faults);
+        // The registers belong to the transfer in its data phase (requests are pipelined).
+        let load = tr.start + dma::overhead(self.cfg);
+        let mut src = AddrReg::new(src_g(0), DMA_ADDR_BITS, load, &src_faults);
+        let mut dst = AddrReg::new(dst_g(0), DMA_ADDR_BITS, load, &dst_faults);
+        for i in 0..n {
+            let t = dma::word_cycle(self.cfg, tr.start, i as u64, b.eb, bw);
+            let (s, d) = (src.use_at(t), dst.use_at(t));
+            match b.dir {
+                Direction::Load => {
+                    let v = self.dram.read(s, t);
+                    self.sram(b.sram).write(d, v, t);
+                }
+                Direction::Store => {
+                    let v = self.sram(b.sram).read(s, t);
+                    self.dram.write(d, v, t);
+                }
+            }
+            if i + 1 < n {
+                src.advance(src_g(i + 1) as i64 - src_g(i) as i64);
+                dst.advance(dst_g(i + 1) as i64 - dst_g(i) as i64);
+            }
+        }
+        self.src_faults = src_faults;
+        self.dst_faults = dst_faults;
+    }
+
+    fn gemm_block(&self, tr: &Transfer) -> Block {
+        let s = self.plan.sched.as_ref().expect("gemm plan");
+        let (m, k, n) = (s.m, s.k, s.n);
+        let c = self.cfg.mxu.cols;
+        let eb = self.cfg.mxu.input_format.bits() as u64 / 8;
+        let fold = &s.folds[tr.tile];
+        match tr.dir {
+            Direction::Load if tr.tile == 0 && tr.part == 0 => {
+                let len = self.kind.input_lens()[0];
+                let _ = (m, k);
+                Block {
+                    dir: tr.dir,
+                    sram: Unit::Ub,
+                    dram_base: 0,
+                    dram_stride: len as u64,
+                    sram_base: 0,
+                    sram_stride: len as u64,
+                    rows: 1,
+                    cols: len,
+                    eb,
+                }
+            }
+            Direction::Load => {
+                let slot = (tr.tile % self.plan.buffers) as u64 * self.plan.slot_words;
+                let (k0, rows) = match self.cfg.mxu.dataflow {
+                    Dataflow::WeightStationary => (fold.k0, fold.kr),
+                    Dataflow::OutputStationary => (0, k),
+                };
+                Block {
+                    dir: tr.dir,
+                    sram: Unit::Wbuf,
+                    dram_base: self.in_base[1] + (k0 * n + fold.n0) as u64,
+                    dram_stride: n as u64,
+                    sram_base: slot,
+                    sram_stride: c as u64,
+                    rows,
+                    cols: fold.nc,
+                    eb,
+                }
+            }
+            Direction::Store => {
+                let (m0, rows) = match self.cfg.mxu.dataflow {
+                    Dataflow::WeightStationary => (0, m),
+                    Dataflow::OutputStationary => (fold.m0, fold.mr),
+                };
+                let off = (m0 * n + fold.n0) as u64;
+                Block {
+                    dir: tr.dir,
+                    sram: Unit::Acc,
+                    dram_base: self.out_base[0] + off,
+                    dram_stride: n as u64,
+                    sram_base: off,
+                    sram_stride: n as u64,
+                    rows,
+                    cols: fold.nc,
+                    eb: 4,
+                }
+            }
+        }
+    }
+
+    fn run_gemm(&mut self, mode: ExecMode) -> Result<(), HwError> {
+        let prec = self.cfg.mxu.precision();
+        with_precision!(prec, F => self.run_gemm_typed::<F>(mode))
+    }
+
+    fn run_gemm_typed<F: MacFormat>(&mut self, mode: ExecMode) -> Result<(), HwError> {
+        let s = self.plan.sched.clone().expect("gemm plan");
+        // Actions in time order: transfers (DMA order) and fold slots; ties: transfers first.
+        let mut actions: Vec<(u64, usize, Option<usize>)> =
+            self.t.transfers.iter().enumerate().map(|(i, tr)| (tr.start, 0, Some(i))).collect();
+        actions.extend(self.t.tiles.iter().enumerate().map(|(q, tt)| (tt.compute_start, 1, Some(q))));
+        actions.sort_by_key(|&(t, k, i)| (t, k, i));
+        let tile_faults = std::mem::take(&mut self.tile_faults);
+        let mut counter = AddrReg::new(0, TILE_COUNTER_BITS, 0, &tile_faults);
+        let mut halted = false;
+        for (_, kind, idx) in actions {
+            let i = idx.expect("action index");
+            if kind == 0 {
+                let tr = self.t.transfers[i];
+                let b = self.gemm_block(&tr);
+                self.transfer(&tr, &b);
+                continue;
+            }
+            let q = i;
+            let cs = self.t.tiles[q].compute_start;
+            let c = counter.use_at(cs) as usize;
+            counter.advance(1);
+            if halted || c >= s.folds.len() {
+                halted = true;
+                continue;
+            }
+            self.fold::<F>(&s, q, c, cs, mode)?;
+        }
+        self.tile_faults = tile_faults;
+        Ok(())
+    }
+
+    /// Executes fold `c` of the schedule in fold slot `q` starting at cycle `cs`.
+    fn fold<F: MacFormat>(&mut self, s: &Schedule, q: usize, c: usize, cs: u64, mode: ExecMode) -> Result<(), HwError> {
+        let fold: Fold = s.folds[c];
+        let cfg = self.cfg;
+        let (r, cc) = (cfg.mxu.rows, cfg.mxu.cols);
+        let (m, k, n) = (s.m, s.k, s.n);
+        let mask = cfg.mxu.input_format.mask();
+        let slot = (c % self.plan.buffers) as u64 * self.plan.slot_words;
+        let conv = match self.kind {
+            OpKind::Conv2d(cv) => Some(*cv),
+            _ => None,
+        };
+        let ub = &self.ub;
+        let a_at = |mi: usize, ki: usize, t: u64| -> u32 {
+            let addr = match conv {
+                Some(cv) => cv.im2col_index(mi, ki).map(|e| e as u64),
+                None => Some((mi * k + ki) as u64),
+            };
+            addr.map_or(0, |a| ub.read(a, t) & mask)
+        };
+        let ws = cfg.mxu.dataflow == Dataflow::WeightStationary;
+        let (a, w) = if ws {
+            let a = Matrix::from_fn(m, fold.kr, |mi, i| a_at(mi, fold.k0 + i, cs + 1 + (mi + i) as u64));
+            let w = Matrix::from_fn(fold.kr, fold.nc, |i, j| {
+                self.wbuf.read(slot + (i * cc + j) as u64, cs + (i + j) as u64) & mask
+            });
+            (a, w)
+        } else {
+            let a = Matrix::from_fn(fold.mr, k, |i, ki| a_at(fold.m0 + i, ki, cs + (ki + i) as u64));
+            let w = Matrix::from_fn(k, fold.nc, |ki, j| {
+                self.wbuf.read(slot + (ki * cc + j) as u64, cs + (ki + j) as u64) & mask
+            });
+            (a, w)
+        };
+        // Faults past the fold's last cycle are dead (and would overflow the MXU's cycle count).
+        let fold_cycles = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols).total_cycles;
+        let events = std::mem::take(&mut self.mxu_faults[q]).into_iter().filter(|e| e.at.cycle < fold_cycles).collect();
+        let faults = FaultSchedule { events };
+        let mode = if self.hybrid && faults.is_empty() { ExecMode::Functional } else { mode };
+        let ps = mxu::gemm(cfg, &a, &w, mode, &faults)?.out;
+        // Accumulator writes, in time order, through seq.acc_addr.
+        let rows: Vec<(usize, u64)> = if ws {
+            (0..m).map(|mi| (mi, cs + (mi + r + fold.nc) as u64)).collect()
+        } else {
+            (0..fold.mr).rev().map(|i| (i, cs + s.period - 1 - i as u64)).collect()
+        };
+        let m0 = if ws { 0 } else { fold.m0 };
+        let golden = |row: usize| ((m0 + row) * n + fold.n0) as u64;
+        let width = addr_bits(cfg.memory.accumulator.words());
+        let mut reg = AddrReg::new(golden(rows[0].0), width, rows[0].1, &self.acc_addr_faults);
+        for (idx, &(row, t)) in rows.iter().enumerate() {
+            let base = reg.use_at(t);
+            for j in 0..fold.nc {
+                let addr = base + j as u64;
+                let p = ps.get(row, j);
+                let v = if fold.overwrite { p } else { F::add(self.acc.read(addr, t), p) };
+                self.acc.write(addr, v, t);
+            }
+            if let Some(&(next, _)) = rows.get(idx + 1) {
+                reg.advance(golden(next) as i64 - golden(row) as i64);
+            }
+        }
+        Ok(())
+    }
+
+    fn run_vpu(&mut self) -> Result<(), HwError> {
+        let lens = self.kind.input_lens();
+        let (ni, no) = (lens.len(), self.kind.output_lens().len());
+        let unit = match *self.kind {
+            OpKind::Softmax { cols, .. } => cols,
+            _ => 1,
+        };
+        let chunk_elems = self.plan.chunk * unit;
+        let total = lens[0];
+        let elems_of = |f: usize| chunk_elems.min(total - f * chunk_elems);
+        let buffers = self.plan.buffers;
+        let (in_base, out_base) = (self.in_base.clone(), self.out_base.clone());
+        let slot_base = |f: usize| (f % buffers) as u64 * ((ni + no) * chunk_elems) as u64;
+        let block = |tr: &Transfer| -> Block {
+            let f = tr.tile;
+            let len = elems_of(f);
+            let (dram, sram) = match tr.dir {
+                Direction::Load => (in_base[tr.part], slot_base(f) + (tr.part * chunk_elems) as u64),
+                Direction::Store => (out_base[tr.part], slot_base(f) + ((ni + tr.part) * chunk_elems) as u64),
+            };
+            Block {
+                dir: tr.dir,
+                sram: Unit::Ub,
+                dram_base: dram + (f * chunk_elems) as u64,
+                dram_stride: len as u64,
+                sram_base: sram,
+                sram_stride: len as u64,
+                rows: 1,
+                cols: len,
+                eb: 4,
+            }
+        };
+        let mut actions: Vec<(u64, usize, usize)> =
+            self.t.transfers.iter().enumerate().map(|(i, tr)| (tr.start, 0, i)).collect();
+        actions.extend(self.t.tiles.iter().enumerate().map(|(q, tt)| (tt.compute_start, 1, q)));
+        actions.sort();
+        let tile_faults = std::mem::take(&mut self.tile_faults);
+        let mut counter = AddrReg::new(0, TILE_COUNTER_BITS, 0, &tile_faults);
+        let mut halted = false;
+        for (_, kind, i) in actions {
+            if kind == 0 {
+                let tr = self.t.transfers[i];
+                let b = block(&tr);
+                self.transfer(&tr, &b);
+                continue;
+            }
+            let q = i;
+            let tt = self.t.tiles[q];
+            let c = counter.use_at(tt.compute_start) as usize;
+            counter.advance(1);
+            if halted || c >= self.plan.count {
+                halted = true;
+                continue;
+            }
+            let len = elems_of(c);
+            let base = slot_base(c);
+            let cs = tt.compute_start;
+            // Single-instruction ops read each vector's operands at its issue and write each
+            // result at its write-back; softmax reads at the chunk start, writes at the end.
+            let times = match self.kind {
+                OpKind::Softmax { .. } => None,
+                k => vpu::element_cycles(self.cfg, &vpu_ops(k, 1)[0], len),
+            };
+            let ins: Vec<Vec<u32>> = (0..ni)
+                .map(|p| {
+                    (0..len)
+                        .map(|e| {
+                            let t = times.as_ref().map_or(cs, |(r, _)| cs + r[e]);
+                            self.ub.read(base + (p * chunk_elems + e) as u64, t)
+                        })
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
+            let faults = std::mem::take(&mut self.vpu_faults[q]);
+            let mode = if self.hybrid && faults.is_empty() { ExecMode::Functional } else { ExecMode::CycleLevel };
+            let outs = vpu_compute(self.cfg, self.kind, &refs, mode, &faults)?;
+            let end = tt.ready.saturating_sub(1).max(cs);
+            for (o, vals) in outs.iter().enumerate() {
+                for (e, &v) in vals.iter().enumerate() {
+                    let t = times.as_ref().map_or(end, |(_, w)| cs + w[o][e]);
+                    self.ub.write(base + ((ni + o) * chunk_elems + e) as u64, v, t);
+                }
+            }
+        }
+        self.tile_faults = tile_faults;
+        Ok(())
+    }
+}
