@@ -1,0 +1,352 @@
+//! Builds the step graph of a [`ModelSpec`]: layers to forward nodes, loss, autodiff, optimizer.
+
+use crate::autodiff;
+use crate::error::GraphError;
+use crate::graph::OpGraph;
+use crate::op::{Op, Phase, Window};
+use crate::spec::{LayerOp, LayerSpec, LossSpec, ModelSpec};
+use crate::train_graph::{Init, OptStateInfo, OptimizerSpec, ParamInfo, TrainGraph};
+use petgraph::graph::NodeIndex;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+struct Param {
+    name: String,
+    layer: String,
+    shape: Vec<usize>,
+    init: Init,
+    node: NodeIndex,
+}
+
+struct Builder<'a> {
+    g: OpGraph,
+    layer: &'a LayerSpec,
+    params: &'a mut Vec<Param>,
+}
+
+impl Builder<'_> {
+    fn file(&self) -> PathBuf {
+        self.g.file.clone()
+    }
+
+    fn op(&mut self, op: Op, what: &str, inputs: &[NodeIndex]) -> Result<NodeIndex, GraphError> {
+        let name = format!("{}.{what}", self.layer.name);
+        self.g.add(op, &name, &self.layer.name, Phase::Forward, inputs)
+    }
+
+    fn param(&mut self, role: &str, shape: Vec<usize>, init: Init) -> Result<NodeIndex, GraphError> {
+        let name = format!("{}.{role}", self.layer.name);
+        let node = self.g.placeholder(Op::Param, &name, &self.layer.name, Phase::Forward, shape.clone())?;
+        self.params.push(Param { name, layer: self.layer.name.clone(), shape, init, node });
+        Ok(node)
+    }
+
+    fn shape(&self, i: NodeIndex) -> Vec<usize> {
+        self.g.node(i).shape.clone()
+    }
+
+    fn shape_err(&self, expected: String, found: &[usize]) -> GraphError {
+        GraphError::Shape {
+            file: self.file(),
+            node: self.layer.name.clone(),
+            op: layer_kind(&self.layer.op).into(),
+            expected,
+            found: format!("{found:?}"),
+        }
+    }
+
+    fn invalid(&self, message: String) -> GraphError {
+        GraphError::Invalid { file: self.file(), node: self.layer.name.clone(), message }
+    }
+
+    /// Forward nodes of the layer; returns its output node.
+    fn layer(&mut self, ins: &[NodeIndex]) -> Result<NodeIndex, GraphError> {
+        let x = ins[0];
+        let xs = self.shape(x);
+        let glorot = |fan_in: usize, fan_out: usize| Init::Uniform { limit: (6.0 / (fan_in + fan_out) as f64).sqrt() };
+        match self.layer.op.clone() {
+            LayerOp::Dense { units, bias } => {
+                if units == 0 {
+                    return Err(self.invalid("Dense `units` must be >= 1".into()));
+                }
+                if xs.len() < 2 {
+                    return Err(self.shape_err("input [B, .., K]".into(), &xs));
+                }
+                let k = xs[xs.len() - 1];
+                let w = self.param("weight", vec![k, units], glorot(k, units))?;
+                let mut y = if xs.len() == 2 {
+                    self.op(Op::MatMul { trans_a: false, trans_b: false }, "matmul", &[x, w])?
+                } else {
+                    let rows = xs[..xs.len() - 1].iter().product();
+                    let flat = self.op(Op::Reshape { shape: vec![rows, k] }, "flatten", &[x])?;
+                    let mm = self.op(Op::MatMul { trans_a: false, trans_b: false }, "matmul", &[flat, w])?;
+                    let mut out = xs[..xs.len() - 1].to_vec();
+                    out.push(units);
+                    self.op(Op::Reshape { shape: out }, "unflatten", &[mm])?
+                };
+                if bias {
+                    let b = self.param("bias", vec![units], Init::Zeros)?;
+                    y = self.op(Op::BiasAdd, "bias_add", &[y, b])?;
+                }
+                Ok(y)
+            }
+            LayerOp::Conv2d { filters, kernel, stride, padding } => {
+                if filters == 0 || kernel == 0 || stride == 0 {
+                    return Err(self.invalid("Conv2d `filters`, `kernel` and `stride` must be >= 1".into()));
+                }
+                if xs.len() != 4 {
+                    return Err(self.shape_err("input [B, H, W, C] (NHWC)".into(), &xs));
+                }
+                let window = Window { kh: kernel, kw: kernel, stride, padding };
+                let Some((oh, ow)) = window.output_hw(xs[1], xs[2]) else {
+                    return Err(self.shape_err(format!("H, W >= {kernel} - 2*{padding}"), &xs));
+                };
+                let fan_in = kernel * kernel * xs[3];
+                let w = self.param("weight", vec![fan_in, filters], glorot(fan_in, filters))?;
+                let cols = self.op(Op::Im2Col { window }, "im2col", &[x])?;
+                let mm = self.op(Op::MatMul { trans_a: false, trans_b: false }, "matmul", &[cols, w])?;
+                let y = self.op(Op::Reshape { shape: vec![xs[0], oh, ow, filters] }, "unflatten", &[mm])?;
+                let b = self.param("bias", vec![filters], Init::Zeros)?;
+                self.op(Op::BiasAdd, "bias_add", &[y, b])
+            }
+            LayerOp::Relu => self.op(Op::Relu, "relu", &[x]),
+            LayerOp::Gelu => self.op(Op::Gelu, "gelu", &[x]),
+            LayerOp::Softmax => self.op(Op::Softmax, "softmax", &[x]),
+            LayerOp::LayerNorm { eps } => {
+                if !(eps.is_finite() && eps > 0.0) {
+                    return Err(self.invalid(format!("LayerNorm `eps` = {eps}: must be a positive number")));
+                }
+                let d = *xs.last().unwrap_or(&0);
+                let n = self.op(Op::LayerNorm { eps }, "normalize", &[x])?;
+                let gamma = self.param("gamma", vec![d], Init::Ones)?;
+                let beta = self.param("beta", vec![d], Init::Zeros)?;
+                let s = self.op(Op::RowScale, "scale", &[n, gamma])?;
+                self.op(Op::BiasAdd, "shift", &[s, beta])
+            }
+            LayerOp::Flatten => {
+                let rest: usize = xs[1..].iter().product();
+                self.op(Op::Reshape { shape: vec![xs[0], rest] }, "flatten", &[x])
+            }
+            LayerOp::Reshape { shape } => {
+                let mut s = vec![xs[0]];
+                s.extend(shape);
+                self.op(Op::Reshape { shape: s }, "reshape", &[x])
+            }
+            LayerOp::Add => self.op(Op::Add, "add", &[x, ins[1]]),
+            LayerOp::Positional => {
+                if xs.len() != 3 {
+                    return Err(self.shape_err("input [B, T, D]".into(), &xs));
+                }
+                let table = self.param("table", vec![xs[1], xs[2]], Init::Uniform { limit: 0.1 })?;
+                self.op(Op::BiasAdd, "add", &[x, table])
+            }
+            LayerOp::Attention => {
+                let (ks, vs) = (self.shape(ins[1]), self.shape(ins[2]));
+                if xs.len() != 3 {
+                    return Err(self.shape_err("q: [B, T, D]".into(), &xs));
+                }
+                if ks != xs || vs != xs {
+                    return Err(self.shape_err(format!("k, v: {xs:?} (same as q)"), if ks != xs { &ks } else { &vs }));
+                }
+                let scores = self.op(Op::MatMul { trans_a: false, trans_b: true }, "scores", &[x, ins[1]])?;
+                let scaled = self.op(Op::Scale { factor: 1.0 / (xs[2] as f64).sqrt() }, "scale", &[scores])?;
+                let p = self.op(Op::Softmax, "softmax", &[scaled])?;
+                self.op(Op::MatMul { trans_a: false, trans_b: false }, "context", &[p, ins[2]])
+            }
+            LayerOp::MeanPool => self.op(Op::MeanPool, "mean_pool", &[x]),
+        }
+    }
+}
+
+/// Name of a layer kind for errors.
+fn layer_kind(op: &LayerOp) -> &'static str {
+    match op {
+        LayerOp::Dense { .. } => "Dense",
+        LayerOp::Conv2d { .. } => "Conv2d",
+        LayerOp::Relu => "Relu",
+        LayerOp::Gelu => "Gelu",
+        LayerOp::Softmax => "Softmax",
+        LayerOp::LayerNorm { .. } => "LayerNorm",
+        LayerOp::Flatten => "Flatten",
+        LayerOp::Reshape { .. } => "Reshape",
+        LayerOp::Add => "Add",
+        LayerOp::Positional => "Positional",
+        LayerOp::Attention => "Attention",
+        LayerOp::MeanPool => "MeanPool",
+    }
+}
+
+fn check_optimizer(file: &Path, o: &OptimizerSpec) -> Result<(), GraphError> {
+    let bad = |message: String| GraphError::Invalid { file: file.to_path_buf(), node: "optimizer".into(), message };
+    let (lr, extra): (f64, Vec<(&str, f64)>) = match *o {
+        OptimizerSpec::Sgd { lr } => (lr, vec![]),
+        OptimizerSpec::Momentum { lr, momentum } => (lr, vec![("momentum", momentum)]),
+        OptimizerSpec::Adam { lr, beta1, beta2, eps } => {
+            if !(eps.is_finite() && eps > 0.0) {
+                return Err(bad(format!("eps = {eps}: must be a positive number")));
+            }
+            (lr, vec![("beta1", beta1), ("beta2", beta2)])
+        }
+    };
+    if !(lr.is_finite() && lr > 0.0) {
+        return Err(bad(format!("lr = {lr}: must be a positive number")));
+    }
+    for (name, v) in extra {
+        if !(0.0..1.0).contains(&v) {
+            return Err(bad(format!("{name} = {v}: must be in [0, 1)")));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) -> Result<TrainGraph, GraphError> {
+    let file = spec.file.clone();
+    let invalid = |node: &str, message: String| GraphError::Invalid { file: file.clone(), node: node.into(), message };
+    if batch == 0 {
+        return Err(invalid("model", "batch size must be >= 1".into()));
+    }
+    if spec.layers.is_empty() {
+        return Err(invalid("model", "no layers".into()));
+    }
+    if spec.input.is_empty() || spec.input.contains(&0) || spec.outputs == 0 {
+        return Err(invalid(
+            "model",
+            format!("`input` {:?} and `outputs` {} must be non-empty and non-zero", spec.input, spec.outputs),
+        ));
+    }
+    check_optimizer(&file, &optimizer)?;
+
+    let mut g = OpGraph::new(file.clone());
+    let mut shape = vec![batch];
+    shape.extend(&spec.input);
+    let input = g.placeholder(Op::Input, "input", "input", Phase::Forward, shape)?;
+    let mut env: BTreeMap<String, NodeIndex> = BTreeMap::from([("input".to_string(), input)]);
+    let mut params = Vec::new();
+    let mut prev = input;
+    for layer in &spec.layers {
+        if env.contains_key(&layer.name) || layer.name == "loss" || layer.name == "labels" || layer.name == "step" {
+            return Err(GraphError::Duplicate { file: file.clone(), node: layer.name.clone() });
+        }
+        let ins: Vec<NodeIndex> = if layer.inputs.is_empty() {
+            vec![prev]
+        } else {
+            layer
+                .inputs
+                .iter()
+                .map(|n| {
+                    env.get(n).copied().ok_or_else(|| GraphError::UnknownInput {
+                        file: file.clone(),
+                        node: layer.name.clone(),
+                        input: n.clone(),
+                        known: env.keys().cloned().collect::<Vec<_>>().join(", "),
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        };
+        let want = match layer.op {
+            LayerOp::Add => 2,
+            LayerOp::Attention => 3,
+            _ => 1,
+        };
+        if ins.len() != want {
+            return Err(invalid(
+                &layer.name,
+                format!("{} takes {want} input(s), found {}", layer_kind(&layer.op), ins.len()),
+            ));
+        }
+        let mut b = Builder { g, layer, params: &mut params };
+        let out = b.layer(&ins);
+        g = b.g;
+        prev = out?;
+        env.insert(layer.name.clone(), prev);
+    }
+    let output = prev;
+    let out_shape = g.node(output).shape.clone();
+    if out_shape != [batch, spec.outputs] {
+        return Err(GraphError::Shape {
+            file: file.clone(),
+            node: g.node(output).layer.clone(),
+            op: "model output".into(),
+            expected: format!("[{batch}, {}] (batch, outputs)", spec.outputs),
+            found: format!("{out_shape:?}"),
+        });
+    }
+    let labels = g.placeholder(Op::Label, "labels", "input", Phase::Forward, out_shape)?;
+    let loss_op = match spec.loss {
+        LossSpec::SoftmaxCrossEntropy => Op::SoftmaxCrossEntropy,
+        LossSpec::Mse => Op::Mse,
+    };
+    let loss = g.add(loss_op, "loss", "loss", Phase::Forward, &[output, labels])?;
+    let nodes: Vec<NodeIndex> = params.iter().map(|p| p.node).collect();
+    let grads = autodiff::backward(&mut g, loss, &nodes)?;
+
+    let step = match optimizer {
+        OptimizerSpec::Adam { .. } => Some(g.placeholder(Op::Step, "step", "input", Phase::Update, vec![1])?),
+        _ => None,
+    };
+    let mut infos = Vec::new();
+    let mut opt_state = Vec::new();
+    for (p, &grad) in params.iter().zip(&grads) {
+        let state = |g: &mut OpGraph, role: &str| -> Result<(String, NodeIndex), GraphError> {
+            let name = format!("{}.{role}", p.name);
+            let node = g.placeholder(Op::OptState, &name, &p.layer, Phase::Update, p.shape.clone())?;
+            Ok((name, node))
+        };
+        let upd =
+            |g: &mut OpGraph, op: Op, name: &str, ins: &[NodeIndex]| g.add(op, name, &p.layer, Phase::Update, ins);
+        let next_name = format!("{}.next", p.name);
+        let next = match optimizer {
+            OptimizerSpec::Sgd { lr } => upd(&mut g, Op::SgdUpdate { lr }, &next_name, &[p.node, grad])?,
+            OptimizerSpec::Momentum { lr, momentum } => {
+                let (name, v) = state(&mut g, "momentum")?;
+                let v2 = upd(&mut g, Op::MomentumVelocity { momentum }, &format!("{name}.next"), &[v, grad])?;
+                opt_state.push(OptStateInfo { name, param: p.name.clone(), shape: p.shape.clone(), node: v, next: v2 });
+                upd(&mut g, Op::SgdUpdate { lr }, &next_name, &[p.node, v2])?
+            }
+            OptimizerSpec::Adam { lr, beta1, beta2, eps } => {
+                let (mname, m) = state(&mut g, "adam_m")?;
+                let (vname, v) = state(&mut g, "adam_v")?;
+                let m2 = upd(&mut g, Op::AdamMoment { beta: beta1 }, &format!("{mname}.next"), &[m, grad])?;
+                let v2 = upd(&mut g, Op::AdamSecondMoment { beta: beta2 }, &format!("{vname}.next"), &[v, grad])?;
+                opt_state.push(OptStateInfo {
+                    name: mname,
+                    param: p.name.clone(),
+                    shape: p.shape.clone(),
+                    node: m,
+                    next: m2,
+                });
+                opt_state.push(OptStateInfo {
+                    name: vname,
+                    param: p.name.clone(),
+                    shape: p.shape.clone(),
+                    node: v,
+                    next: v2,
+                });
+                let t = step.expect("Adam graphs have a step placeholder");
+                upd(&mut g, Op::AdamUpdate { lr, beta1, beta2, eps }, &next_name, &[p.node, m2, v2, t])?
+            }
+        };
+        infos.push(ParamInfo {
+            name: p.name.clone(),
+            layer: p.layer.clone(),
+            shape: p.shape.clone(),
+            init: p.init,
+            node: p.node,
+            grad,
+            next,
+        });
+    }
+    Ok(TrainGraph {
+        model: spec.name.clone(),
+        batch,
+        optimizer,
+        graph: g,
+        input,
+        labels,
+        step,
+        output,
+        loss,
+        params: infos,
+        opt_state,
+    })
+}

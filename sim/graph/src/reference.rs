@@ -1,0 +1,289 @@
+//! The f64 reference interpreter: the exact maths of every [`Op`], on the host.
+//!
+//! It is the golden model for gradient checks and for the executor's f64 comparison; it is
+//! written for clarity, not speed (models here are tiny).
+
+use crate::error::GraphError;
+use crate::graph::OpGraph;
+use crate::op::{Op, Window};
+use crate::tensor::Tensor;
+use petgraph::graph::NodeIndex;
+use std::collections::BTreeMap;
+
+/// The value of every node after evaluation, indexed by node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Values {
+    values: Vec<Tensor>,
+}
+
+impl Values {
+    /// Value of node `i`.
+    pub fn get(&self, i: NodeIndex) -> Option<&Tensor> {
+        self.values.get(i.index())
+    }
+
+    /// Value of the node called `name` in `g`.
+    pub fn by_name<'a>(&'a self, g: &OpGraph, name: &str) -> Option<&'a Tensor> {
+        g.find(name).and_then(|i| self.get(i))
+    }
+}
+
+/// Evaluates every node of `g` in order. `feeds` binds each placeholder by node name.
+pub fn eval(g: &OpGraph, feeds: &BTreeMap<String, Tensor>) -> Result<Values, GraphError> {
+    match g.indices().last() {
+        Some(last) => eval_until(g, feeds, last),
+        None => Ok(Values { values: vec![] }),
+    }
+}
+
+/// Evaluates nodes `0..=last` only (e.g. `last = tg.loss` for forward + loss, no backward);
+/// placeholders after `last` need no feed.
+pub fn eval_until(g: &OpGraph, feeds: &BTreeMap<String, Tensor>, last: NodeIndex) -> Result<Values, GraphError> {
+    let mut values: Vec<Tensor> = Vec::with_capacity(g.len());
+    for i in g.indices().take_while(|i| i.index() <= last.index()) {
+        let node = g.node(i);
+        let v = if node.op.is_placeholder() {
+            let kind = match node.op {
+                Op::Input => "input",
+                Op::Label => "label",
+                Op::Step => "step",
+                Op::Param => "parameter",
+                _ => "optimizer state",
+            };
+            let t = feeds.get(&node.name).ok_or_else(|| GraphError::MissingValue {
+                kind,
+                name: node.name.clone(),
+                expected: node.shape.clone(),
+            })?;
+            if t.shape != node.shape || t.data.len() != t.shape.iter().product::<usize>() {
+                return Err(GraphError::ValueShape {
+                    name: node.name.clone(),
+                    expected: node.shape.clone(),
+                    found: t.shape.clone(),
+                });
+            }
+            t.clone()
+        } else {
+            let ins: Vec<&Tensor> = node.inputs.iter().map(|j| &values[j.index()]).collect();
+            let data = apply(&node.op, &ins, &node.shape);
+            Tensor { shape: node.shape.clone(), data }
+        };
+        values.push(v);
+    }
+    Ok(Values { values })
+}
+
+fn last(t: &Tensor) -> usize {
+    *t.shape.last().unwrap_or(&1)
+}
+
+fn gelu(x: f64) -> f64 {
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+}
+
+fn gelu_grad(x: f64) -> f64 {
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    let u = c * (x + 0.044715 * x * x * x);
+    let t = u.tanh();
+    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x)
+}
+
+fn softmax_rows(x: &[f64], c: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks(c) {
+        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = row.iter().map(|v| (v - m).exp()).collect();
+        let s: f64 = e.iter().sum();
+        out.extend(e.iter().map(|v| v / s));
+    }
+    out
+}
+
+/// `(mean, 1/sqrt(var + eps))` of a row.
+fn row_stats(row: &[f64], eps: f64) -> (f64, f64) {
+    let d = row.len() as f64;
+    let mean = row.iter().sum::<f64>() / d;
+    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+/// Source offset in `x [N,H,W,C]` of im2col entry (row, col), or `None` in the padding.
+fn im2col_src(w: &Window, img: &[usize], row: usize, col: usize) -> Option<usize> {
+    let (h, wd, c) = (img[1], img[2], img[3]);
+    let (oh, ow) = w.output_hw(h, wd)?;
+    let (n, r) = (row / (oh * ow), row % (oh * ow));
+    let (y0, x0) = (r / ow, r % ow);
+    let (ij, ch) = (col / c, col % c);
+    let (i, j) = (ij / w.kw, ij % w.kw);
+    let y = (y0 * w.stride + i).checked_sub(w.padding)?;
+    let x = (x0 * w.stride + j).checked_sub(w.padding)?;
+    (y < h && x < wd).then(|| ((n * h + y) * wd + x) * c + ch)
+}
+
+/// Row-major product of `op(a) [m,k]` and `op(b) [k,n]` given raw 2-D slices.
+#[allow(clippy::too_many_arguments)]
+fn matmul2(a: &[f64], ar: usize, ac: usize, ta: bool, b: &[f64], br: usize, bc: usize, tb: bool, out: &mut Vec<f64>) {
+    let (m, k) = if ta { (ac, ar) } else { (ar, ac) };
+    let n = if tb { br } else { bc };
+    let at = |i: usize, p: usize| if ta { a[p * ac + i] } else { a[i * ac + p] };
+    let bt = |p: usize, j: usize| if tb { b[j * bc + p] } else { b[p * bc + j] };
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0.0;
+            for p in 0..k {
+                s += at(i, p) * bt(p, j);
+            }
+            out.push(s);
+        }
+    }
+}
+
+/// Computes one op's output data. Shapes were checked when the node was added.
+pub fn apply(op: &Op, ins: &[&Tensor], out_shape: &[usize]) -> Vec<f64> {
+    let n_out: usize = out_shape.iter().product();
+    let x = ins.first().map(|t| t.data.as_slice()).unwrap_or(&[]);
+    let zip =
+        |f: &dyn Fn(f64, f64) -> f64| -> Vec<f64> { x.iter().zip(&ins[1].data).map(|(&a, &b)| f(a, b)).collect() };
+    match op {
+        Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState => vec![0.0; n_out],
+        Op::MatMul { trans_a, trans_b } => {
+            let (a, b) = (ins[0], ins[1]);
+            let r = a.shape.len();
+            let g = if r == 3 { a.shape[0] } else { 1 };
+            let (ar, ac, br, bc) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 2], b.shape[r - 1]);
+            let mut out = Vec::with_capacity(n_out);
+            for gi in 0..g {
+                let sa = &a.data[gi * ar * ac..(gi + 1) * ar * ac];
+                let sb = &b.data[gi * br * bc..(gi + 1) * br * bc];
+                matmul2(sa, ar, ac, *trans_a, sb, br, bc, *trans_b, &mut out);
+            }
+            out
+        }
+        Op::Im2Col { window } => {
+            let cols = out_shape[1];
+            (0..n_out).map(|e| im2col_src(window, &ins[0].shape, e / cols, e % cols).map_or(0.0, |s| x[s])).collect()
+        }
+        Op::Col2Im { window, image } => {
+            let mut out = vec![0.0; n_out];
+            let cols = ins[0].shape[1];
+            for (e, &v) in x.iter().enumerate() {
+                if let Some(s) = im2col_src(window, image, e / cols, e % cols) {
+                    out[s] += v;
+                }
+            }
+            out
+        }
+        Op::Reshape { .. } => x.to_vec(),
+        Op::BiasAdd => {
+            let b = &ins[1].data;
+            x.iter().enumerate().map(|(e, v)| v + b[e % b.len()]).collect()
+        }
+        Op::RowScale => {
+            let g = &ins[1].data;
+            x.iter().enumerate().map(|(e, v)| v * g[e % g.len()]).collect()
+        }
+        Op::Add => zip(&|a, b| a + b),
+        Op::Mul => zip(&|a, b| a * b),
+        Op::Scale { factor } => x.iter().map(|v| v * factor).collect(),
+        Op::SumToShape { .. } => {
+            let mut out = vec![0.0; n_out];
+            for (e, v) in x.iter().enumerate() {
+                out[e % n_out] += v;
+            }
+            out
+        }
+        Op::Relu => x.iter().map(|&v| if v > 0.0 { v } else { 0.0 }).collect(),
+        Op::ReluGrad => zip(&|x, dy| if x > 0.0 { dy } else { 0.0 }),
+        Op::Gelu => x.iter().map(|&v| gelu(v)).collect(),
+        Op::GeluGrad => zip(&|x, dy| dy * gelu_grad(x)),
+        Op::Softmax => softmax_rows(x, last(ins[0])),
+        Op::SoftmaxGrad => {
+            let c = last(ins[0]);
+            let mut out = Vec::with_capacity(n_out);
+            for (y, dy) in x.chunks(c).zip(ins[1].data.chunks(c)) {
+                let s: f64 = y.iter().zip(dy).map(|(a, b)| a * b).sum();
+                out.extend(y.iter().zip(dy).map(|(y, dy)| y * (dy - s)));
+            }
+            out
+        }
+        Op::LayerNorm { eps } => {
+            let mut out = Vec::with_capacity(n_out);
+            for row in x.chunks(last(ins[0])) {
+                let (mean, rstd) = row_stats(row, *eps);
+                out.extend(row.iter().map(|v| (v - mean) * rstd));
+            }
+            out
+        }
+        Op::LayerNormGrad { eps } => {
+            let d = last(ins[0]);
+            let mut out = Vec::with_capacity(n_out);
+            for (row, dy) in x.chunks(d).zip(ins[1].data.chunks(d)) {
+                let (mean, rstd) = row_stats(row, *eps);
+                let y: Vec<f64> = row.iter().map(|v| (v - mean) * rstd).collect();
+                let mdy = dy.iter().sum::<f64>() / d as f64;
+                let mdyy = dy.iter().zip(&y).map(|(a, b)| a * b).sum::<f64>() / d as f64;
+                out.extend(dy.iter().zip(&y).map(|(g, y)| (g - mdy - y * mdyy) * rstd));
+            }
+            out
+        }
+        Op::MeanPool => {
+            let (n, t, d) = (ins[0].shape[0], ins[0].shape[1], ins[0].shape[2]);
+            let mut out = vec![0.0; n * d];
+            for b in 0..n {
+                for s in 0..t {
+                    for k in 0..d {
+                        out[b * d + k] += x[(b * t + s) * d + k] / t as f64;
+                    }
+                }
+            }
+            out
+        }
+        Op::MeanPoolGrad { len } => {
+            let d = ins[0].shape[1];
+            (0..n_out).map(|e| x[(e / (len * d)) * d + e % d] / *len as f64).collect()
+        }
+        Op::SoftmaxCrossEntropy => {
+            let (n, c) = (ins[0].shape[0], ins[0].shape[1]);
+            let mut loss = 0.0;
+            for (z, y) in x.chunks(c).zip(ins[1].data.chunks(c)) {
+                let m = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let lse = m + z.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+                loss -= z.iter().zip(y).map(|(z, y)| y * (z - lse)).sum::<f64>();
+            }
+            vec![loss / n as f64]
+        }
+        Op::SoftmaxCrossEntropyGrad => {
+            let (n, c) = (ins[0].shape[0], ins[0].shape[1]);
+            let p = softmax_rows(x, c);
+            let mut out = Vec::with_capacity(n_out);
+            for (p, y) in p.chunks(c).zip(ins[1].data.chunks(c)) {
+                let sy: f64 = y.iter().sum();
+                out.extend(p.iter().zip(y).map(|(p, y)| (p * sy - y) / n as f64));
+            }
+            out
+        }
+        Op::Mse => {
+            let s: f64 = zip(&|p, t| (p - t) * (p - t)).iter().sum();
+            vec![s / x.len() as f64]
+        }
+        Op::MseGrad => {
+            let n = x.len() as f64;
+            zip(&|p, t| 2.0 * (p - t) / n)
+        }
+        Op::SgdUpdate { lr } => zip(&|w, g| w - lr * g),
+        Op::MomentumVelocity { momentum } => zip(&|v, g| momentum * v + g),
+        Op::AdamMoment { beta } => zip(&|m, g| beta * m + (1.0 - beta) * g),
+        Op::AdamSecondMoment { beta } => zip(&|v, g| beta * v + (1.0 - beta) * g * g),
+        Op::AdamUpdate { lr, beta1, beta2, eps } => {
+            let t = ins[3].data[0];
+            let (c1, c2) = (1.0 - beta1.powf(t), 1.0 - beta2.powf(t));
+            (0..n_out)
+                .map(|e| {
+                    let (w, m, v) = (x[e], ins[1].data[e], ins[2].data[e]);
+                    w - lr * (m / c1) / ((v / c2).sqrt() + eps)
+                })
+                .collect()
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Model definitions in RON (`models/*.ron`): a named list of layers and a loss.
+//!
+//! ```ron
+//! (
+//!     name: "mlp-digits",
+//!     input: [64],             // per-example shape; the graph input is [batch, 64]
+//!     outputs: 10,             // classes (SoftmaxCrossEntropy) or targets (Mse)
+//!     loss: SoftmaxCrossEntropy,
+//!     layers: [
+//!         (name: "fc1", op: Dense(units: 64)),   // input: the previous layer (or `input`)
+//!         (name: "relu1", op: Relu),
+//!         (name: "fc2", op: Dense(units: 10)),
+//!     ],
+//! )
+//! ```
+//!
+//! A layer reads the previous layer unless it lists `inputs: ["name", ...]`; `input` names the
+//! model input. The last layer is the model output, fed to the loss.
+
+use crate::error::GraphError;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A whole model file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    /// Model name, e.g. `mlp-digits`.
+    pub name: String,
+    /// Free text: the task and dataset the model expects.
+    #[serde(default)]
+    pub description: String,
+    /// Per-example input shape (without the batch dimension). Images are `[H, W, C]`.
+    pub input: Vec<usize>,
+    /// Output width: number of classes, or of regression targets for `Mse`.
+    pub outputs: usize,
+    /// Loss on the last layer's output.
+    pub loss: LossSpec,
+    /// Layers in order.
+    pub layers: Vec<LayerSpec>,
+    /// File the spec was loaded from (named in errors); not part of the RON.
+    #[serde(skip, default = "inline")]
+    pub file: PathBuf,
+}
+
+fn inline() -> PathBuf {
+    PathBuf::from("<inline>")
+}
+
+/// The loss of a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LossSpec {
+    /// Softmax + cross-entropy against one-hot labels `[batch, outputs]`.
+    SoftmaxCrossEntropy,
+    /// Mean squared error against targets `[batch, outputs]`.
+    Mse,
+}
+
+/// One layer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerSpec {
+    /// Unique layer name; parameters are named `<layer>.weight`, `<layer>.bias`, ...
+    pub name: String,
+    /// What the layer does.
+    pub op: LayerOp,
+    /// Names of input layers (`input` for the model input); default: the previous layer.
+    #[serde(default)]
+    pub inputs: Vec<String>,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn true_() -> bool {
+    true
+}
+
+fn ln_eps() -> f64 {
+    1e-5
+}
+
+/// Layer kinds. Shapes below include the batch dimension `B`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum LayerOp {
+    /// `[B, .., K] -> [B, .., units]`: `x * weight [K, units] + bias [units]` on the last dim.
+    Dense {
+        /// Output features.
+        units: usize,
+        /// Whether to add a bias (default true).
+        #[serde(default = "true_")]
+        bias: bool,
+    },
+    /// NHWC convolution `[B, H, W, C] -> [B, OH, OW, filters]` via im2col; `weight` is
+    /// `[kernel*kernel*C, filters]` (row `(i*kernel + j)*C + c`), `bias` is `[filters]`.
+    Conv2d {
+        /// Output channels.
+        filters: usize,
+        /// Square kernel size.
+        kernel: usize,
+        /// Stride (default 1).
+        #[serde(default = "one")]
+        stride: usize,
+        /// Zero padding on each side (default 0).
+        #[serde(default)]
+        padding: usize,
+    },
+    /// Elementwise ReLU.
+    Relu,
+    /// Elementwise GELU (tanh form).
+    Gelu,
+    /// Softmax over the last dimension.
+    Softmax,
+    /// LayerNorm over the last dimension `D`, with `gamma [D]` (ones) and `beta [D]` (zeros).
+    LayerNorm {
+        /// Added to the variance (default 1e-5).
+        #[serde(default = "ln_eps")]
+        eps: f64,
+    },
+    /// `[B, ...] -> [B, prod(...)]`.
+    Flatten,
+    /// `[B, ...] -> [B, shape...]` (same element count).
+    Reshape {
+        /// Per-example output shape.
+        shape: Vec<usize>,
+    },
+    /// Sum of two inputs of the same shape (residual connections).
+    Add,
+    /// Adds a learned tensor `<layer>.table [T, D]` (uniform ±0.1) to `[B, T, D]`: a positional embedding.
+    Positional,
+    /// Scaled dot-product attention, inputs `[q, k, v]` each `[B, T, D]`:
+    /// `softmax(q k^T / sqrt(D)) v`, one head. Projections are separate `Dense` layers.
+    Attention,
+    /// Mean over the sequence: `[B, T, D] -> [B, D]`.
+    MeanPool,
+}
+
+impl ModelSpec {
+    /// Reads and parses a model file; errors carry `file:line:col`.
+    pub fn load(path: impl AsRef<Path>) -> Result<ModelSpec, GraphError> {
+        let path = path.as_ref();
+        let text =
+            std::fs::read_to_string(path).map_err(|source| GraphError::Io { file: path.to_path_buf(), source })?;
+        Self::from_ron(&text, path)
+    }
+
+    /// Parses RON text; `file` is only used in error messages.
+    pub fn from_ron(text: &str, file: impl AsRef<Path>) -> Result<ModelSpec, GraphError> {
+        let file = file.as_ref().to_path_buf();
+        let mut spec: ModelSpec = ron::from_str(text).map_err(|e| GraphError::Parse {
+            file: file.clone(),
+            line: e.span.start.line,
+            col: e.span.start.col,
+            message: e.code.to_string(),
+        })?;
+        spec.file = file;
+        Ok(spec)
+    }
+}

@@ -1,0 +1,264 @@
+//! Shipped models build; bad model files give errors naming file, node and shapes; optimizer
+//! nodes follow their formulas; phases and layers are tagged; the schedule adds up.
+
+use faultline_graph::reference::eval;
+use faultline_graph::{lower, GraphError, HwOp, ModelSpec, Op, OptimizerSpec, Phase, Tensor, TrainGraph};
+use faultline_hw::HwConfig;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn load(name: &str) -> ModelSpec {
+    ModelSpec::load(root().join("models").join(name)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+const SGD: OptimizerSpec = OptimizerSpec::Sgd { lr: 0.1 };
+
+#[test]
+fn shipped_models_build_with_expected_sizes() {
+    for (file, params, input, outputs) in [
+        ("mlp-digits.ron", 4810, vec![16, 64], 10),
+        ("cnn-small.ron", 2970, vec![16, 8, 8, 1], 10),
+        ("transformer-tiny.ron", 2564, vec![16, 8, 8], 4),
+    ] {
+        let tg = TrainGraph::build(&load(file), 16, SGD).unwrap();
+        assert_eq!(tg.param_count(), params, "{file}");
+        assert_eq!(tg.graph.node(tg.input).shape, input, "{file}");
+        assert_eq!(tg.graph.node(tg.output).shape, vec![16, outputs], "{file}");
+        assert_eq!(tg.graph.node(tg.loss).shape, vec![1], "{file}");
+        assert_eq!(tg.topo_order().unwrap().len(), tg.graph.len());
+    }
+}
+
+#[test]
+fn phases_are_contiguous_and_layers_tagged() {
+    for opt in [
+        SGD,
+        OptimizerSpec::Momentum { lr: 0.1, momentum: 0.9 },
+        OptimizerSpec::Adam { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8 },
+    ] {
+        let tg = TrainGraph::build(&load("transformer-tiny.ron"), 4, opt).unwrap();
+        let phases: Vec<Phase> = tg.graph.indices().map(|i| tg.graph.node(i).phase).collect();
+        assert!(phases.windows(2).all(|w| w[0] <= w[1]), "phases out of order for {opt:?}");
+        for i in tg.graph.indices() {
+            let n = tg.graph.node(i);
+            assert!(!n.layer.is_empty(), "{}", n.name);
+            assert_eq!(n.phase == Phase::Backward, n.name.starts_with("d/"), "{}", n.name);
+        }
+        // Backward nodes of the attention layer are tagged with it.
+        assert!(tg.nodes_in_phase(Phase::Backward).iter().any(|&i| tg.graph.node(i).layer == "attn"));
+        for p in tg.params() {
+            assert_eq!(tg.graph.node(p.next).phase, Phase::Update);
+            assert_eq!(tg.graph.node(p.next).layer, p.layer);
+            assert_eq!(tg.graph.node(p.grad).shape, p.shape);
+        }
+    }
+}
+
+fn feeds(
+    tg: &TrainGraph,
+    state: &std::collections::BTreeMap<String, Tensor>,
+    t: usize,
+) -> std::collections::BTreeMap<String, Tensor> {
+    let mut f = state.clone();
+    let shape = tg.graph.node(tg.input).shape.clone();
+    let n: usize = shape.iter().product();
+    f.insert("input".into(), Tensor::new(&shape, (0..n).map(|i| ((i * 7 % 11) as f64 - 5.0) / 5.0).collect()).unwrap());
+    let labels: Vec<usize> = (0..tg.batch).map(|i| i % 10).collect();
+    f.insert("labels".into(), Tensor::one_hot(&labels, 10));
+    if tg.step.is_some() {
+        f.insert("step".into(), Tensor::new(&[1], vec![t as f64]).unwrap());
+    }
+    f
+}
+
+/// Runs two steps and checks the last parameter against the optimizer formula.
+#[test]
+fn optimizer_updates_follow_their_formulas() {
+    let spec = load("mlp-digits.ron");
+    let (lr, mu, b1, b2, eps) = (0.05, 0.9, 0.9, 0.999, 1e-8);
+    for opt in [
+        OptimizerSpec::Sgd { lr },
+        OptimizerSpec::Momentum { lr, momentum: mu },
+        OptimizerSpec::Adam { lr, beta1: b1, beta2: b2, eps },
+    ] {
+        let tg = TrainGraph::build(&spec, 4, opt).unwrap();
+        let p = tg.params().last().unwrap().clone();
+        let mut state = tg.initial_state(3);
+        let (mut m, mut v) = (vec![0.0; 10], vec![0.0; 10]);
+        for t in 1..=2 {
+            let w0 = state[&p.name].data.clone();
+            let vals = eval(&tg.graph, &feeds(&tg, &state, t)).unwrap();
+            let g = vals.get(p.grad).unwrap().data.clone();
+            tg.apply_updates(&vals, &mut state);
+            for e in 0..10 {
+                let want = match opt {
+                    OptimizerSpec::Sgd { .. } => w0[e] - lr * g[e],
+                    OptimizerSpec::Momentum { .. } => {
+                        m[e] = mu * m[e] + g[e];
+                        w0[e] - lr * m[e]
+                    }
+                    OptimizerSpec::Adam { .. } => {
+                        m[e] = b1 * m[e] + (1.0 - b1) * g[e];
+                        v[e] = b2 * v[e] + (1.0 - b2) * g[e] * g[e];
+                        let (mh, vh) = (m[e] / (1.0 - b1.powi(t as i32)), v[e] / (1.0 - b2.powi(t as i32)));
+                        w0[e] - lr * mh / (vh.sqrt() + eps)
+                    }
+                };
+                assert!((state[&p.name].data[e] - want).abs() < 1e-12, "{opt:?} step {t}");
+            }
+        }
+        assert_eq!(
+            tg.opt_state.len(),
+            match opt {
+                OptimizerSpec::Sgd { .. } => 0,
+                OptimizerSpec::Momentum { .. } => 4,
+                _ => 8,
+            }
+        );
+    }
+}
+
+#[test]
+fn reference_training_lowers_the_loss() {
+    let tg = TrainGraph::build(&load("mlp-digits.ron"), 8, SGD).unwrap();
+    let mut state = tg.initial_state(1);
+    let mut losses = vec![];
+    for t in 1..=20 {
+        let vals = eval(&tg.graph, &feeds(&tg, &state, t)).unwrap();
+        losses.push(vals.get(tg.loss).unwrap().data[0]);
+        tg.apply_updates(&vals, &mut state);
+    }
+    assert!(losses[19] < 0.5 * losses[0], "{losses:?}");
+}
+
+#[test]
+fn initial_state_is_deterministic() {
+    let tg = TrainGraph::build(&load("cnn-small.ron"), 2, SGD).unwrap();
+    assert_eq!(tg.initial_state(9), tg.initial_state(9));
+    assert_ne!(tg.initial_state(9), tg.initial_state(10));
+}
+
+fn bad(text: &str) -> String {
+    let spec = ModelSpec::from_ron(text, "models/bad.ron");
+    match spec.and_then(|s| TrainGraph::build(&s, 4, SGD)) {
+        Ok(_) => panic!("accepted: {text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+const MLP: &str = r#"(
+    name: "m",
+    input: [64],
+    outputs: 10,
+    loss: SoftmaxCrossEntropy,
+    layers: [
+        (name: "fc1", op: Dense(units: 64)),
+        (name: "relu1", op: Relu),
+        (name: "fc2", op: Dense(units: 10)),
+    ],
+)"#;
+
+#[test]
+fn bad_model_files_name_file_node_and_shapes() {
+    let e = bad(&MLP.replace("Relu", "Swish"));
+    assert!(e.starts_with("models/bad.ron:8:") && e.contains("Swish") && e.contains("Relu"), "{e}");
+    let e = bad(&MLP.replace("units: 64", "units: 64, unitz: 3"));
+    assert!(e.starts_with("models/bad.ron:7:") && e.contains("unitz"), "{e}");
+    let e = bad(&MLP.replace("outputs: 10", "outputz: 10"));
+    assert!(e.starts_with("models/bad.ron:") && e.contains("outputz"), "{e}");
+    let e = bad(&MLP.replace("units: 10", "units: 5"));
+    assert!(e.contains("models/bad.ron") && e.contains("fc2") && e.contains("[4, 10]") && e.contains("[4, 5]"), "{e}");
+    let e = bad(&MLP.replace("op: Relu)", "op: Relu, inputs: [\"fc0\"])"));
+    assert!(e.contains("relu1") && e.contains("fc0") && e.contains("fc1"), "{e}");
+    let e = bad(&MLP.replace("\"relu1\"", "\"fc1\""));
+    assert!(e.contains("duplicate") && e.contains("fc1"), "{e}");
+    let e = bad(&MLP.replace("op: Relu)", "op: Add, inputs: [\"input\", \"fc1\"])").replace("units: 64", "units: 32"));
+    assert!(e.contains("relu1.add") && e.contains("[4, 64]") && e.contains("[4, 32]"), "{e}");
+    let e = bad(&MLP.replace("Dense(units: 64)", "Conv2d(filters: 2, kernel: 3)"));
+    assert!(e.contains("fc1") && e.contains("[B, H, W, C]") && e.contains("[4, 64]"), "{e}");
+    let e = bad(&MLP.replace("(name: \"relu1\", op: Relu),", "(name: \"r\", op: Reshape(shape: [7, 9])),"));
+    assert!(e.contains("r.reshape") && e.contains("[4, 7, 9]") && e.contains("[4, 64]"), "{e}");
+    // A layer without its required field (the model's "missing parameter").
+    let e = bad(&MLP.replace("Dense(units: 10)", "Dense()"));
+    assert!(e.starts_with("models/bad.ron:9:") && e.contains("units"), "{e}");
+    let e = ModelSpec::load("models/none.ron").unwrap_err().to_string();
+    assert!(e.contains("models/none.ron"), "{e}");
+}
+
+#[test]
+fn attention_shape_mismatch_names_the_layer() {
+    let mut spec = load("transformer-tiny.ron");
+    spec.layers.iter_mut().find(|l| l.name == "k").unwrap().op =
+        faultline_graph::LayerOp::Dense { units: 8, bias: true };
+    let e = TrainGraph::build(&spec, 2, SGD).unwrap_err().to_string();
+    assert!(
+        e.contains("transformer-tiny.ron") && e.contains("attn") && e.contains("[2, 8, 16]") && e.contains("[2, 8, 8]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_or_misshaped_values_are_named() {
+    let tg = TrainGraph::build(&load("mlp-digits.ron"), 2, SGD).unwrap();
+    let mut f = feeds(&tg, &tg.initial_state(0), 1);
+    f.remove("fc2.bias");
+    let e = eval(&tg.graph, &f).unwrap_err();
+    assert!(matches!(e, GraphError::MissingValue { kind: "parameter", .. }), "{e}");
+    assert!(e.to_string().contains("fc2.bias") && e.to_string().contains("[10]"), "{e}");
+    f.insert("fc2.bias".into(), Tensor::zeros(&[9]));
+    let e = eval(&tg.graph, &f).unwrap_err().to_string();
+    assert!(e.contains("fc2.bias") && e.contains("[10]") && e.contains("[9]"), "{e}");
+}
+
+#[test]
+fn bad_optimizer_and_batch_are_rejected() {
+    let spec = load("mlp-digits.ron");
+    assert!(TrainGraph::build(&spec, 0, SGD).is_err());
+    let e = TrainGraph::build(&spec, 2, OptimizerSpec::Momentum { lr: 0.1, momentum: 1.5 }).unwrap_err().to_string();
+    assert!(e.contains("momentum") && e.contains("1.5"), "{e}");
+}
+
+#[test]
+fn schedule_uses_mxu_timing_and_adds_up() {
+    let cfg = HwConfig::load(root().join("configs/tpu-32x32.ron")).unwrap();
+    for file in ["mlp-digits.ron", "cnn-small.ron", "transformer-tiny.ron"] {
+        let tg = TrainGraph::build(&load(file), 32, SGD).unwrap();
+        let s = lower::schedule(&tg, &cfg);
+        assert_eq!(s.per_phase.values().sum::<u64>(), s.total_cycles);
+        assert_eq!(s.per_layer.values().sum::<u64>(), s.total_cycles);
+        let lp: u64 = s.per_layer_phase.values().flat_map(|m| m.values()).sum();
+        assert_eq!(lp, s.total_cycles);
+        assert_eq!(s.mxu_cycles + s.vpu_cycles, s.total_cycles);
+        for n in &s.nodes {
+            let node = tg.graph.node(n.node);
+            match (&node.op, n.hw) {
+                (Op::MatMul { .. }, HwOp::Gemm { m, k, n: nn, count }) => {
+                    assert_eq!(n.cycles, faultline_hw::mxu::gemm_timing(&cfg.mxu, m, k, nn).total_cycles * count as u64)
+                }
+                (Op::MatMul { .. }, hw) => panic!("{} lowered to {hw:?}", n.name),
+                (Op::Reshape { .. } | Op::Param | Op::Input | Op::Label | Op::OptState | Op::Step, hw) => {
+                    assert_eq!(hw, HwOp::View)
+                }
+                (_, hw) => assert!(matches!(hw, HwOp::Vpu { .. }), "{} lowered to {hw:?}", n.name),
+            }
+        }
+        assert!(s.per_phase[&Phase::Backward] > 0 && s.per_phase[&Phase::Update] > 0);
+        assert_eq!(s.to_csv().lines().count(), tg.graph.len() + 1);
+    }
+    // The mlp's forward fc1 matmul is a 32 x 64 x 64 GEMM.
+    let tg = TrainGraph::build(&load("mlp-digits.ron"), 32, SGD).unwrap();
+    let s = lower::schedule(&tg, &cfg);
+    let fc1 = s.nodes.iter().find(|n| n.name == "fc1.matmul").unwrap();
+    assert_eq!(fc1.hw, HwOp::Gemm { m: 32, k: 64, n: 64, count: 1 });
+}
+
+#[test]
+fn summary_lists_parameters() {
+    let tg = TrainGraph::build(&load("mlp-digits.ron"), 2, SGD).unwrap();
+    let s = tg.summary();
+    assert!(s.contains("fc1.weight") && s.contains("[64, 64]") && s.contains("4810"), "{s}");
+    assert!(tg.graph.to_dot().starts_with("digraph"));
+}

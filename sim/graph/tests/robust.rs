@@ -1,0 +1,94 @@
+//! Random (mostly wrong) models never panic: they build or give an error; what builds evaluates
+//! and schedules.
+
+use faultline_graph::reference::eval;
+use faultline_graph::{lower, LayerOp, LayerSpec, LossSpec, ModelSpec, OptimizerSpec, Tensor, TrainGraph};
+use faultline_hw::{Dataflow, HwConfig};
+use proptest::prelude::*;
+
+fn layer_op() -> impl Strategy<Value = LayerOp> {
+    prop_oneof![
+        (0usize..5, any::<bool>()).prop_map(|(units, bias)| LayerOp::Dense { units, bias }),
+        (0usize..3, 0usize..4, 0usize..3, 0usize..2).prop_map(|(filters, kernel, stride, padding)| LayerOp::Conv2d {
+            filters,
+            kernel,
+            stride,
+            padding
+        }),
+        Just(LayerOp::Relu),
+        Just(LayerOp::Gelu),
+        Just(LayerOp::Softmax),
+        Just(LayerOp::LayerNorm { eps: 1e-5 }),
+        Just(LayerOp::Flatten),
+        prop::collection::vec(0usize..6, 0..3).prop_map(|shape| LayerOp::Reshape { shape }),
+        Just(LayerOp::Add),
+        Just(LayerOp::Positional),
+        Just(LayerOp::Attention),
+        Just(LayerOp::MeanPool),
+    ]
+}
+
+fn model() -> impl Strategy<Value = ModelSpec> {
+    let input = prop_oneof![Just(vec![6]), Just(vec![4, 5]), Just(vec![5, 5, 2])];
+    let inputs = prop_oneof![4 => Just(vec![]), 2 => prop::collection::vec(0usize..8, 1..4)];
+    let layers = prop::collection::vec((layer_op(), inputs, 0usize..20), 1..7);
+    (input, layers, 1usize..5, any::<bool>()).prop_map(|(input, layers, outputs, mse)| {
+        let mut layers: Vec<LayerSpec> = layers
+            .into_iter()
+            .enumerate()
+            .map(|(i, (op, ins, wild))| LayerSpec {
+                name: format!("l{i}"),
+                op,
+                // Mostly earlier layers; sometimes (wild == 0) an unknown one on purpose.
+                inputs: ins
+                    .into_iter()
+                    .map(|j| match (j % (i + 1), wild) {
+                        (_, 0) => format!("l{}", i + j),
+                        (0, _) => "input".to_string(),
+                        (k, _) => format!("l{}", k - 1),
+                    })
+                    .collect(),
+            })
+            .collect();
+        // A classifier head, so that many random bodies reach the loss.
+        let n = layers.len();
+        layers.push(LayerSpec { name: format!("l{n}"), op: LayerOp::Flatten, inputs: vec![] });
+        layers.push(LayerSpec {
+            name: format!("l{}", n + 1),
+            op: LayerOp::Dense { units: outputs, bias: true },
+            inputs: vec![],
+        });
+        ModelSpec {
+            name: "random".into(),
+            description: String::new(),
+            input,
+            outputs,
+            loss: if mse { LossSpec::Mse } else { LossSpec::SoftmaxCrossEntropy },
+            layers,
+            file: "<random>".into(),
+        }
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_models_build_or_fail_cleanly(spec in model()) {
+        let opt = OptimizerSpec::Adam { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8 };
+        let Ok(tg) = TrainGraph::build(&spec, 2, opt) else { return Ok(()) };
+        let mut feeds = tg.initial_state(1);
+        let xs = tg.graph.node(tg.input).shape.clone();
+        let n: usize = xs.iter().product();
+        feeds.insert("input".into(), Tensor::new(&xs, (0..n).map(|i| (i % 7) as f64 / 7.0 - 0.4).collect()).unwrap());
+        feeds.insert("labels".into(), Tensor::one_hot(&[0, spec.outputs - 1], spec.outputs));
+        feeds.insert("step".into(), Tensor::new(&[1], vec![1.0]).unwrap());
+        let v = eval(&tg.graph, &feeds).unwrap();
+        for i in tg.graph.indices() {
+            prop_assert_eq!(&v.get(i).unwrap().shape, &tg.graph.node(i).shape);
+        }
+        let cfg = HwConfig::test_config(4, 4, Dataflow::WeightStationary, faultline_num::Precision::Fp32Fp32);
+        let s = lower::schedule(&tg, &cfg);
+        prop_assert_eq!(s.nodes.len(), tg.graph.len());
+    }
+}
