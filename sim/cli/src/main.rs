@@ -3,6 +3,9 @@
 use clap::{Parser, Subcommand};
 
 mod gemm;
+mod op;
+mod sites;
+mod train;
 
 /// Fault-injection simulator of a TPU-like training accelerator.
 #[derive(Parser)]
@@ -16,6 +19,13 @@ struct Cli {
 enum Command {
     /// Run one GEMM on random inputs and report cycles, utilization and an output checksum.
     Gemm(gemm::GemmArgs),
+    /// List every fault-site class of a config with its bit count (flip-flops and SRAM cells).
+    Sites(sites::SitesArgs),
+    /// Run one op (matmul, conv2d, relu, softmax, adam) through DMA, SRAM and the MXU/VPU and
+    /// print its timing breakdown.
+    Op(op::OpArgs),
+    /// Train a model on the simulated machine; report loss, accuracy and cycles per step.
+    Train(train::TrainArgs),
 }
 
 /// Prints an error as one line with its causes (`error: a: b`) and exits with status 2, instead
@@ -30,5 +40,8 @@ fn main() {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Gemm(a) => gemm::run(a),
+        Command::Sites(a) => sites::run(a),
+        Command::Op(a) => op::run(a),
+        Command::Train(a) => train::run(a),
     }
 }

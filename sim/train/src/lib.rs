@@ -1,1 +1,46 @@
-//! placeholder
+//! Training on the simulated accelerator: the executor half of Faultline.
+//!
+//! * [`exec`]: runs a step graph on the machine, `MatMul` on the MXU (bf16 or fp32 inputs,
+//!   fp32 accumulate), everything else on the VPU ([`vector`] lowers each op to VPU
+//!   instructions), in `Functional` or `CycleLevel` mode with identical bits.
+//! * [`trainer`]: the loop (batches, steps, evaluation on the held-out split, per-step
+//!   records, summary), optimizer choice and run options.
+//! * [`state`]: parameters and optimizer state, initialised from a seed or `.npy` files.
+//! * [`checkpoint`]: exact save/restore of weights, optimizer state, data-order RNG and step.
+//! * [`dataset`]: in-memory datasets, seeded splits, minibatch order.
+//! * [`digits`], [`synth`]: the shipped datasets (generated, deterministic).
+//! * [`npy`], [`idx`], [`source`]: `.npy` and MNIST IDX loaders, and which data a run uses.
+//!
+//! ```no_run
+//! use faultline_train::{source, TrainOptions, Trainer};
+//! let spec = faultline_graph::ModelSpec::load("models/mlp-digits.ron")?;
+//! let hw = faultline_hw::HwConfig::load("configs/tpu-32x32.ron")?;
+//! let mut t = Trainer::new(&spec, &hw, source::shipped(&spec, 1)?, TrainOptions::default())?;
+//! let summary = t.run(200, |_, record| Ok(println!("{}", record.loss)))?;
+//! println!("test accuracy {}", summary.test_accuracy);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! **Architecture invariant:** this crate decides how graph values map onto machine formats
+//! and registers; it knows no fault models or campaigns. Cycle counts come from the graph's
+//! schedule (`faultline_graph::lower`), the same in every mode; values never depend on mode.
+
+pub mod checkpoint;
+pub mod dataset;
+pub mod digits;
+pub mod error;
+pub mod exec;
+pub mod idx;
+pub mod npy;
+pub mod source;
+pub mod state;
+pub mod synth;
+pub mod trainer;
+pub mod vector;
+
+pub use checkpoint::Checkpoint;
+pub use dataset::{Batcher, BatcherState, Dataset, Split};
+pub use error::{Result, TrainError};
+pub use exec::{Executor, MxuFormat, NodeFault, NodeOps, StepOutput};
+pub use state::{ModelState, Tensor32};
+pub use trainer::{InitWeights, OptimizerKind, StepRecord, Summary, TrainOptions, Trainer};

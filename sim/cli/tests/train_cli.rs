@@ -1,0 +1,69 @@
+//! End-to-end checks of `faultline train` as a user runs it.
+
+use std::process::Command;
+
+fn faultline(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_faultline"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("run faultline")
+}
+
+const BASE: [&str; 5] = ["train", "--model", "models/mlp-digits.ron", "--config", "configs/tpu-32x32.ron"];
+
+fn train_json(extra: &[&str]) -> serde_json::Value {
+    let mut args = BASE.to_vec();
+    args.extend_from_slice(extra);
+    args.push("--json");
+    let out = faultline(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn json_summary_trace_and_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t/golden.jsonl");
+    let ck = dir.path().join("ck");
+    let (trace_s, ck_s) = (trace.to_str().unwrap(), ck.to_str().unwrap());
+    let s = train_json(&["--steps", "6", "--trace", trace_s, "--save-checkpoint", ck_s, "--checkpoint-every", "3"]);
+    for sub in ["step-000003", "step-000006"] {
+        assert!(ck.join(sub).join("checkpoint.json").is_file(), "{sub} missing");
+    }
+    for key in ["final_loss", "test_accuracy", "cycles_per_step", "losses", "phase_cycles"] {
+        assert!(s.get(key).is_some(), "missing {key} in {s}");
+    }
+    assert_eq!(s["losses"].as_array().unwrap().len(), 6);
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&trace).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 6);
+    assert_eq!(lines[5]["step"], 6);
+    assert!(lines[5]["test_accuracy"].is_number() && lines[0]["test_accuracy"].is_null());
+    assert_eq!(lines[0]["cycles"], s["cycles_per_step"]);
+    assert!(lines[0]["phase_cycles"]["backward"].as_u64().unwrap() > 0);
+
+    // 6 + 4 resumed steps give the losses of 10 uninterrupted ones, in either mode.
+    let full = train_json(&["--steps", "10"]);
+    let rest = train_json(&["--steps", "4", "--resume", ck_s, "--mode", "cycle"]);
+    let mut joined = s["losses"].as_array().unwrap().clone();
+    joined.extend(rest["losses"].as_array().unwrap().iter().cloned());
+    assert_eq!(&joined, full["losses"].as_array().unwrap());
+}
+
+#[test]
+fn bad_arguments_are_one_line_errors() {
+    for (extra, want) in [
+        (vec!["--optimizer", "rmsprop"], "unknown optimizer `rmsprop` (expected one of: sgd, momentum, adam)"),
+        (vec!["--precision", "fp16"], "unknown precision `fp16`"),
+        (vec!["--init-weights", "configs"], "fc1.weight.npy: missing initial weights for parameter `fc1.weight`"),
+        (vec!["--data", "configs"], "no dataset found"),
+    ] {
+        let mut args = BASE.to_vec();
+        args.extend(extra);
+        let out = faultline(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(want) && !err.contains("panicked"), "{err}");
+    }
+}

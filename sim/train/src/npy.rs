@@ -1,0 +1,225 @@
+//! Reading and writing `.npy` arrays (f32 tensors, integer labels) with errors that name the
+//! file and the expected vs found dtype or shape.
+
+use crate::error::{io_err, shape_str, Result, TrainError};
+use npyz::{DType, NpyFile, TypeChar, WriterBuilder};
+use std::path::Path;
+
+/// An n-dimensional f32 array read from a file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Array {
+    /// Dimensions, outermost first.
+    pub shape: Vec<usize>,
+    /// Row-major (C order) values.
+    pub data: Vec<f32>,
+}
+
+fn open(path: &Path) -> Result<NpyFile<std::io::BufReader<std::fs::File>>> {
+    let f = std::fs::File::open(path).map_err(io_err(path))?;
+    let npy = NpyFile::new(std::io::BufReader::new(f))
+        .map_err(|e| TrainError::Npy { file: path.to_path_buf(), detail: e.to_string() })?;
+    if npy.order() != npyz::Order::C && npy.shape().len() > 1 {
+        return Err(TrainError::Npy {
+            file: path.to_path_buf(),
+            detail: "array is in Fortran order; save it with np.ascontiguousarray".into(),
+        });
+    }
+    Ok(npy)
+}
+
+fn dtype_str(d: &DType) -> String {
+    match d {
+        DType::Plain(t) => t.to_string(),
+        other => other.descr(),
+    }
+}
+
+fn bad_data(path: &Path) -> impl Fn(std::io::Error) -> TrainError + '_ {
+    move |e| TrainError::Npy { file: path.to_path_buf(), detail: e.to_string() }
+}
+
+/// Reads a float array (`<f4`, or `<f8` rounded to nearest f32).
+pub fn read_f32(path: &Path) -> Result<Array> {
+    let npy = open(path)?;
+    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    let dt = npy.dtype();
+    let found = dtype_str(&dt);
+    let data = match &dt {
+        DType::Plain(t) if t.type_char() == TypeChar::Float && t.size_field() == 4 => {
+            npy.into_vec::<f32>().map_err(bad_data(path))?
+        }
+        DType::Plain(t) if t.type_char() == TypeChar::Float && t.size_field() == 8 => {
+            npy.into_vec::<f64>().map_err(bad_data(path))?.into_iter().map(|v| v as f32).collect()
+        }
+        _ => {
+            return Err(TrainError::DType {
+                file: path.to_path_buf(),
+                expected: "float32 (<f4) or float64 (<f8)".into(),
+                found,
+            })
+        }
+    };
+    Ok(Array { shape, data })
+}
+
+/// Reads a float array and checks its shape against `expected`.
+pub fn read_f32_shaped(path: &Path, expected: &[usize]) -> Result<Array> {
+    let a = read_f32(path)?;
+    if a.shape != expected {
+        return Err(TrainError::Shape {
+            file: path.to_path_buf(),
+            expected: shape_str(expected),
+            found: shape_str(&a.shape),
+        });
+    }
+    Ok(a)
+}
+
+/// Reads model inputs: any float dtype, or unsigned bytes (kept as 0..=255 values).
+pub fn read_inputs(path: &Path) -> Result<Array> {
+    let npy = open(path)?;
+    let dt = npy.dtype();
+    if let DType::Plain(t) = &dt {
+        if t.type_char() == TypeChar::Uint && t.size_field() == 1 {
+            let shape = npy.shape().iter().map(|&d| d as usize).collect();
+            let data = npy.into_vec::<u8>().map_err(bad_data(path))?.into_iter().map(f32::from).collect();
+            return Ok(Array { shape, data });
+        }
+    }
+    drop(npy);
+    read_f32(path).map_err(|e| match e {
+        TrainError::DType { file, found, .. } => {
+            TrainError::DType { file, expected: "float32 (<f4), float64 (<f8) or uint8 (|u1)".into(), found }
+        }
+        e => e,
+    })
+}
+
+/// Reads 1-D integer class labels (any signed or unsigned integer dtype, non-negative values).
+pub fn read_labels(path: &Path) -> Result<Vec<u32>> {
+    let npy = open(path)?;
+    let shape = npy.shape().to_vec();
+    let dt = npy.dtype();
+    let found = dtype_str(&dt);
+    let wrong = || TrainError::DType {
+        file: path.to_path_buf(),
+        expected: "an integer dtype (int64 <i8, int32 <i4, uint8 |u1, ...)".into(),
+        found: found.clone(),
+    };
+    if shape.len() != 1 {
+        return Err(TrainError::Shape {
+            file: path.to_path_buf(),
+            expected: "[N] (one class label per sample)".into(),
+            found: format!("{shape:?}"),
+        });
+    }
+    let DType::Plain(t) = &dt else { return Err(wrong()) };
+    let vals: Vec<i64> = match (t.type_char(), t.size_field()) {
+        (TypeChar::Int, 8) => npy.into_vec::<i64>().map_err(bad_data(path))?,
+        (TypeChar::Int, 4) => npy.into_vec::<i32>().map_err(bad_data(path))?.into_iter().map(i64::from).collect(),
+        (TypeChar::Int, 2) => npy.into_vec::<i16>().map_err(bad_data(path))?.into_iter().map(i64::from).collect(),
+        (TypeChar::Int, 1) => npy.into_vec::<i8>().map_err(bad_data(path))?.into_iter().map(i64::from).collect(),
+        (TypeChar::Uint, 8) => {
+            npy.into_vec::<u64>().map_err(bad_data(path))?.into_iter().map(|v| v.min(i64::MAX as u64) as i64).collect()
+        }
+        (TypeChar::Uint, 4) => npy.into_vec::<u32>().map_err(bad_data(path))?.into_iter().map(i64::from).collect(),
+        (TypeChar::Uint, 2) => npy.into_vec::<u16>().map_err(bad_data(path))?.into_iter().map(i64::from).collect(),
+        (TypeChar::Uint, 1) => npy.into_vec::<u8>().map_err(bad_data(path))?.into_iter().map(i64::from).collect(),
+        _ => return Err(wrong()),
+    };
+    vals.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            u32::try_from(v).map_err(|_| {
+                TrainError::Data(format!("{}: label {v} at index {i} is not a class index", path.display()))
+            })
+        })
+        .collect()
+}
+
+/// Writes an f32 array as `<f4` in C order (exact: every bit is kept).
+pub fn write_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<()> {
+    debug_assert_eq!(shape.iter().product::<usize>(), data.len());
+    let f = std::fs::File::create(path).map_err(io_err(path))?;
+    let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&shape)
+        .writer(std::io::BufWriter::new(f))
+        .begin_nd()
+        .map_err(io_err(path))?;
+    w.extend(data.iter().copied()).map_err(io_err(path))?;
+    w.finish().map_err(io_err(path))
+}
+
+/// Writes integer labels as `<i8`.
+pub fn write_labels(path: &Path, labels: &[u32]) -> Result<()> {
+    let f = std::fs::File::create(path).map_err(io_err(path))?;
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&[labels.len() as u64])
+        .writer(std::io::BufWriter::new(f))
+        .begin_nd()
+        .map_err(io_err(path))?;
+    w.extend(labels.iter().map(|&l| l as i64)).map_err(io_err(path))?;
+    w.finish().map_err(io_err(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_any<T: npyz::Serialize + npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) {
+        let f = std::fs::File::create(path).unwrap();
+        let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).writer(f).begin_nd().unwrap();
+        w.extend(data.iter().copied()).unwrap();
+        w.finish().unwrap();
+    }
+
+    #[test]
+    fn f32_round_trip_is_bit_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.npy");
+        let data = [1.5f32, -0.0, f32::MIN_POSITIVE / 4.0, 3.0e38, 7.0, 8.0];
+        write_f32(&p, &[2, 3], &data).unwrap();
+        let a = read_f32_shaped(&p, &[2, 3]).unwrap();
+        assert_eq!(a.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), data.map(f32::to_bits));
+    }
+
+    #[test]
+    fn errors_name_file_and_expected_vs_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.npy");
+        write_any(&p, &[2, 2], &[1i32, 2, 3, 4]);
+        let e = read_f32(&p).unwrap_err().to_string();
+        assert!(e.contains("w.npy") && e.contains("<f4") && e.contains("<i4"), "{e}");
+        write_f32(&p, &[2, 2], &[0.0; 4]).unwrap();
+        let e = read_f32_shaped(&p, &[4, 1]).unwrap_err().to_string();
+        assert!(e.contains("w.npy") && e.contains("expected [4, 1], found [2, 2]"), "{e}");
+        let e = read_labels(&p).unwrap_err().to_string();
+        assert!(e.contains("[N]") && e.contains("[2, 2]"), "{e}");
+        std::fs::write(&p, b"garbage").unwrap();
+        assert!(read_f32(&p).unwrap_err().to_string().contains("not a valid .npy"));
+        let e = read_f32(&dir.path().join("nope.npy")).unwrap_err().to_string();
+        assert!(e.contains("nope.npy"), "{e}");
+    }
+
+    #[test]
+    fn labels_of_any_int_dtype_and_f64_inputs() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("y.npy");
+        write_any(&p, &[3], &[0u8, 2, 1]);
+        assert_eq!(read_labels(&p).unwrap(), [0, 2, 1]);
+        write_labels(&p, &[4, 5]).unwrap();
+        assert_eq!(read_labels(&p).unwrap(), [4, 5]);
+        write_any(&p, &[2], &[1i64, -1]);
+        assert!(read_labels(&p).unwrap_err().to_string().contains("label -1"));
+        write_any(&p, &[2], &[0.5f32, 1.0]);
+        assert!(read_labels(&p).unwrap_err().to_string().contains("<f4"));
+        let x = dir.path().join("x.npy");
+        write_any(&x, &[1, 2], &[0.25f64, 2.0]);
+        assert_eq!(read_inputs(&x).unwrap(), Array { shape: vec![1, 2], data: vec![0.25, 2.0] });
+        write_any(&x, &[2], &[255u8, 3]);
+        assert_eq!(read_inputs(&x).unwrap().data, [255.0, 3.0]);
+    }
+}

@@ -1,0 +1,296 @@
+//! Cross-crate behaviour of training: agreement with the f64 reference, twin bit-exactness,
+//! learning of the shipped models, checkpoint resume, and errors on bad inputs.
+
+use faultline_graph::{reference, ModelSpec, Tensor, TrainGraph};
+use faultline_hw::{ExecMode, HwConfig};
+use faultline_train::{source, Batcher, InitWeights, MxuFormat, OptimizerKind, TrainOptions, Trainer};
+use npyz::WriterBuilder;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn model(name: &str) -> ModelSpec {
+    ModelSpec::load(root().join(format!("models/{name}.ron"))).unwrap()
+}
+
+fn hw() -> HwConfig {
+    HwConfig::load(root().join("configs/tpu-32x32.ron")).unwrap()
+}
+
+fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) {
+    let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = npyz::WriteOptions::new().default_dtype().shape(&shape).writer(f).begin_nd().unwrap();
+    w.extend(data.iter().copied()).unwrap();
+    w.finish().unwrap();
+}
+
+/// Writes `<param>.npy` for every parameter of `tg`, uniform in [-0.3, 0.3], as PyTorch would.
+fn write_weights(tg: &TrainGraph, dir: &Path, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for p in tg.params() {
+        let n: usize = p.shape.iter().product();
+        let data: Vec<f32> = (0..n).map(|_| rng.gen_range(-0.3f32..0.3)).collect();
+        write_npy_f32(&dir.join(format!("{}.npy", p.name)), &p.shape, &data);
+    }
+}
+
+fn options(optimizer: OptimizerKind, lr: f64, precision: MxuFormat, mode: ExecMode, init: InitWeights) -> TrainOptions {
+    TrainOptions { batch: 32, optimizer, lr: Some(lr), precision, mode, seed: 5, eval_every: 0, init }
+}
+
+/// fp32 MXU + fp32 VPU from .npy weights tracks the f64 reference interpreter, fed the same
+/// batches, to 1e-4 relative loss at each of 20 steps.
+#[test]
+fn fp32_training_matches_f64_reference() {
+    for (name, opt, lr) in [
+        ("mlp-digits", OptimizerKind::Sgd, 0.5),
+        ("cnn-small", OptimizerKind::Adam, 0.01),
+        ("transformer-tiny", OptimizerKind::Momentum, 0.05),
+    ] {
+        let spec = model(name);
+        let data = source::shipped(&spec, 5).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let tg = TrainGraph::build(&spec, 32, opt.spec(Some(lr))).unwrap();
+        write_weights(&tg, dir.path(), 11);
+        let o = options(opt, lr, MxuFormat::Fp32, ExecMode::Functional, InitWeights::NpyDir(dir.path().into()));
+        let mut t = Trainer::new(&spec, &hw(), data.clone(), o).unwrap();
+
+        // The f64 side: same files, same batch order, the graph crate's reference interpreter.
+        let mut state: BTreeMap<String, Tensor> = tg.initial_state(0);
+        for p in tg.params() {
+            let a = faultline_train::npy::read_f32(&dir.path().join(format!("{}.npy", p.name))).unwrap();
+            state.insert(p.name.clone(), Tensor::new(&a.shape, a.data.iter().map(|&v| v as f64).collect()).unwrap());
+        }
+        let mut batcher = Batcher::new(data.train.len(), 32, 5).unwrap();
+        for step in 1..=20u64 {
+            let (x, y) = data.train.gather(&batcher.next_indices());
+            let mut feeds = state.clone();
+            let mut ishape = vec![32];
+            ishape.extend(&spec.input);
+            feeds.insert("input".into(), Tensor::new(&ishape, x.iter().map(|&v| v as f64).collect()).unwrap());
+            let labels: Vec<usize> = y.iter().map(|&l| l as usize).collect();
+            feeds.insert("labels".into(), Tensor::one_hot(&labels, spec.outputs));
+            feeds.insert("step".into(), Tensor::new(&[1], vec![step as f64]).unwrap());
+            let vals = reference::eval(&tg.graph, &feeds).unwrap();
+            let want = vals.get(tg.loss).unwrap().data[0];
+            tg.apply_updates(&vals, &mut state);
+
+            let got = t.step(false).unwrap().loss;
+            let rel = ((got - want) / want).abs();
+            assert!(rel < 1e-4, "{name} step {step}: loss {got} vs f64 reference {want} (relative {rel:e})");
+        }
+    }
+}
+
+/// Functional and cycle-level training give the same loss bits and the same weight bits.
+#[test]
+fn cycle_level_and_functional_training_are_bit_identical() {
+    for (name, steps) in [("mlp-digits", 3), ("cnn-small", 2), ("transformer-tiny", 1)] {
+        let spec = model(name);
+        let data = source::shipped(&spec, 1).unwrap();
+        let opts = |mode| options(OptimizerKind::Adam, 0.01, MxuFormat::Bf16, mode, InitWeights::Seed);
+        let run = |mode| {
+            let mut t = Trainer::new(&spec, &hw(), data.clone(), opts(mode)).unwrap();
+            let losses: Vec<u64> = (0..steps).map(|_| t.step(false).unwrap().loss.to_bits()).collect();
+            let weights: BTreeMap<String, Vec<u32>> =
+                t.state.tensors.iter().map(|(k, v)| (k.clone(), v.bits())).collect();
+            (losses, weights)
+        };
+        let (lf, wf) = run(ExecMode::Functional);
+        let (lc, wc) = run(ExecMode::CycleLevel);
+        assert_eq!(lf, lc, "{name}: loss bits differ");
+        assert_eq!(wf, wc, "{name}: weight / optimizer-state bits differ");
+        // The comparison is not vacuous: training moved every parameter.
+        let t0 = Trainer::new(&spec, &hw(), data.clone(), opts(ExecMode::Functional)).unwrap();
+        for p in t0.exec.tg.params() {
+            assert_ne!(t0.state.tensors[&p.name].bits(), wf[&p.name], "{name}: {} did not change", p.name);
+        }
+    }
+}
+
+/// The default run of mlp-digits (200 steps, batch 32, sgd, bf16) reaches >= 90% test accuracy.
+#[test]
+fn mlp_digits_default_run_reaches_ninety_percent() {
+    let spec = model("mlp-digits");
+    let mut t = Trainer::new(&spec, &hw(), source::shipped(&spec, 1).unwrap(), TrainOptions::default()).unwrap();
+    let s = t.run(200, |_, _| Ok(())).unwrap();
+    assert!(s.test_accuracy >= 0.9, "test accuracy {}", s.test_accuracy);
+    assert_eq!(s.losses.len(), 200);
+    assert!(s.cycles_per_step > 0 && s.phase_cycles.values().all(|&c| c > 0), "{:?}", s.phase_cycles);
+}
+
+/// cnn-small and transformer-tiny learn: the loss of the last steps is at most half the first.
+#[test]
+fn cnn_and_transformer_learn() {
+    for name in ["cnn-small", "transformer-tiny"] {
+        let spec = model(name);
+        let mut t = Trainer::new(&spec, &hw(), source::shipped(&spec, 1).unwrap(), TrainOptions::default()).unwrap();
+        let s = t.run(150, |_, _| Ok(())).unwrap();
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let (first, last) = (mean(&s.losses[..5]), mean(&s.losses[s.losses.len() - 5..]));
+        assert!(last <= 0.5 * first, "{name}: loss {first} -> {last}");
+    }
+}
+
+/// Saving after k steps and resuming gives the same losses and bits as never stopping.
+#[test]
+fn resumed_run_equals_uninterrupted_run() {
+    let spec = model("mlp-digits");
+    let data = source::shipped(&spec, 2).unwrap();
+    let mk = || {
+        Trainer::new(
+            &spec,
+            &hw(),
+            data.clone(),
+            options(OptimizerKind::Adam, 0.01, MxuFormat::Bf16, ExecMode::Functional, InitWeights::Seed),
+        )
+        .unwrap()
+    };
+    let mut full = mk();
+    // 60 steps cross an epoch boundary (1438 / 32 = 44 batches per epoch).
+    let want: Vec<u64> = (0..60).map(|_| full.step(false).unwrap().loss.to_bits()).collect();
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = mk();
+    let mut got: Vec<u64> = (0..25).map(|_| a.step(false).unwrap().loss.to_bits()).collect();
+    a.checkpoint().save(dir.path()).unwrap();
+    drop(a);
+    let mut b = mk();
+    b.restore(faultline_train::Checkpoint::load(dir.path()).unwrap(), dir.path()).unwrap();
+    assert_eq!(b.state.step, 25);
+    got.extend((0..35).map(|_| b.step(false).unwrap().loss.to_bits()));
+    assert_eq!(got, want);
+    assert_eq!(b.state, full.state);
+    assert_eq!(b.batcher, full.batcher);
+}
+
+/// User mistakes are errors naming the file and what was expected vs found.
+#[test]
+fn bad_inputs_are_reported_not_panicked() {
+    let spec = model("mlp-digits");
+    let data = source::shipped(&spec, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tg = TrainGraph::build(&spec, 32, OptimizerKind::Sgd.spec(None)).unwrap();
+    write_weights(&tg, dir.path(), 1);
+    let init = InitWeights::NpyDir(dir.path().into());
+    let new = || {
+        Trainer::new(
+            &spec,
+            &hw(),
+            data.clone(),
+            options(OptimizerKind::Sgd, 0.1, MxuFormat::Bf16, ExecMode::Functional, init.clone()),
+        )
+    };
+    assert!(new().is_ok());
+
+    // Wrong shape, and a PyTorch-style [out, in] weight.
+    let w = dir.path().join("fc1.weight.npy");
+    write_npy_f32(&w, &[64, 32], &[0.0; 64 * 32]);
+    let e = new().unwrap_err().to_string();
+    assert!(e.contains("fc1.weight.npy") && e.contains("expected [64, 64], found [64, 32]"), "{e}");
+    let w2 = dir.path().join("fc2.weight.npy");
+    write_npy_f32(&w2, &[10, 64], &[0.0; 640]);
+    write_npy_f32(&w, &[64, 64], &[0.0; 64 * 64]);
+    let e = new().unwrap_err().to_string();
+    assert!(e.contains("fc2.weight.npy") && e.contains("expected [64, 10], found [10, 64] (the transpose"), "{e}");
+    write_npy_f32(&w2, &[64, 10], &[0.0; 640]);
+    // Wrong dtype.
+    let f = std::fs::File::create(&w).unwrap();
+    let mut wr = npyz::WriteOptions::new().default_dtype().shape(&[64, 64]).writer(f).begin_nd().unwrap();
+    wr.extend(vec![0i64; 64 * 64]).unwrap();
+    wr.finish().unwrap();
+    let e = new().unwrap_err().to_string();
+    assert!(e.contains("fc1.weight.npy") && e.contains("<f4") && e.contains("<i8"), "{e}");
+    // Missing file.
+    std::fs::remove_file(&w).unwrap();
+    let e = new().unwrap_err().to_string();
+    assert!(e.contains("fc1.weight.npy") && e.contains("fc1.weight") && e.contains("[64, 64]"), "{e}");
+
+    // Unknown optimizer and precision.
+    let e = "rmsprop".parse::<OptimizerKind>().unwrap_err().to_string();
+    assert!(e.contains("rmsprop") && e.contains("sgd, momentum, adam"), "{e}");
+    assert!("fp16".parse::<MxuFormat>().unwrap_err().to_string().contains("bf16, fp32"));
+
+    // Bad IDX magic in a data directory.
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("train-images-idx3-ubyte"), [0u8, 0, 9, 3, 0, 0, 0, 0]).unwrap();
+    std::fs::write(d.path().join("train-labels-idx1-ubyte"), faultline_train::idx::encode_idx(&[0], &[])).unwrap();
+    let e = source::load_dir(d.path(), &spec, 1).unwrap_err().to_string();
+    assert!(e.contains("train-images-idx3-ubyte") && e.contains("bad magic"), "{e}");
+    // An empty data directory, and x.npy with the wrong per-sample size.
+    let e = source::load_dir(tempfile::tempdir().unwrap().path(), &spec, 1).unwrap_err().to_string();
+    assert!(e.contains("no dataset found"), "{e}");
+    write_npy_f32(&d.path().join("x.npy"), &[3, 10], &[0.0; 30]);
+    faultline_train::npy::write_labels(&d.path().join("y.npy"), &[0, 1, 2]).unwrap();
+    let e = source::load_dir(d.path(), &spec, 1).unwrap_err().to_string();
+    assert!(e.contains("x.npy") && e.contains("64 values per sample") && e.contains("[3, 10]"), "{e}");
+    // Batch larger than the data.
+    let o = TrainOptions { batch: 100_000, ..TrainOptions::default() };
+    assert!(Trainer::new(&spec, &hw(), data.clone(), o).unwrap_err().to_string().contains("batch size"));
+}
+
+/// A `.npy` data directory (x, y, and a test pair) trains end to end.
+#[test]
+fn trains_from_npy_data_directory() {
+    let spec = model("mlp-digits");
+    let src = faultline_train::digits::digits().subset(&(0..400).collect::<Vec<_>>());
+    let d = tempfile::tempdir().unwrap();
+    write_npy_f32(&d.path().join("x.npy"), &[300, 8, 8], &src.x[..300 * 64]);
+    faultline_train::npy::write_labels(&d.path().join("y.npy"), &src.y[..300]).unwrap();
+    write_npy_f32(&d.path().join("x_test.npy"), &[100, 64], &src.x[300 * 64..]);
+    faultline_train::npy::write_labels(&d.path().join("y_test.npy"), &src.y[300..]).unwrap();
+    let split = source::load_dir(d.path(), &spec, 1).unwrap();
+    assert_eq!((split.train.len(), split.test.len()), (300, 100));
+    let mut t = Trainer::new(&spec, &hw(), split, TrainOptions::default()).unwrap();
+    let s = t.run(60, |_, _| Ok(())).unwrap();
+    assert!(s.final_loss < s.losses[0], "{:?}", s.losses);
+}
+
+/// The fault hook: an empty schedule changes nothing; a high-bit flip in one GEMM's partial sum
+/// or one VPU instruction's operand changes the step; a bad operation index is an error.
+#[test]
+fn node_fault_hook_injects_into_one_operation() {
+    use faultline_graph::{Op, Phase};
+    use faultline_hw::{FaultEvent, FaultSchedule, FaultSite};
+    use faultline_train::NodeFault;
+    let spec = model("mlp-digits");
+    let data = source::shipped(&spec, 1).unwrap();
+    let t = Trainer::new(&spec, &hw(), data.clone(), TrainOptions::default()).unwrap();
+    let (x, y) = data.train.gather(&(0..32).collect::<Vec<_>>());
+    let g = &t.exec.tg.graph;
+    let first = |pred: &dyn Fn(&Op) -> bool| {
+        g.indices().find(|&i| g.node(i).phase == Phase::Forward && pred(&g.node(i).op)).unwrap()
+    };
+    let mm = first(&|op| matches!(op, Op::MatMul { .. }));
+    let relu = first(&|op| matches!(op, Op::Relu));
+
+    let mut golden = t.state.clone();
+    let out = t.exec.step(&mut golden, &x, &y).unwrap();
+    assert!(out.ops.iter().any(|o| o.node == mm && o.count == 1), "{:?}", out.ops);
+    assert_eq!(out.gemms(), out.ops.iter().filter(|o| o.unit == faultline_hw::Unit::Mxu).count());
+
+    let run = |node, op, faults: FaultSchedule| {
+        let mut s = t.state.clone();
+        let r = t.exec.step_with_fault(&mut s, &x, &y, Some(&NodeFault { node, op, faults }));
+        r.map(|o| (o.loss.to_bits(), s))
+    };
+    let (loss, s) = run(mm, 0, FaultSchedule::none()).unwrap();
+    assert_eq!((loss, &s), (out.loss.to_bits(), &golden));
+
+    let psum: FaultSite = "mxu.pe[31][0].psum[30]".parse().unwrap();
+    let (loss, s) = run(mm, 0, FaultSchedule::one(FaultEvent::flip(psum, 0, 40))).unwrap();
+    assert!(loss != out.loss.to_bits() || s != golden, "an exponent flip in a psum must show");
+    let lane: FaultSite = "vpu.lane[0].a[30]".parse().unwrap();
+    let (loss, s) = run(relu, 0, FaultSchedule::one(FaultEvent::flip(lane, 0, 0))).unwrap();
+    assert!(loss != out.loss.to_bits() || s != golden, "an exponent flip in a relu operand must show");
+
+    let e = run(mm, 1, FaultSchedule::none()).unwrap_err().to_string();
+    assert!(e.contains("operation 1") && e.contains("issues 1 MXU"), "{e}");
+    assert!(run(t.exec.tg.input, 0, FaultSchedule::none()).is_err());
+}
