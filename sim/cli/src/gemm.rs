@@ -1,11 +1,11 @@
 //! `faultline gemm`: one GEMM on random inputs, optionally with one injected fault.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
-use faultline_hw::fault::{FaultEvent, FaultSchedule, FaultTime};
+use faultline_hw::fault::FaultSchedule;
 use faultline_hw::mxu::gemm;
-use faultline_hw::{Dataflow, ExecMode, FaultSite, HwConfig, Matrix};
-use faultline_num::{BitFault, NumFormat};
+use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
+use faultline_num::NumFormat;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::PathBuf;
@@ -62,26 +62,6 @@ pub struct GemmArgs {
     json: bool,
 }
 
-/// Parses `KIND:SITE@TILE:CYCLE[+DURATION]`.
-fn parse_fault(text: &str) -> Result<FaultEvent> {
-    let form = "expected KIND:SITE@TILE:CYCLE[+DURATION], e.g. flip:mxu.pe[3][5].psum[30]@0:40";
-    let (kind, rest) = text.split_once(':').with_context(|| format!("--fault `{text}`: {form}"))?;
-    let kind: BitFault = kind.parse().with_context(|| format!("--fault `{text}`"))?;
-    let (site, when) = rest.rsplit_once('@').with_context(|| format!("--fault `{text}`: {form}"))?;
-    let site: FaultSite = site.parse().with_context(|| format!("--fault `{text}`"))?;
-    let (tile, cyc) = when.split_once(':').with_context(|| format!("--fault `{text}`: {form}"))?;
-    let (cyc, dur) = cyc.split_once('+').unwrap_or((cyc, "1"));
-    let num = |s: &str, what: &str| -> Result<u64> {
-        s.parse().with_context(|| format!("--fault `{text}`: {what} `{s}` is not a non-negative integer"))
-    };
-    Ok(FaultEvent {
-        site,
-        kind,
-        at: FaultTime { tile: num(tile, "tile")? as usize, cycle: num(cyc, "cycle")? },
-        duration: num(dur, "duration")?.max(1),
-    })
-}
-
 fn random(rng: &mut ChaCha8Rng, f: NumFormat, rows: usize, cols: usize) -> Matrix {
     Matrix::from_fn(rows, cols, |_, _| match f {
         NumFormat::Int8 => rng.gen_range(-128i32..=127) as u8 as u32,
@@ -112,7 +92,7 @@ pub fn run(args: GemmArgs) -> Result<()> {
             if mode != ExecMode::CycleLevel {
                 bail!("--fault needs --mode cycle (faults live in registers)");
             }
-            FaultSchedule::one(parse_fault(f)?)
+            FaultSchedule::one(crate::args::parse_fault(f)?)
         }
         None => FaultSchedule::none(),
     };
@@ -183,18 +163,4 @@ pub fn run(args: GemmArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fault_argument_parses() {
-        let e = parse_fault("stuck1:mxu.pe[0][1].weight[14]@2:5+100").unwrap();
-        assert_eq!(e.site.to_string(), "mxu.pe[0][1].weight[14]");
-        assert_eq!((e.kind, e.at.tile, e.at.cycle, e.duration), (BitFault::StuckAt1, 2, 5, 100));
-        assert!(parse_fault("zap:mxu.pe[0][1].weight[14]@2:5").is_err());
-        assert!(parse_fault("flip:mxu.pe[0][1].weight[14]@x:5").unwrap_err().to_string().contains("tile"));
-    }
 }

@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod args;
 mod gemm;
 mod op;
 mod sites;

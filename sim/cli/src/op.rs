@@ -2,10 +2,10 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use faultline_hw::fault::{FaultEvent, FaultSchedule, FaultTime};
+use faultline_hw::fault::FaultSchedule;
 use faultline_hw::op::{self, ConvShape, OpKind};
-use faultline_hw::{ExecMode, FaultSite, HwConfig};
-use faultline_num::{BitFault, NumFormat};
+use faultline_hw::{ExecMode, HwConfig};
+use faultline_num::NumFormat;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -126,26 +126,6 @@ fn need(v: Option<usize>, flag: &str, op: &str) -> Result<usize> {
     }
 }
 
-/// Parses `KIND:SITE@TILE:CYCLE[+DURATION]` (the same syntax as `faultline gemm --fault`).
-fn parse_fault(text: &str) -> Result<FaultEvent> {
-    let form = "expected KIND:SITE@TILE:CYCLE[+DURATION], e.g. flip:ub.word[0x40][7]@0:500";
-    let (kind, rest) = text.split_once(':').with_context(|| format!("--fault `{text}`: {form}"))?;
-    let kind: BitFault = kind.parse().with_context(|| format!("--fault `{text}`"))?;
-    let (site, when) = rest.rsplit_once('@').with_context(|| format!("--fault `{text}`: {form}"))?;
-    let site: FaultSite = site.parse().with_context(|| format!("--fault `{text}`"))?;
-    let (tile, cyc) = when.split_once(':').with_context(|| format!("--fault `{text}`: {form}"))?;
-    let (cyc, dur) = cyc.split_once('+').unwrap_or((cyc, "1"));
-    let num = |s: &str, what: &str| -> Result<u64> {
-        s.parse().with_context(|| format!("--fault `{text}`: {what} `{s}` is not a non-negative integer"))
-    };
-    Ok(FaultEvent {
-        site,
-        kind,
-        at: FaultTime { tile: num(tile, "tile")? as usize, cycle: num(cyc, "cycle")? },
-        duration: num(dur, "duration")?.max(1),
-    })
-}
-
 fn kind_of(a: &OpArgs) -> Result<OpKind> {
     Ok(match a.op {
         OpArg::Matmul => {
@@ -239,7 +219,7 @@ pub fn run(a: OpArgs) -> Result<()> {
             if matches!(mode, ExecMode::Functional) {
                 bail!("--fault needs --mode cycle or hybrid");
             }
-            FaultSchedule::one(parse_fault(s)?)
+            FaultSchedule::one(crate::args::parse_fault(s)?)
         }
     };
     let ins = inputs(&cfg, &kind, a.seed);

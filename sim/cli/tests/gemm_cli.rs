@@ -1,21 +1,12 @@
 //! End-to-end checks of `faultline gemm` as a user runs it.
 
-use std::process::Command;
-
-fn faultline(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_faultline"))
-        .args(args)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .output()
-        .expect("run faultline")
-}
+mod common;
+use common::{faultline, faultline_json};
 
 fn gemm_json(extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["gemm", "--config", "configs/tpu-8x8.ron", "--m", "20", "--k", "13", "--n", "9", "--json"];
     args.extend_from_slice(extra);
-    let out = faultline(&args);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("one JSON object")
+    faultline_json(&args)
 }
 
 #[test]

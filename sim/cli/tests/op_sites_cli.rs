@@ -1,19 +1,10 @@
 //! End-to-end checks of `faultline sites` and `faultline op` as a user runs them.
 
-use std::process::Command;
-
-fn faultline(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_faultline"))
-        .args(args)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .output()
-        .expect("run faultline")
-}
+mod common;
+use common::{faultline, faultline_json};
 
 fn json(args: &[&str]) -> serde_json::Value {
-    let out = faultline(args);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("one JSON object")
+    faultline_json(args)
 }
 
 #[test]
@@ -117,7 +108,7 @@ fn op_errors_are_one_line_and_exit_2() {
                 "--fault",
                 "flip:acc.word[0][0]@0:0",
             ],
-            "does not use",
+            "runs on vpu, ub, dram, seq, dma only",
         ),
     ] {
         let out = faultline(&args);

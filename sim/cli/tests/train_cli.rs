@@ -1,14 +1,7 @@
 //! End-to-end checks of `faultline train` as a user runs it.
 
-use std::process::Command;
-
-fn faultline(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_faultline"))
-        .args(args)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .output()
-        .expect("run faultline")
-}
+mod common;
+use common::{faultline, faultline_json};
 
 const BASE: [&str; 5] = ["train", "--model", "models/mlp-digits.ron", "--config", "configs/tpu-32x32.ron"];
 
@@ -16,9 +9,7 @@ fn train_json(extra: &[&str]) -> serde_json::Value {
     let mut args = BASE.to_vec();
     args.extend_from_slice(extra);
     args.push("--json");
-    let out = faultline(&args);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("one JSON object")
+    faultline_json(&args)
 }
 
 #[test]

@@ -50,8 +50,9 @@ pub enum HwError {
         /// Expected vs found.
         detail: String,
     },
-    /// A fault site that does not exist on this machine.
-    #[error("fault site `{site}` does not exist on this machine: {why}")]
+    /// A fault that cannot be placed: the site does not exist on this machine, is not used by the
+    /// operation, or its time is outside the operation.
+    #[error("fault at `{site}` cannot be injected: {why}")]
     BadSite {
         /// The site as text.
         site: String,

@@ -6,7 +6,9 @@
 //! forces the bit at every commit of its cycle range. Because faults touch only committed state,
 //! their effect does not depend on the order in which PEs are evaluated.
 
-use crate::sites::FaultSite;
+use crate::config::HwConfig;
+use crate::error::HwError;
+use crate::sites::{FaultSite, Unit};
 use faultline_num::BitFault;
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +56,13 @@ impl FaultEvent {
             _ => self.duration.max(1),
         }
     }
+
+    /// Absolute cycles `[start, end)` the fault acts on, given its tile's first cycle.
+    /// Saturates, so an absurd user-given cycle is a fault that never fires, not an overflow.
+    pub fn window(&self, tile_start: u64) -> (u64, u64) {
+        let start = tile_start.saturating_add(self.at.cycle);
+        (start, start.saturating_add(self.active_cycles()))
+    }
 }
 
 /// The faults active during one operation (empty for a golden run).
@@ -77,5 +86,22 @@ impl FaultSchedule {
     /// True when there is nothing to inject.
     pub fn is_empty(&self) -> bool {
         self.events.is_empty()
+    }
+
+    /// Checks that every event's site exists on `cfg`, belongs to one of `units` (the units the
+    /// operation runs on) and falls in one of its `tiles` tiles, called `what` in the message.
+    pub fn check(&self, cfg: &HwConfig, units: &[Unit], tiles: usize, what: &str) -> Result<(), HwError> {
+        for e in &self.events {
+            let bad = |why: String| HwError::BadSite { site: e.site.to_string(), why };
+            if !units.contains(&e.site.unit) {
+                let names: Vec<&str> = units.iter().map(|u| u.name()).collect();
+                return Err(bad(format!("this operation runs on {} only", names.join(", "))));
+            }
+            e.site.validate(cfg)?;
+            if e.at.tile >= tiles {
+                return Err(bad(format!("tile {} out of range, the operation has {tiles} {what}", e.at.tile)));
+            }
+        }
+        Ok(())
     }
 }

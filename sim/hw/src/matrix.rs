@@ -1,5 +1,20 @@
 //! Row-major matrices of raw register bits.
 
+/// FNV-1a over the dimensions and then the raw bits (each as a little-endian u64): changes if
+/// any bit does; the one checksum used for matrices, tensors and checkpoints.
+pub fn bits_checksum(dims: &[usize], bits: impl IntoIterator<Item = u32>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |x: u64| {
+        for b in x.to_le_bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    dims.iter().for_each(|&d| eat(d as u64));
+    bits.into_iter().for_each(|v| eat(v as u64));
+    h
+}
+
 /// A row-major matrix whose elements are raw bits of some [`faultline_num::NumFormat`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Matrix {
@@ -40,21 +55,9 @@ impl Matrix {
         self.data[r * self.cols + c] = v;
     }
 
-    /// FNV-1a hash over the shape and the raw bits: a checksum that changes if any bit does.
+    /// A checksum of the shape and the raw bits ([`bits_checksum`]).
     pub fn checksum(&self) -> u64 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut eat = |x: u64| {
-            for b in x.to_le_bytes() {
-                h ^= b as u64;
-                h = h.wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        };
-        eat(self.rows as u64);
-        eat(self.cols as u64);
-        for &v in &self.data {
-            eat(v as u64);
-        }
-        h
+        bits_checksum(&[self.rows, self.cols], self.data.iter().copied())
     }
 
     /// Positions (row, col) where two same-shaped matrices differ in any bit.

@@ -318,18 +318,7 @@ pub fn gemm(
 ) -> Result<GemmOutput, HwError> {
     check_shapes(cfg, a, w)?;
     let sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols);
-    for e in &faults.events {
-        if e.site.unit != Unit::Mxu {
-            return Err(HwError::BadSite { site: e.site.to_string(), why: "not an MXU site".into() });
-        }
-        e.site.validate(cfg)?;
-        if e.at.tile >= sched.folds.len() {
-            return Err(HwError::BadSite {
-                site: e.site.to_string(),
-                why: format!("tile {} out of range, the GEMM has {} folds", e.at.tile, sched.folds.len()),
-            });
-        }
-    }
+    faults.check(cfg, &[Unit::Mxu], sched.folds.len(), "folds")?;
     let out = match mode {
         ExecMode::Functional => {
             if !faults.is_empty() {
@@ -395,8 +384,8 @@ fn resolve(s: &Schedule, faults: &FaultSchedule) -> Vec<ActiveFault> {
         .events
         .iter()
         .map(|e| {
-            let start = s.folds[e.at.tile].start + e.at.cycle;
-            ActiveFault { event: *e, start, end: start + e.active_cycles() }
+            let (start, end) = e.window(s.folds[e.at.tile].start);
+            ActiveFault { event: *e, start, end }
         })
         .collect()
 }

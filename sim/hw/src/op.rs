@@ -501,27 +501,13 @@ fn run_inner(
         }
     }
     let t = plan_timing(cfg, kind, &plan);
-    for e in &faults.events {
-        e.site.validate(cfg)?;
-        if e.at.tile >= plan.count {
-            return Err(HwError::BadSite {
-                site: e.site.to_string(),
-                why: format!("tile {} out of range, the op has {} tiles", e.at.tile, plan.count),
-            });
-        }
-        let uses = match e.site.unit {
-            Unit::Mxu => kind.gemm_dims().is_some(),
-            Unit::Vpu => kind.gemm_dims().is_none(),
-            Unit::Acc | Unit::Wbuf => kind.gemm_dims().is_some(),
-            _ => true,
-        };
-        if !uses {
-            return Err(HwError::BadSite {
-                site: e.site.to_string(),
-                why: format!("{} does not use this unit", kind.describe()),
-            });
-        }
-    }
+    // MXU ops use the array, its accumulator and weight buffer; VPU ops the lanes instead.
+    let units: &[Unit] = if kind.gemm_dims().is_some() {
+        &[Unit::Mxu, Unit::Ub, Unit::Acc, Unit::Wbuf, Unit::Dram, Unit::Seq, Unit::Dma]
+    } else {
+        &[Unit::Vpu, Unit::Ub, Unit::Dram, Unit::Seq, Unit::Dma]
+    };
+    faults.check(cfg, units, plan.count, "tiles")?;
     let out = match mode {
         ExecMode::Functional => {
             if !faults.is_empty() {

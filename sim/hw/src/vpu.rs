@@ -449,18 +449,7 @@ pub fn run(
 ) -> Result<VpuOutput, HwError> {
     let n = check(cfg, &op, inputs)?;
     let sched = VpuSchedule::new(cfg, &op, n);
-    for e in &faults.events {
-        if e.site.unit != Unit::Vpu {
-            return Err(HwError::BadSite { site: e.site.to_string(), why: "not a VPU site".into() });
-        }
-        e.site.validate(cfg)?;
-        if e.at.tile >= sched.issue.len() {
-            return Err(HwError::BadSite {
-                site: e.site.to_string(),
-                why: format!("tile {} out of range, the op issues {} vectors", e.at.tile, sched.issue.len()),
-            });
-        }
-    }
+    faults.check(cfg, &[Unit::Vpu], sched.issue.len(), "vectors")?;
     let out = match mode {
         ExecMode::Functional => {
             if !faults.is_empty() {
@@ -654,8 +643,8 @@ fn cycle_level(
         .events
         .iter()
         .map(|e| {
-            let start = s.issue[e.at.tile].saturating_add(e.at.cycle);
-            Active { e: *e, start, end: start.saturating_add(e.active_cycles()) }
+            let (start, end) = e.window(s.issue[e.at.tile]);
+            Active { e: *e, start, end }
         })
         .collect();
     let mut st = LaneState::new(cfg.vpu.lanes);

@@ -39,18 +39,9 @@ impl Tensor32 {
         Tensor32 { shape: shape.to_vec(), data: vec![0.0; shape.iter().product()] }
     }
 
-    /// FNV-1a over the shape and raw bits: changes if any bit does.
+    /// Checksum of the shape and raw bits ([`faultline_hw::matrix::bits_checksum`]).
     pub fn checksum(&self) -> u64 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut eat = |x: u64| {
-            for b in x.to_le_bytes() {
-                h ^= b as u64;
-                h = h.wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        };
-        self.shape.iter().for_each(|&d| eat(d as u64));
-        self.data.iter().for_each(|v| eat(v.to_bits() as u64));
-        h
+        faultline_hw::matrix::bits_checksum(&self.shape, self.data.iter().map(|v| v.to_bits()))
     }
 
     /// Raw bits of the values (for bit-exact comparisons).
