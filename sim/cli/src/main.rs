@@ -32,6 +32,13 @@ enum Command {
 /// Prints an error as one line with its causes (`error: a: b`) and exits with status 2, instead
 /// of anyhow's debug dump: users read these, and a backtrace is noise for a bad flag or file.
 fn main() {
+    // Rust ignores SIGPIPE, so `faultline ... | head` would panic in println!; restore the
+    // default action so a closed pipe ends the process quietly, as for any Unix tool.
+    #[cfg(unix)]
+    // SAFETY: called before any other thread exists; SIG_DFL is a valid handler for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     if let Err(e) = run(Cli::parse()) {
         eprintln!("error: {e:#}");
         std::process::exit(2);
