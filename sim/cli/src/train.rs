@@ -137,7 +137,9 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         }
         if let Some(w) = trace.as_mut() {
             let line = serde_json::to_string(r).expect("record serialises");
+            // Flushed per record: a crash loses at most the step in flight.
             writeln!(w, "{line}")
+                .and_then(|()| w.flush())
                 .map_err(|error| faultline_train::TrainError::Io { file: trace_path.clone(), error })?;
         }
         if let Some(t) = r.test_accuracy {

@@ -3,9 +3,10 @@
 //! A checkpoint is a directory:
 //!
 //! ```text
-//! <dir>/checkpoint.json     manifest (below)
-//! <dir>/<tensor name>.npy   one little-endian float32 C-order array per parameter and per
-//!                           optimizer-state tensor (e.g. fc1.weight.npy, fc1.weight.adam_m.npy)
+//! <dir>/checkpoint.json                manifest (below); renamed into place last
+//! <dir>/<tensor name>.step-<N>.npy     one little-endian float32 C-order array per parameter and
+//!                                      per optimizer-state tensor, stamped with the step
+//!                                      (e.g. fc1.weight.step-000200.npy)
 //! ```
 //!
 //! The manifest holds `format` (= 1), `model`, `step` (steps completed), `optimizer` (the
@@ -63,7 +64,7 @@ struct Manifest {
     tensors: Vec<TensorEntry>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TensorEntry {
     name: String,
@@ -72,18 +73,39 @@ struct TensorEntry {
     fnv1a: String,
 }
 
-/// File name of a tensor: its name with path separators replaced.
-fn file_name(name: &str) -> String {
-    format!("{}.npy", name.replace(['/', '\\'], "_"))
+/// File name of a tensor at a step: its name with path separators replaced, stamped with the
+/// step so that a new checkpoint never overwrites the files of the one it replaces.
+fn file_name(name: &str, step: u64) -> String {
+    format!("{}.step-{step:06}.npy", name.replace(['/', '\\'], "_"))
 }
 
 impl Checkpoint {
-    /// Writes the checkpoint into `dir` (created if needed; existing files are overwritten).
+    /// Writes the checkpoint into `dir` (created if needed), replacing any checkpoint there.
+    ///
+    /// Crash-safe: tensors go to files stamped with the step, the manifest is written to a
+    /// temporary file and renamed over `checkpoint.json` (the atomic commit), and only then are
+    /// files that just the previous manifest referenced removed. At every moment the manifest on
+    /// disk describes a complete checkpoint.
     pub fn save(&self, dir: &Path) -> Result<()> {
+        let previous: Vec<String> = std::fs::read_to_string(dir.join(MANIFEST))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Manifest>(&t).ok())
+            .map(|m| m.tensors.into_iter().map(|e| e.file).collect())
+            .unwrap_or_default();
+        let tensors = self.write_tensors(dir)?;
+        self.commit_manifest(dir, &tensors)?;
+        for f in previous.iter().filter(|f| !tensors.iter().any(|t| &t.file == *f) && !f.contains(['/', '\\'])) {
+            let _ = std::fs::remove_file(dir.join(f)); // best effort: a leftover costs only space
+        }
+        Ok(())
+    }
+
+    /// Writes every tensor's `.npy` file (the part of a save that a crash may tear).
+    fn write_tensors(&self, dir: &Path) -> Result<Vec<TensorEntry>> {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let mut tensors = Vec::new();
         for (name, t) in &self.state.tensors {
-            let file = file_name(name);
+            let file = file_name(name, self.state.step);
             npy::write_f32(&dir.join(&file), &t.shape, &t.data)?;
             tensors.push(TensorEntry {
                 name: name.clone(),
@@ -92,6 +114,11 @@ impl Checkpoint {
                 fnv1a: format!("{:016x}", t.checksum()),
             });
         }
+        Ok(tensors)
+    }
+
+    /// Atomically replaces the manifest with one naming `tensors`.
+    fn commit_manifest(&self, dir: &Path, tensors: &[TensorEntry]) -> Result<()> {
         let m = Manifest {
             format: FORMAT,
             model: self.model.clone(),
@@ -101,11 +128,13 @@ impl Checkpoint {
             batch: self.batch,
             seed: self.seed,
             batcher: self.batcher.clone(),
-            tensors,
+            tensors: tensors.to_vec(),
         };
         let path = dir.join(MANIFEST);
+        let partial = dir.join(format!("{MANIFEST}.partial"));
         let text = serde_json::to_string_pretty(&m).expect("manifest serialises");
-        std::fs::write(&path, text + "\n").map_err(io_err(&path))
+        std::fs::write(&partial, text + "\n").map_err(io_err(&partial))?;
+        std::fs::rename(&partial, &path).map_err(io_err(&path))
     }
 
     /// Reads a checkpoint directory, verifying every tensor's shape and checksum.
@@ -186,14 +215,41 @@ mod tests {
     fn corruption_is_detected_and_named() {
         let dir = tempfile::tempdir().unwrap();
         sample().save(dir.path()).unwrap();
-        let f = dir.path().join("fc1.weight.npy");
+        let f = dir.path().join("fc1.weight.step-000017.npy");
         npy::write_f32(&f, &[2, 3], &[0.0; 6]).unwrap();
         let e = Checkpoint::load(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("fc1.weight.npy") && e.contains("checksum mismatch"), "{e}");
+        assert!(e.contains("fc1.weight.step-000017.npy") && e.contains("checksum mismatch"), "{e}");
         npy::write_f32(&f, &[3, 2], &[0.0; 6]).unwrap();
         let e = Checkpoint::load(dir.path()).unwrap_err().to_string();
         assert!(e.contains("expected [2, 3], found [3, 2]"), "{e}");
         std::fs::write(dir.path().join(MANIFEST), "{}").unwrap();
         assert!(Checkpoint::load(dir.path()).unwrap_err().to_string().contains("checkpoint.json"));
+    }
+
+    #[test]
+    fn saving_over_a_checkpoint_is_atomic() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("ck");
+        let mut c = sample();
+        c.save(&dir).unwrap();
+        let first: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        // A crash while writing the next save's tensors leaves extra files and a torn temporary
+        // manifest: the committed manifest still describes a complete checkpoint.
+        c.state.step += 1;
+        let tensor_files: Vec<String> = c.write_tensors(&dir).unwrap().into_iter().map(|e| e.file).collect();
+        std::fs::write(dir.join(format!("{MANIFEST}.partial")), "{ torn").unwrap();
+        let mut before = c.clone();
+        before.state.step -= 1;
+        assert_eq!(Checkpoint::load(&dir).unwrap(), before);
+        // A completed save commits the new step and removes files only the old one used.
+        c.save(&dir).unwrap();
+        assert_eq!(Checkpoint::load(&dir).unwrap(), c);
+        for f in &first {
+            let f = f.to_str().unwrap();
+            if f.ends_with(".npy") {
+                assert!(!dir.join(f).exists(), "{f} of the previous checkpoint should be gone");
+            }
+        }
+        assert!(tensor_files.iter().all(|f| dir.join(f).exists()));
     }
 }
