@@ -30,6 +30,8 @@
 //! does not know machine number formats, fault sites or datasets. The executor (`train`) decides
 //! how an op maps onto registers; this crate only promises the maths.
 
+#![warn(missing_docs)]
+
 pub mod autodiff;
 mod build;
 pub mod error;

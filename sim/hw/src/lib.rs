@@ -15,6 +15,8 @@
 //! **Architecture invariant:** this crate knows nothing of graphs, training or campaigns. It
 //! executes hardware operations on raw bits and reports cycles; callers decide what they mean.
 
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod dma;
 pub mod error;

@@ -18,6 +18,8 @@
 //! * Accumulators store every NaN as one canonical quiet NaN ([`CANONICAL_NAN`]), as MXUs do;
 //!   IEEE leaves payload propagation open, and bit-exact twins need it fixed.
 
+#![warn(missing_docs)]
+
 mod fault;
 mod format;
 mod mac;

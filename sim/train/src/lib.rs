@@ -25,6 +25,8 @@
 //! and registers; it knows no fault models or campaigns. Cycle counts come from the graph's
 //! schedule (`faultline_graph::lower`), the same in every mode; values never depend on mode.
 
+#![warn(missing_docs)]
+
 pub mod checkpoint;
 pub mod dataset;
 pub mod digits;
