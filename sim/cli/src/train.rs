@@ -184,11 +184,12 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         trainer.data.test.len()
     );
     println!(
-        "cycles/step {} ({}) = {:.1} us at {} MHz",
+        "cycles/step {} ({}) = {:.1} us at {} MHz; the graph's static estimate is {}",
         summary.cycles_per_step,
         phases.join(", "),
         summary.simulated_seconds_per_step * 1e6,
-        hw.clock_mhz
+        hw.clock_mhz,
+        summary.estimated_cycles_per_step
     );
     if let Some(p) = &a.trace {
         println!("trace: {}", p.display());

@@ -10,10 +10,11 @@
 use crate::error::{shape_str, Result, TrainError};
 use crate::state::{ModelState, Tensor32};
 use crate::vector::Vpu;
-use faultline_graph::{NodeIndex, Op, TrainGraph};
+use faultline_graph::{NodeIndex, Op, OpGraph, Phase, TrainGraph};
 use faultline_hw::{mxu, ExecMode, FaultSchedule, HwConfig, Matrix, Unit};
 use faultline_num::{f32_to_bf16_bits, NumFormat};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -92,6 +93,21 @@ impl StepOutput {
     pub fn vpu_instructions(&self) -> usize {
         self.ops.iter().filter(|o| o.unit == Unit::Vpu).map(|o| o.count).sum()
     }
+
+    /// Machine cycles of everything issued, operation after operation (MXU and VPU do not
+    /// overlap in this executor).
+    pub fn cycles(&self) -> u64 {
+        self.ops.iter().map(|o| o.cycles).sum()
+    }
+
+    /// [`StepOutput::cycles`] split by the phase of the issuing node (every phase present).
+    pub fn phase_cycles(&self, g: &OpGraph) -> BTreeMap<String, u64> {
+        let mut m: BTreeMap<String, u64> = Phase::ALL.iter().map(|p| (p.name().to_string(), 0)).collect();
+        for o in &self.ops {
+            *m.entry(g.node(o.node).phase.name().to_string()).or_default() += o.cycles;
+        }
+        m
+    }
 }
 
 /// The hardware operations of one node: `count` GEMMs (MXU) or VPU instructions, numbered
@@ -104,6 +120,8 @@ pub struct NodeOps {
     pub unit: Unit,
     /// Operations issued.
     pub count: usize,
+    /// Cycles of those operations, as issued one after another (the same in every mode).
+    pub cycles: u64,
 }
 
 /// A fault injected into one hardware operation of one node during a step. That operation
@@ -281,19 +299,19 @@ impl Executor {
                 })
                 .collect();
             let here = fault.filter(|f| f.node == i);
-            let (out, unit, count) = match node.op {
+            let (out, unit, count, cycles) = match node.op {
                 Op::MatMul { trans_a, trans_b } => {
-                    let (out, n) = self.matmul(ins[0], ins[1], trans_a, trans_b, here)?;
-                    (out, Unit::Mxu, n)
+                    let (out, n, cycles) = self.matmul(ins[0], ins[1], trans_a, trans_b, here)?;
+                    (out, Unit::Mxu, n, cycles)
                 }
                 ref op => {
-                    let base = vpu.instructions;
+                    let (base, base_cycles) = (vpu.instructions, vpu.cycles);
                     if let Some(f) = here {
                         vpu.arm(base + f.op as u64, f.faults.clone());
                     }
                     let out = vpu.apply(op, &ins, &node.shape)?.expect("non-placeholder, non-matmul op");
                     vpu.disarm();
-                    (out, Unit::Vpu, (vpu.instructions - base) as usize)
+                    (out, Unit::Vpu, (vpu.instructions - base) as usize, vpu.cycles - base_cycles)
                 }
             };
             if let Some(f) = here {
@@ -309,7 +327,7 @@ impl Executor {
             debug_assert_eq!(out.len(), node.shape.iter().product::<usize>(), "{}", node.name);
             vals[i.index()] = Some(out);
             if count > 0 {
-                ops.push(NodeOps { node: i, unit, count });
+                ops.push(NodeOps { node: i, unit, count, cycles });
             }
         }
         if let Some(f) = fault {
@@ -331,7 +349,7 @@ impl Executor {
         ta: bool,
         tb: bool,
         fault: Option<&NodeFault>,
-    ) -> Result<(Vec<f32>, usize)> {
+    ) -> Result<(Vec<f32>, usize, u64)> {
         let r = a.1.len();
         let groups = if r == 3 { a.1[0] } else { 1 };
         let (ar, ac, br, bc) = (a.1[r - 2], a.1[r - 1], b.1[r - 2], b.1[r - 1]);
@@ -339,6 +357,7 @@ impl Executor {
         let n = if tb { br } else { bc };
         let f = self.format;
         let mut out = Vec::with_capacity(groups * m * n);
+        let mut cycles = 0;
         for gi in 0..groups {
             let sa = &a.0[gi * ar * ac..(gi + 1) * ar * ac];
             let sb = &b.0[gi * br * bc..(gi + 1) * br * bc];
@@ -350,8 +369,9 @@ impl Executor {
                 None => mxu::gemm(&self.hw, &am, &bm, self.mode, &FaultSchedule::none())?,
             };
             out.extend(res.out.data.iter().map(|&bits| f32::from_bits(bits)));
+            cycles += res.stats.total_cycles;
         }
-        Ok((out, groups))
+        Ok((out, groups, cycles))
     }
 }
 

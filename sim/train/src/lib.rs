@@ -22,8 +22,10 @@
 //! ```
 //!
 //! **Architecture invariant:** this crate decides how graph values map onto machine formats
-//! and registers; it knows no fault models or campaigns. Cycle counts come from the graph's
-//! schedule (`faultline_graph::lower`), the same in every mode; values never depend on mode.
+//! and registers; it knows no fault models or campaigns. A step's cycles are those of the GEMMs
+//! and VPU instructions it issues, from the machine's schedules, so they are the same in every
+//! mode; values never depend on mode. The graph's static estimate (`faultline_graph::lower`) is
+//! kept alongside and tested to stay within 10% of them.
 
 #![warn(missing_docs)]
 

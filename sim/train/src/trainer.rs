@@ -128,7 +128,8 @@ pub struct StepRecord {
     pub train_accuracy: f64,
     /// Accuracy on the held-out split after the update, on evaluation steps.
     pub test_accuracy: Option<f64>,
-    /// Machine cycles of the step (from the lowered schedule; the same in every mode).
+    /// Machine cycles of the step: the sum over the GEMMs and VPU instructions it issued (from
+    /// their schedules, so the same in every mode).
     pub cycles: u64,
     /// Cycles per phase: `forward`, `backward`, `update`.
     pub phase_cycles: BTreeMap<String, u64>,
@@ -147,7 +148,8 @@ pub struct Trainer {
     pub data: Split,
     /// Run settings.
     pub options: TrainOptions,
-    /// Cycle schedule of one step.
+    /// The graph's static cycle estimate of one step (per node, phase and layer), for planning
+    /// and reports; the records carry the cycles of what was actually issued.
     pub schedule: StepSchedule,
 }
 
@@ -179,8 +181,8 @@ impl Trainer {
         Ok(Trainer { exec, state, batcher, data, options, schedule })
     }
 
-    /// Cycles of one step per phase (names as in [`Phase::name`]).
-    pub fn phase_cycles(&self) -> BTreeMap<String, u64> {
+    /// The static estimate of one step's cycles per phase (names as in [`Phase::name`]).
+    pub fn estimated_phase_cycles(&self) -> BTreeMap<String, u64> {
         Phase::ALL
             .iter()
             .map(|p| (p.name().to_string(), self.schedule.per_phase.get(p).copied().unwrap_or(0)))
@@ -201,8 +203,8 @@ impl Trainer {
             loss: out.loss as f64,
             train_accuracy: accuracy(&out.output, &y, self.exec.outputs()),
             test_accuracy,
-            cycles: self.schedule.total_cycles,
-            phase_cycles: self.phase_cycles(),
+            cycles: out.cycles(),
+            phase_cycles: out.phase_cycles(&self.exec.tg.graph),
         })
     }
 
@@ -299,6 +301,8 @@ pub struct Summary {
     pub phase_cycles: BTreeMap<String, u64>,
     /// Simulated seconds per step at the machine's clock.
     pub simulated_seconds_per_step: f64,
+    /// The graph's static estimate of a step's cycles ([`Trainer::schedule`]).
+    pub estimated_cycles_per_step: u64,
     /// Loss of every step, in order.
     pub losses: Vec<f64>,
     /// Host wall-clock seconds of the run.
@@ -312,9 +316,11 @@ impl Trainer {
         let t0 = std::time::Instant::now();
         let mut losses = Vec::with_capacity(steps as usize);
         let mut test_accuracy = f64::NAN;
+        let mut issued = (0, BTreeMap::new());
         for i in 0..steps {
             let r = self.step(i + 1 == steps)?;
             losses.push(r.loss);
+            issued = (r.cycles, r.phase_cycles.clone());
             if let Some(a) = r.test_accuracy {
                 test_accuracy = a;
             }
@@ -342,9 +348,10 @@ impl Trainer {
             steps,
             final_loss: losses.last().copied().unwrap_or(f64::NAN),
             test_accuracy,
-            cycles_per_step: self.schedule.total_cycles,
-            phase_cycles: self.phase_cycles(),
-            simulated_seconds_per_step: self.schedule.seconds(),
+            cycles_per_step: issued.0,
+            phase_cycles: issued.1,
+            simulated_seconds_per_step: issued.0 as f64 / (self.exec.hw.clock_mhz * 1e6),
+            estimated_cycles_per_step: self.schedule.total_cycles,
             losses,
             wall_seconds: t0.elapsed().as_secs_f64(),
         })

@@ -26,6 +26,8 @@ pub struct Vpu<'a> {
     mode: ExecMode,
     /// VPU instructions issued so far.
     pub instructions: u64,
+    /// Cycles of the instructions issued so far (from the VPU's schedule: the same in every mode).
+    pub cycles: u64,
     /// A fault schedule for the instruction with this issue number (run cycle-level).
     armed: Option<(u64, FaultSchedule)>,
 }
@@ -33,7 +35,7 @@ pub struct Vpu<'a> {
 impl<'a> Vpu<'a> {
     /// The VPU of `cfg`, executed in `mode`.
     pub fn new(cfg: &'a HwConfig, mode: ExecMode) -> Vpu<'a> {
-        Vpu { cfg, mode, instructions: 0, armed: None }
+        Vpu { cfg, mode, instructions: 0, cycles: 0, armed: None }
     }
 
     /// Injects `faults` into the instruction with issue number `at` (counted from 0 over the
@@ -55,11 +57,12 @@ impl<'a> Vpu<'a> {
     fn op_all(&mut self, op: VpuOp, ins: &[&[f32]]) -> Result<Vec<Vec<f32>>> {
         let n = self.instructions;
         self.instructions += 1;
-        let out = match &self.armed {
+        let (out, stats) = match &self.armed {
             Some((at, faults)) if *at == n => vpu::run_f32(self.cfg, op, ins, ExecMode::CycleLevel, faults)?,
             _ => vpu::run_f32(self.cfg, op, ins, self.mode, &FaultSchedule::none())?,
         };
-        Ok(out.0)
+        self.cycles += stats.cycles;
+        Ok(out)
     }
 
     fn add(&mut self, a: &[f32], b: &[f32]) -> Result<Vec<f32>> {

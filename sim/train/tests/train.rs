@@ -97,20 +97,39 @@ fn cycle_level_and_functional_training_are_bit_identical() {
         let opts = |mode| options(OptimizerKind::Adam, 0.01, MxuFormat::Bf16, mode, InitWeights::Seed);
         let run = |mode| {
             let mut t = Trainer::new(&spec, &hw(), data.clone(), opts(mode)).unwrap();
-            let losses: Vec<u64> = (0..steps).map(|_| t.step(false).unwrap().loss.to_bits()).collect();
+            let records: Vec<_> = (0..steps).map(|_| t.step(false).unwrap()).collect();
+            let losses: Vec<u64> = records.iter().map(|r| r.loss.to_bits()).collect();
+            let cycles: Vec<_> = records.iter().map(|r| (r.cycles, r.phase_cycles.clone())).collect();
             let weights: BTreeMap<String, Vec<u32>> =
                 t.state.tensors.iter().map(|(k, v)| (k.clone(), v.bits())).collect();
-            (losses, weights)
+            (losses, weights, cycles)
         };
-        let (lf, wf) = run(ExecMode::Functional);
-        let (lc, wc) = run(ExecMode::CycleLevel);
+        let (lf, wf, cf) = run(ExecMode::Functional);
+        let (lc, wc, cc) = run(ExecMode::CycleLevel);
         assert_eq!(lf, lc, "{name}: loss bits differ");
         assert_eq!(wf, wc, "{name}: weight / optimizer-state bits differ");
+        assert_eq!(cf, cc, "{name}: issued cycles differ between modes");
+        for (total, phases) in &cf {
+            assert_eq!(phases.values().sum::<u64>(), *total, "{name}: phases do not add up");
+        }
         // The comparison is not vacuous: training moved every parameter.
         let t0 = Trainer::new(&spec, &hw(), data.clone(), opts(ExecMode::Functional)).unwrap();
         for p in t0.exec.tg.params() {
             assert_ne!(t0.state.tensors[&p.name].bits(), wf[&p.name], "{name}: {} did not change", p.name);
         }
+    }
+}
+
+/// The graph's static cycle estimate and the cycles the executor actually issues come from two
+/// lowerings of the same ops (costing vs execution); they must not drift apart.
+#[test]
+fn static_cycle_estimate_tracks_issued_cycles() {
+    for name in ["mlp-digits", "cnn-small", "transformer-tiny"] {
+        let spec = model(name);
+        let mut t = Trainer::new(&spec, &hw(), source::shipped(&spec, 1).unwrap(), TrainOptions::default()).unwrap();
+        let s = t.run(1, |_, _| Ok(())).unwrap();
+        let (issued, estimate) = (s.cycles_per_step as f64, s.estimated_cycles_per_step as f64);
+        assert!((issued - estimate).abs() <= 0.1 * issued, "{name}: issued {issued}, estimated {estimate}");
     }
 }
 
