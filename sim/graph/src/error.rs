@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum GraphError {
     /// The model file could not be read.
-    #[error("{file}: cannot read model: {source}")]
+    #[error("{file}: cannot read model")]
     Io {
         /// Path of the model file.
         file: PathBuf,

@@ -9,6 +9,7 @@
 use crate::config::HwConfig;
 use crate::error::HwError;
 use crate::sites::{FaultSite, Unit};
+use crate::ExecMode;
 use faultline_num::BitFault;
 use serde::{Deserialize, Serialize};
 
@@ -88,11 +89,22 @@ impl FaultSchedule {
         self.events.is_empty()
     }
 
-    /// Checks that every event's site exists on `cfg`, belongs to one of `units` (the units the
-    /// operation runs on) and falls in one of its `tiles` tiles, called `what` in the message.
-    pub fn check(&self, cfg: &HwConfig, units: &[Unit], tiles: usize, what: &str) -> Result<(), HwError> {
+    /// Checks that faults can be placed: only in cycle-level execution (a fault needs registers
+    /// to live in), at a site that exists on `cfg` and belongs to one of `units` (the units the
+    /// operation runs on), in one of its `tiles` tiles (called `what` in the message).
+    pub fn check(
+        &self,
+        cfg: &HwConfig,
+        mode: ExecMode,
+        units: &[Unit],
+        tiles: usize,
+        what: &str,
+    ) -> Result<(), HwError> {
         for e in &self.events {
             let bad = |why: String| HwError::BadSite { site: e.site.to_string(), why };
+            if mode != ExecMode::CycleLevel {
+                return Err(bad("faults need cycle-level execution".into()));
+            }
             if !units.contains(&e.site.unit) {
                 let names: Vec<&str> = units.iter().map(|u| u.name()).collect();
                 return Err(bad(format!("this operation runs on {} only", names.join(", "))));

@@ -318,15 +318,9 @@ pub fn gemm(
 ) -> Result<GemmOutput, HwError> {
     check_shapes(cfg, a, w)?;
     let sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols);
-    faults.check(cfg, &[Unit::Mxu], sched.folds.len(), "folds")?;
+    faults.check(cfg, mode, &[Unit::Mxu], sched.folds.len(), "folds")?;
     let out = match mode {
         ExecMode::Functional => {
-            if !faults.is_empty() {
-                return Err(HwError::BadSite {
-                    site: faults.events[0].site.to_string(),
-                    why: "faults need cycle-level execution".into(),
-                });
-            }
             with_precision!(cfg.mxu.precision(), F => functional::<F>(&sched, a, w))
         }
         ExecMode::CycleLevel => with_precision!(cfg.mxu.precision(), F => {

@@ -507,17 +507,9 @@ fn run_inner(
     } else {
         &[Unit::Vpu, Unit::Ub, Unit::Dram, Unit::Seq, Unit::Dma]
     };
-    faults.check(cfg, units, plan.count, "tiles")?;
+    faults.check(cfg, mode, units, plan.count, "tiles")?;
     let out = match mode {
-        ExecMode::Functional => {
-            if !faults.is_empty() {
-                return Err(HwError::BadSite {
-                    site: faults.events[0].site.to_string(),
-                    why: "faults need cycle-level execution".into(),
-                });
-            }
-            functional(cfg, kind, inputs)?
-        }
+        ExecMode::Functional => functional(cfg, kind, inputs)?,
         ExecMode::CycleLevel => {
             let mut m = Machine::new(cfg, kind, inputs, &plan, &t, faults)?;
             m.hybrid = hybrid;

@@ -449,17 +449,9 @@ pub fn run(
 ) -> Result<VpuOutput, HwError> {
     let n = check(cfg, &op, inputs)?;
     let sched = VpuSchedule::new(cfg, &op, n);
-    faults.check(cfg, &[Unit::Vpu], sched.issue.len(), "vectors")?;
+    faults.check(cfg, mode, &[Unit::Vpu], sched.issue.len(), "vectors")?;
     let out = match mode {
-        ExecMode::Functional => {
-            if !faults.is_empty() {
-                return Err(HwError::BadSite {
-                    site: faults.events[0].site.to_string(),
-                    why: "faults need cycle-level execution".into(),
-                });
-            }
-            functional(cfg, &op, inputs, n)
-        }
+        ExecMode::Functional => functional(cfg, &op, inputs, n),
         ExecMode::CycleLevel => cycle_level(cfg, &op, inputs, n, &sched, faults),
     };
     let stats = timing(cfg, &op, n);
