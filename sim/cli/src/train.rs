@@ -111,6 +111,10 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
                 std::fs::create_dir_all(parent)
                     .with_context(|| format!("{}: cannot create directory", parent.display()))?;
             }
+            let run_file = run_description_path(p);
+            let text = serde_json::to_string_pretty(&run_description(&a, &spec, &trainer))?;
+            std::fs::write(&run_file, text + "\n")
+                .with_context(|| format!("{}: cannot write run description", run_file.display()))?;
             let f = std::fs::File::create(p).with_context(|| format!("{}: cannot create trace", p.display()))?;
             Some(std::io::BufWriter::new(f))
         }
@@ -198,4 +202,38 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         println!("checkpoint: {}", p.display());
     }
     Ok(())
+}
+
+/// `<trace>.run.json` beside the trace, e.g. `traces/golden.run.json` for `traces/golden.jsonl`.
+fn run_description_path(trace: &std::path::Path) -> PathBuf {
+    let stem = trace.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+    trace.with_file_name(format!("{stem}.run.json"))
+}
+
+/// Everything a trace depends on, resolved: the command line, the model, the machine as
+/// executed (with the `--precision` override applied), the optimizer with its learning rate,
+/// the data and the seeds. A trace plus this file is a reproducible result.
+fn run_description(a: &TrainArgs, spec: &ModelSpec, t: &Trainer) -> serde_json::Value {
+    serde_json::json!({
+        "faultline_version": env!("CARGO_PKG_VERSION"),
+        "command": std::env::args().collect::<Vec<_>>(),
+        "model_file": a.model,
+        "model": spec,
+        "hw_config_file": a.config,
+        "hw": t.exec.hw,
+        "optimizer": t.exec.tg.optimizer,
+        "batch": t.options.batch,
+        "precision": t.options.precision.name(),
+        "mode": if t.options.mode == ExecMode::CycleLevel { "cycle" } else { "functional" },
+        "seed": t.options.seed,
+        "eval_every": t.options.eval_every,
+        "init_weights": a.init_weights,
+        "resumed_from": a.resume,
+        "data": {
+            "dir": a.data,
+            "name": t.data.train.name,
+            "train_samples": t.data.train.len(),
+            "test_samples": t.data.test.len(),
+        },
+    })
 }

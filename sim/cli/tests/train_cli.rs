@@ -33,6 +33,14 @@ fn json_summary_trace_and_resume() {
     assert!(lines[5]["test_accuracy"].is_number() && lines[0]["test_accuracy"].is_null());
     assert_eq!(lines[0]["cycles"], s["cycles_per_step"]);
     assert!(lines[0]["phase_cycles"]["backward"].as_u64().unwrap() > 0);
+    // The resolved run description sits beside the trace.
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("t/golden.run.json")).unwrap()).unwrap();
+    assert_eq!(run["hw"]["name"], "tpu-32x32");
+    assert_eq!(run["hw"]["mxu"]["input_format"], "Bf16");
+    assert_eq!(run["model"]["name"], "mlp-digits");
+    assert_eq!((run["seed"].as_u64(), run["batch"].as_u64()), (Some(1), Some(32)));
+    assert_eq!(run["data"]["train_samples"].as_u64().unwrap() + run["data"]["test_samples"].as_u64().unwrap(), 1797);
 
     // 6 + 4 resumed steps give the losses of 10 uninterrupted ones, in either mode.
     let full = train_json(&["--steps", "10"]);
