@@ -66,3 +66,25 @@ fn bad_arguments_are_one_line_errors() {
         assert!(err.contains(want) && !err.contains("panicked"), "{err}");
     }
 }
+
+/// The example trace the README points to is reproduced byte for byte by the shipped default
+/// run, here stepped at cycle level: seed determinism and the bit-exact twin, end to end over
+/// 200 training steps. (After an intended numerics change, regenerate it with the README's
+/// command and `--trace traces/examples/mlp-digits-golden.jsonl`.)
+#[test]
+fn default_run_reproduces_the_shipped_example_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("golden.jsonl");
+    let mut args = BASE.to_vec();
+    args.extend(["--mode", "cycle", "--trace", trace.to_str().unwrap()]);
+    let out = faultline(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let want = std::fs::read_to_string(root.join("traces/examples/mlp-digits-golden.jsonl")).unwrap();
+    let got = std::fs::read_to_string(&trace).unwrap();
+    assert_eq!(got.lines().count(), 200);
+    for (i, (g, w)) in got.lines().zip(want.lines()).enumerate() {
+        assert_eq!(g, w, "trace line {} differs from the shipped example", i + 1);
+    }
+    assert_eq!(got, want);
+}
