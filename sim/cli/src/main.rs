@@ -1,5 +1,9 @@
 //! `faultline`: command-line front end. Thin: parses arguments, calls library code, prints.
 
+// Doc comments here are clap's `--help` text, full of site syntax like `mxu.pe[3][5]` that
+// rustdoc would read as links; they are written for the terminal, not for rustdoc.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use clap::{Parser, Subcommand};
 
 mod args;
