@@ -24,8 +24,7 @@
 //! and therefore every later word of that transfer (the next transfer reloads it).
 
 use crate::config::{HwConfig, SramConfig};
-use crate::fault::FaultEvent;
-use faultline_num::BitFault;
+use crate::fault::ActiveFault;
 use serde::{Deserialize, Serialize};
 
 /// Direction of a transfer.
@@ -104,27 +103,20 @@ pub struct AddrReg<'a> {
     value: u64,
     width: u32,
     prev: u64,
-    faults: &'a [(FaultEvent, u64)],
+    faults: &'a [ActiveFault],
 }
 
 impl<'a> AddrReg<'a> {
-    /// A register of `width` bits loaded with `first` at cycle `load`; `faults` are events on
-    /// this register with their absolute start cycles.
-    pub fn new(first: u64, width: u32, load: u64, faults: &'a [(FaultEvent, u64)]) -> AddrReg<'a> {
+    /// A register of `width` bits loaded with `first` at cycle `load`; `faults` are the faults
+    /// on this register.
+    pub fn new(first: u64, width: u32, load: u64, faults: &'a [ActiveFault]) -> AddrReg<'a> {
         AddrReg { value: first & mask(width), width, prev: load, faults }
     }
 
     /// The register's value when used at cycle `t` (faults in `[previous use, t)` applied).
     pub fn use_at(&mut self, t: u64) -> u64 {
-        for (e, s) in self.faults {
-            let end = s.saturating_add(e.active_cycles());
-            let hit = match e.kind {
-                BitFault::Flip => (self.prev..t).contains(s),
-                _ => *s < t && end > self.prev,
-            };
-            if hit && e.site.bit < self.width {
-                self.value = e.kind.apply(self.value as u32, e.site.bit) as u64 & mask(self.width);
-            }
+        for f in self.faults.iter().filter(|f| f.acts_between(self.prev, t) && f.event.site.bit < self.width) {
+            self.value = f.apply(self.value as u32) as u64 & mask(self.width);
         }
         self.prev = t;
         self.value
@@ -148,6 +140,7 @@ fn mask(width: u32) -> u64 {
 mod tests {
     use super::*;
     use crate::config::Dataflow;
+    use crate::fault::FaultEvent;
     use crate::sites::{FaultSite, Register, Unit};
     use faultline_num::Precision;
 
@@ -171,8 +164,7 @@ mod tests {
 
     #[test]
     fn address_register_flip_persists_through_increments() {
-        let e = FaultEvent::flip(FaultSite::control(Unit::Dma, Register::SrcAddr, 4), 0, 0);
-        let fs = [(e, 3u64)];
+        let fs = [FaultEvent::flip(FaultSite::control(Unit::Dma, Register::SrcAddr, 4), 0, 3).activate(0)];
         let mut r = AddrReg::new(100, 32, 0, &fs);
         let mut got = vec![];
         for t in 0..6 {

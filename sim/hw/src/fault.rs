@@ -58,11 +58,43 @@ impl FaultEvent {
         }
     }
 
-    /// Absolute cycles `[start, end)` the fault acts on, given its tile's first cycle.
-    /// Saturates, so an absurd user-given cycle is a fault that never fires, not an overflow.
-    pub fn window(&self, tile_start: u64) -> (u64, u64) {
+    /// The fault resolved to absolute cycles, given its tile's first cycle. Saturates, so an
+    /// absurd user-given cycle is a fault that never fires, not an overflow.
+    pub fn activate(&self, tile_start: u64) -> ActiveFault {
         let start = tile_start.saturating_add(self.at.cycle);
-        (start, start.saturating_add(self.active_cycles()))
+        ActiveFault { event: *self, start, end: start.saturating_add(self.active_cycles()) }
+    }
+}
+
+/// A fault event resolved to the absolute commits `[start, end)` it acts on: the one form every
+/// model (stepped registers, lazily read memories and address registers) injects from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ActiveFault {
+    /// The event (site, kind, tile-relative time).
+    pub event: FaultEvent,
+    /// First commit the fault acts on.
+    pub start: u64,
+    /// One past the last commit.
+    pub end: u64,
+}
+
+impl ActiveFault {
+    /// Whether the fault acts at the commit of cycle `t` (models stepped every cycle).
+    pub fn acts_at(&self, t: u64) -> bool {
+        (self.start..self.end).contains(&t)
+    }
+
+    /// Whether the fault acts on a value that was last written at cycle `from` and is read at
+    /// cycle `to` (models that apply faults lazily, at read time): some commit of `[from, to)`
+    /// is in its range. For a flip that is "struck in `[from, to)`"; for a stuck-at, "active at
+    /// any time the value was held".
+    pub fn acts_between(&self, from: u64, to: u64) -> bool {
+        self.start < to && self.end > from
+    }
+
+    /// The fault's bit operation applied to `bits`.
+    pub fn apply(&self, bits: u32) -> u32 {
+        self.event.kind.apply(bits, self.event.site.bit)
     }
 }
 

@@ -22,23 +22,9 @@
 
 use crate::config::HwConfig;
 use crate::error::HwError;
-use crate::fault::FaultEvent;
-use crate::sites::{FaultSite, Unit};
-use faultline_num::BitFault;
+use crate::fault::ActiveFault;
+use crate::sites::Unit;
 use std::collections::BTreeMap;
-
-/// A fault on one memory bit, resolved to absolute cycles `[start, end)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WordFault {
-    /// Bit within the word.
-    pub bit: u32,
-    /// Flip or stuck-at.
-    pub kind: BitFault,
-    /// First cycle (commit) the fault acts on.
-    pub start: u64,
-    /// One past the last cycle.
-    pub end: u64,
-}
 
 /// One memory array.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +38,7 @@ pub struct Memory {
     /// Cycle of each word's last timed write (0 = reset / poked).
     last_write: Vec<u64>,
     /// Injected faults per word, sorted by start cycle.
-    faults: BTreeMap<u64, Vec<WordFault>>,
+    faults: BTreeMap<u64, Vec<ActiveFault>>,
 }
 
 impl Memory {
@@ -131,24 +117,19 @@ impl Memory {
         }
     }
 
-    /// Registers a fault on bit `bit` of word `addr` acting on cycles `[start, end)`.
-    pub fn inject(&mut self, addr: u64, f: WordFault) -> Result<(), HwError> {
-        if addr >= self.words() || f.bit >= self.word_bits {
+    /// Registers a fault on a word of this memory (its site's instance is the word address).
+    pub fn inject(&mut self, f: ActiveFault) -> Result<(), HwError> {
+        let (addr, bit) = (f.event.site.instance[0] as u64, f.event.site.bit);
+        if f.event.site.unit != self.unit || addr >= self.words() || bit >= self.word_bits {
             return Err(HwError::BadSite {
-                site: FaultSite::word(self.unit, addr, f.bit).to_string(),
-                why: format!("the memory has {} words of {} bits", self.words(), self.word_bits),
+                site: f.event.site.to_string(),
+                why: format!("the {} memory has {} words of {} bits", self.unit.name(), self.words(), self.word_bits),
             });
         }
         let v = self.faults.entry(addr).or_default();
         v.push(f);
         v.sort_by_key(|f| f.start);
         Ok(())
-    }
-
-    /// Registers a fault event (its site must be a word of this memory) starting at `start`.
-    pub fn inject_event(&mut self, e: &FaultEvent, start: u64) -> Result<(), HwError> {
-        let f = WordFault { bit: e.site.bit, kind: e.kind, start, end: start.saturating_add(e.active_cycles()) };
-        self.inject(e.site.instance[0] as u64, f)
     }
 
     /// Whether any fault is registered.
@@ -165,15 +146,7 @@ impl Memory {
         }
         let Some(fs) = self.faults.get(&addr) else { return v };
         let w = self.last_write[addr as usize];
-        let mut v = v;
-        for f in fs {
-            match f.kind {
-                BitFault::Flip if (w..t).contains(&f.start) => v = f.kind.apply(v, f.bit),
-                BitFault::StuckAt0 | BitFault::StuckAt1 if f.start < t && f.end > w => v = f.kind.apply(v, f.bit),
-                _ => {}
-            }
-        }
-        v
+        fs.iter().filter(|f| f.acts_between(w, t)).fold(v, |v, f| f.apply(v))
     }
 
     /// Timed write at cycle `t` (masked to the word width). Out-of-range writes are dropped.
@@ -189,12 +162,18 @@ impl Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fault::FaultEvent;
+    use crate::sites::FaultSite;
+
+    fn flip(unit: Unit, addr: u64, bit: u32, at: u64) -> ActiveFault {
+        FaultEvent::flip(FaultSite::word(unit, addr, bit), 0, at).activate(0)
+    }
 
     #[test]
     fn flips_are_seen_after_and_erased_by_writes() {
         let mut m = Memory::new(Unit::Ub, 16, 32);
         m.write(3, 0x10, 5);
-        m.inject(3, WordFault { bit: 0, kind: BitFault::Flip, start: 7, end: 8 }).unwrap();
+        m.inject(flip(Unit::Ub, 3, 0, 7)).unwrap();
         assert_eq!(m.read(3, 7), 0x10, "a flip at 7 commits at the end of cycle 7");
         assert_eq!(m.read(3, 8), 0x11);
         assert_eq!(m.read(3, 100), 0x11);
@@ -207,15 +186,15 @@ mod tests {
     #[test]
     fn flip_before_write_is_dead_and_stuck_at_persists() {
         let mut m = Memory::new(Unit::Acc, 4, 16);
-        m.inject(1, WordFault { bit: 2, kind: BitFault::Flip, start: 3, end: 4 }).unwrap();
+        m.inject(flip(Unit::Acc, 1, 2, 3)).unwrap();
         m.write(1, 0xffff_0000, 4);
         assert_eq!(m.read(1, 9), 0, "masked to 16 bits, flip before the write");
-        m.inject(2, WordFault { bit: 1, kind: BitFault::StuckAt1, start: 10, end: 20 }).unwrap();
+        m.inject(FaultEvent::stuck(FaultSite::word(Unit::Acc, 2, 1), true, 0, 10, 10).activate(0)).unwrap();
         m.write(2, 0, 15);
         assert_eq!(m.read(2, 16), 2, "a write during a stuck-at is forced too");
         m.write(2, 0, 25);
         assert_eq!(m.read(2, 26), 0, "written after the stuck-at ended");
-        assert!(m.inject(9, WordFault { bit: 0, kind: BitFault::Flip, start: 0, end: 1 }).is_err());
-        assert!(m.inject(0, WordFault { bit: 16, kind: BitFault::Flip, start: 0, end: 1 }).is_err());
+        assert!(m.inject(flip(Unit::Acc, 9, 0, 0)).is_err());
+        assert!(m.inject(flip(Unit::Acc, 0, 16, 0)).is_err());
     }
 }

@@ -50,7 +50,7 @@
 
 use crate::config::{Dataflow, HwConfig, MxuConfig};
 use crate::error::HwError;
-use crate::fault::{FaultEvent, FaultSchedule};
+use crate::fault::{ActiveFault, FaultEvent, FaultSchedule};
 use crate::matrix::Matrix;
 use crate::sites::{FaultSite, Register, Unit};
 use crate::ExecMode;
@@ -366,24 +366,6 @@ fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix) -> Matrix {
     Matrix { rows: m, cols: n, data: out.into_iter().map(F::encode_acc).collect() }
 }
 
-/// A fault event resolved to absolute cycles `[start, end)`.
-struct ActiveFault {
-    event: FaultEvent,
-    start: u64,
-    end: u64,
-}
-
-fn resolve(s: &Schedule, faults: &FaultSchedule) -> Vec<ActiveFault> {
-    faults
-        .events
-        .iter()
-        .map(|e| {
-            let (start, end) = e.window(s.folds[e.at.tile].start);
-            ActiveFault { event: *e, start, end }
-        })
-        .collect()
-}
-
 /// What the stepped model observed, besides the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CycleReport {
@@ -418,7 +400,7 @@ pub fn cycle_level_observed<F: MacFormat>(
     st: &mut PeArrayState,
     mut observe: impl FnMut(u64, &PeArrayState),
 ) -> (Matrix, CycleReport) {
-    let faults = resolve(s, faults);
+    let faults: Vec<ActiveFault> = faults.events.iter().map(|e| e.activate(s.folds[e.at.tile].start)).collect();
     let mut out = Matrix::zeros(s.m, s.n);
     let mut next = st.clone();
     let mut edge = Edge::new(s.rows, s.cols);
@@ -444,10 +426,8 @@ pub fn cycle_level_observed<F: MacFormat>(
             }
         }
         std::mem::swap(st, &mut next);
-        for f in &faults {
-            if (f.start..f.end).contains(&t) {
-                st.apply(&f.event);
-            }
+        for f in faults.iter().filter(|f| f.acts_at(t)) {
+            st.apply(&f.event);
         }
         observe(t, st);
         t += 1;

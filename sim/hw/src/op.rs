@@ -63,7 +63,7 @@
 use crate::config::{Dataflow, HwConfig};
 use crate::dma::{self, AddrReg, Direction, Transfer};
 use crate::error::HwError;
-use crate::fault::{FaultEvent, FaultSchedule, FaultTime};
+use crate::fault::{ActiveFault, FaultEvent, FaultSchedule, FaultTime};
 use crate::matrix::Matrix;
 use crate::mem::Memory;
 use crate::mxu::{self, Fold, Schedule};
@@ -542,14 +542,14 @@ fn functional(cfg: &HwConfig, kind: &OpKind, inputs: &[&[u32]]) -> Result<Vec<Ve
     })
 }
 
-/// Runs an op's VPU instruction sequence on one chunk; `faults` are (event, cycle from the
-/// chunk's compute start).
+/// Runs an op's VPU instruction sequence on one chunk; `faults` are VPU events whose cycle
+/// counts from the chunk's compute start.
 fn vpu_compute(
     cfg: &HwConfig,
     kind: &OpKind,
     inputs: &[&[u32]],
     mode: ExecMode,
-    faults: &[(FaultEvent, u64)],
+    faults: &[FaultEvent],
 ) -> Result<Vec<Vec<u32>>, HwError> {
     let len = inputs[0].len();
     let cycles = vpu_chunk_cycles(cfg, kind, len);
@@ -560,8 +560,8 @@ fn vpu_compute(
         FaultSchedule {
             events: faults
                 .iter()
-                .filter(|(_, c)| (lo..hi).contains(c))
-                .map(|(e, c)| FaultEvent { at: FaultTime { tile: 0, cycle: c - lo }, ..*e })
+                .filter(|e| (lo..hi).contains(&e.at.cycle))
+                .map(|e| FaultEvent { at: FaultTime { tile: 0, cycle: e.at.cycle - lo }, ..*e })
                 .collect(),
         }
     };
@@ -621,11 +621,11 @@ struct Machine<'a> {
     in_base: Vec<u64>,
     out_base: Vec<u64>,
     mxu_faults: Vec<Vec<FaultEvent>>,
-    vpu_faults: Vec<Vec<(FaultEvent, u64)>>,
-    acc_addr_faults: Vec<(FaultEvent, u64)>,
-    tile_faults: Vec<(FaultEvent, u64)>,
-    src_faults: Vec<(FaultEvent, u64)>,
-    dst_faults: Vec<(FaultEvent, u64)>,
+    vpu_faults: Vec<Vec<FaultEvent>>,
+    acc_addr_faults: Vec<ActiveFault>,
+    tile_faults: Vec<ActiveFault>,
+    src_faults: Vec<ActiveFault>,
+    dst_faults: Vec<ActiveFault>,
     /// Step the MXU/VPU only for tiles with a fault in them.
     hybrid: bool,
 }
@@ -677,21 +677,21 @@ impl<'a> Machine<'a> {
         }
         for e in &faults.events {
             let tile = e.at.tile;
-            let abs = t.tiles[tile].origin.saturating_add(e.at.cycle);
+            let active = e.activate(t.tiles[tile].origin);
             match (e.site.unit, e.site.register) {
                 (Unit::Mxu, _) => {
                     m.mxu_faults[tile].push(FaultEvent { at: FaultTime { tile: 0, cycle: e.at.cycle }, ..*e })
                 }
-                (Unit::Vpu, _) => m.vpu_faults[tile].push((*e, e.at.cycle)),
-                (Unit::Ub, _) => m.ub.inject_event(e, abs)?,
-                (Unit::Acc, _) => m.acc.inject_event(e, abs)?,
-                (Unit::Wbuf, _) => m.wbuf.inject_event(e, abs)?,
-                (Unit::Dram, _) if (e.site.instance[0] as u64) < m.dram.words() => m.dram.inject_event(e, abs)?,
+                (Unit::Vpu, _) => m.vpu_faults[tile].push(*e),
+                (Unit::Ub, _) => m.ub.inject(active)?,
+                (Unit::Acc, _) => m.acc.inject(active)?,
+                (Unit::Wbuf, _) => m.wbuf.inject(active)?,
+                (Unit::Dram, _) if (e.site.instance[0] as u64) < m.dram.words() => m.dram.inject(active)?,
                 (Unit::Dram, _) => {}
-                (Unit::Seq, Register::AccAddr) => m.acc_addr_faults.push((*e, abs)),
-                (Unit::Seq, _) => m.tile_faults.push((*e, abs)),
-                (Unit::Dma, Register::SrcAddr) => m.src_faults.push((*e, abs)),
-                (Unit::Dma, _) => m.dst_faults.push((*e, abs)),
+                (Unit::Seq, Register::AccAddr) => m.acc_addr_faults.push(active),
+                (Unit::Seq, _) => m.tile_faults.push(active),
+                (Unit::Dma, Register::SrcAddr) => m.src_faults.push(active),
+                (Unit::Dma, _) => m.dst_faults.push(active),
             }
         }
         Ok(m)

@@ -56,7 +56,7 @@
 
 use crate::config::HwConfig;
 use crate::error::HwError;
-use crate::fault::{FaultEvent, FaultSchedule};
+use crate::fault::{ActiveFault, FaultSchedule};
 use crate::sites::{Register, Unit};
 use crate::ExecMode;
 use faultline_num::canonical_f32_bits;
@@ -600,9 +600,9 @@ impl LaneState {
         LaneState { opnd: std::array::from_fn(|_| vec![0; lanes]), acc: vec![0; lanes], out: vec![0; lanes] }
     }
 
-    fn apply(&mut self, e: &FaultEvent) {
-        let l = e.site.instance[0] as usize;
-        let r = match e.site.register {
+    fn apply(&mut self, f: &ActiveFault) {
+        let l = f.event.site.instance[0] as usize;
+        let r = match f.event.site.register {
             Register::OpA => &mut self.opnd[0][l],
             Register::OpB => &mut self.opnd[1][l],
             Register::OpC => &mut self.opnd[2][l],
@@ -611,15 +611,8 @@ impl LaneState {
             Register::LaneOut => &mut self.out[l],
             _ => return,
         };
-        *r = e.kind.apply(*r, e.site.bit);
+        *r = f.apply(*r);
     }
-}
-
-/// A fault resolved to absolute cycles `[start, end)`.
-struct Active {
-    e: FaultEvent,
-    start: u64,
-    end: u64,
 }
 
 /// Steps the lanes cycle by cycle.
@@ -631,20 +624,11 @@ fn cycle_level(
     s: &VpuSchedule,
     faults: &FaultSchedule,
 ) -> Vec<Vec<u32>> {
-    let active: Vec<Active> = faults
-        .events
-        .iter()
-        .map(|e| {
-            let (start, end) = e.window(s.issue[e.at.tile]);
-            Active { e: *e, start, end }
-        })
-        .collect();
+    let active: Vec<ActiveFault> = faults.events.iter().map(|e| e.activate(s.issue[e.at.tile])).collect();
     let mut st = LaneState::new(cfg.vpu.lanes);
     let mut run_faults = |st: &mut LaneState, t: u64| {
-        for f in &active {
-            if (f.start..f.end).contains(&t) {
-                st.apply(&f.e);
-            }
+        for f in active.iter().filter(|f| f.acts_at(t)) {
+            st.apply(f);
         }
     };
     match op.reduction() {
@@ -822,6 +806,7 @@ fn reduce_cycles(
 mod tests {
     use super::*;
     use crate::config::Dataflow;
+    use crate::fault::FaultEvent;
     use crate::sites::FaultSite;
     use faultline_num::Precision;
     use proptest::prelude::*;
