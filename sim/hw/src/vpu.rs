@@ -260,8 +260,6 @@ pub struct VpuStats {
 pub struct VpuOutput {
     /// One vector of fp32 bits per output of the op (see [`VpuOp`]); NaNs canonical.
     pub out: Vec<Vec<u32>>,
-    /// Total cycles (same as `stats.cycles`).
-    pub cycles: u64,
     /// Cycle and work counts.
     pub stats: VpuStats,
 }
@@ -386,7 +384,7 @@ fn combine(is_max: bool, acc: u32, x: u32) -> u32 {
 }
 
 /// Checks the op's inputs and returns `n`.
-fn check(cfg: &HwConfig, op: &VpuOp, inputs: &[&[u32]]) -> Result<usize, HwError> {
+fn check(op: &VpuOp, inputs: &[&[u32]]) -> Result<usize, HwError> {
     let shape = |detail: String| HwError::Shape { op: format!("vpu.{}", op.name()), detail };
     if inputs.len() != op.inputs() {
         return Err(shape(format!("takes {} inputs, got {}", op.inputs(), inputs.len())));
@@ -403,21 +401,12 @@ fn check(cfg: &HwConfig, op: &VpuOp, inputs: &[&[u32]]) -> Result<usize, HwError
             return Err(shape(format!("{n} elements do not form rows of cols = {cols}")));
         }
     }
-    let _ = cfg;
     Ok(n)
 }
 
 /// Closed-form cycle counts of `op` on `n` elements (see the module docs).
 pub fn timing(cfg: &HwConfig, op: &VpuOp, n: usize) -> VpuStats {
-    let l = cfg.vpu.lanes;
-    let sched = VpuSchedule::new(cfg, op, n.max(1));
-    let useful = (n * op.outputs()) as f64;
-    VpuStats {
-        cycles: sched.cycles,
-        vectors: sched.issue.len() as u64,
-        elements: n as u64,
-        utilization: useful / (sched.cycles as f64 * l as f64),
-    }
+    VpuSchedule::new(cfg, op, n.max(1)).stats(cfg, op, n)
 }
 
 /// For an elementwise/optimizer op on `n` elements: the cycle (from the op's first issue) at
@@ -447,15 +436,14 @@ pub fn run(
     mode: ExecMode,
     faults: &FaultSchedule,
 ) -> Result<VpuOutput, HwError> {
-    let n = check(cfg, &op, inputs)?;
+    let n = check(&op, inputs)?;
     let sched = VpuSchedule::new(cfg, &op, n);
     faults.check(cfg, mode, &[Unit::Vpu], sched.issue.len(), "vectors")?;
     let out = match mode {
         ExecMode::Functional => functional(cfg, &op, inputs, n),
         ExecMode::CycleLevel => cycle_level(cfg, &op, inputs, n, &sched, faults),
     };
-    let stats = timing(cfg, &op, n);
-    Ok(VpuOutput { out, cycles: stats.cycles, stats })
+    Ok(VpuOutput { out, stats: sched.stats(cfg, &op, n) })
 }
 
 /// [`run`] on `f32` slices, returning `f32` outputs (bits preserved exactly).
@@ -484,6 +472,17 @@ struct VpuSchedule {
 }
 
 impl VpuSchedule {
+    /// The cycle and work counts of this schedule for `op` on `n` elements.
+    fn stats(&self, cfg: &HwConfig, op: &VpuOp, n: usize) -> VpuStats {
+        let useful = (n * op.outputs()) as f64;
+        VpuStats {
+            cycles: self.cycles,
+            vectors: self.issue.len() as u64,
+            elements: n as u64,
+            utilization: useful / (self.cycles as f64 * cfg.vpu.lanes as f64),
+        }
+    }
+
     fn new(cfg: &HwConfig, op: &VpuOp, n: usize) -> VpuSchedule {
         let l = cfg.vpu.lanes;
         let d = cfg.vpu.pipeline_depth;
