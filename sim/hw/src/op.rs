@@ -769,7 +769,6 @@ impl<'a> Machine<'a> {
         match tr.dir {
             Direction::Load if tr.tile == 0 && tr.part == 0 => {
                 let len = self.kind.input_lens()[0];
-                let _ = (m, k);
                 Block {
                     dir: tr.dir,
                     sram: Unit::Ub,
@@ -828,31 +827,43 @@ impl<'a> Machine<'a> {
 
     fn run_gemm_typed<F: MacFormat>(&mut self, mode: ExecMode) -> Result<(), HwError> {
         let s = self.plan.sched.clone().expect("gemm plan");
-        // Actions in time order: transfers (DMA order) and fold slots; ties: transfers first.
-        let mut actions: Vec<(u64, usize, Option<usize>)> =
-            self.t.transfers.iter().enumerate().map(|(i, tr)| (tr.start, 0, Some(i))).collect();
-        actions.extend(self.t.tiles.iter().enumerate().map(|(q, tt)| (tt.compute_start, 1, Some(q))));
-        actions.sort_by_key(|&(t, k, i)| (t, k, i));
+        self.run_schedule(Machine::gemm_block, |m, q, c| {
+            let cs = m.t.tiles[q].compute_start;
+            m.fold::<F>(&s, q, c, cs, mode)
+        })
+    }
+
+    /// Runs the op's schedule in time order: DMA transfers (each moving the [`Block`] that
+    /// `block` names for it) and tile slots. At each slot the sequencer's tile counter
+    /// (`seq.tile`, faults included) names the tile that `compute(machine, slot, tile)` runs;
+    /// a counter value past the last tile ends the loop.
+    fn run_schedule(
+        &mut self,
+        block: impl Fn(&Self, &Transfer) -> Block,
+        mut compute: impl FnMut(&mut Self, usize, usize) -> Result<(), HwError>,
+    ) -> Result<(), HwError> {
+        // Actions in time order: transfers (DMA order) and tile slots; ties: transfers first.
+        let mut actions: Vec<(u64, usize, usize)> =
+            self.t.transfers.iter().enumerate().map(|(i, tr)| (tr.start, 0, i)).collect();
+        actions.extend(self.t.tiles.iter().enumerate().map(|(q, tt)| (tt.compute_start, 1, q)));
+        actions.sort();
         let tile_faults = std::mem::take(&mut self.tile_faults);
         let mut counter = AddrReg::new(0, TILE_COUNTER_BITS, 0, &tile_faults);
         let mut halted = false;
-        for (_, kind, idx) in actions {
-            let i = idx.expect("action index");
+        for (_, kind, i) in actions {
             if kind == 0 {
                 let tr = self.t.transfers[i];
-                let b = self.gemm_block(&tr);
+                let b = block(self, &tr);
                 self.transfer(&tr, &b);
                 continue;
             }
-            let q = i;
-            let cs = self.t.tiles[q].compute_start;
-            let c = counter.use_at(cs) as usize;
+            let c = counter.use_at(self.t.tiles[i].compute_start) as usize;
             counter.advance(1);
-            if halted || c >= s.folds.len() {
+            if halted || c >= self.plan.count {
                 halted = true;
                 continue;
             }
-            self.fold::<F>(&s, q, c, cs, mode)?;
+            compute(self, i, c)?;
         }
         self.tile_faults = tile_faults;
         Ok(())
@@ -934,14 +945,13 @@ impl<'a> Machine<'a> {
         let total = lens[0];
         let elems_of = |f: usize| chunk_elems.min(total - f * chunk_elems);
         let buffers = self.plan.buffers;
-        let (in_base, out_base) = (self.in_base.clone(), self.out_base.clone());
         let slot_base = |f: usize| (f % buffers) as u64 * ((ni + no) * chunk_elems) as u64;
-        let block = |tr: &Transfer| -> Block {
+        let block = |m: &Machine, tr: &Transfer| -> Block {
             let f = tr.tile;
             let len = elems_of(f);
             let (dram, sram) = match tr.dir {
-                Direction::Load => (in_base[tr.part], slot_base(f) + (tr.part * chunk_elems) as u64),
-                Direction::Store => (out_base[tr.part], slot_base(f) + ((ni + tr.part) * chunk_elems) as u64),
+                Direction::Load => (m.in_base[tr.part], slot_base(f) + (tr.part * chunk_elems) as u64),
+                Direction::Store => (m.out_base[tr.part], slot_base(f) + ((ni + tr.part) * chunk_elems) as u64),
             };
             Block {
                 dir: tr.dir,
@@ -955,60 +965,39 @@ impl<'a> Machine<'a> {
                 eb: 4,
             }
         };
-        let mut actions: Vec<(u64, usize, usize)> =
-            self.t.transfers.iter().enumerate().map(|(i, tr)| (tr.start, 0, i)).collect();
-        actions.extend(self.t.tiles.iter().enumerate().map(|(q, tt)| (tt.compute_start, 1, q)));
-        actions.sort();
-        let tile_faults = std::mem::take(&mut self.tile_faults);
-        let mut counter = AddrReg::new(0, TILE_COUNTER_BITS, 0, &tile_faults);
-        let mut halted = false;
-        for (_, kind, i) in actions {
-            if kind == 0 {
-                let tr = self.t.transfers[i];
-                let b = block(&tr);
-                self.transfer(&tr, &b);
-                continue;
-            }
-            let q = i;
-            let tt = self.t.tiles[q];
-            let c = counter.use_at(tt.compute_start) as usize;
-            counter.advance(1);
-            if halted || c >= self.plan.count {
-                halted = true;
-                continue;
-            }
+        self.run_schedule(block, |m, q, c| {
+            let tt = m.t.tiles[q];
             let len = elems_of(c);
             let base = slot_base(c);
             let cs = tt.compute_start;
             // Single-instruction ops read each vector's operands at its issue and write each
             // result at its write-back; softmax reads at the chunk start, writes at the end.
-            let times = match self.kind {
+            let times = match m.kind {
                 OpKind::Softmax { .. } => None,
-                k => vpu::element_cycles(self.cfg, &vpu_ops(k, 1)[0], len),
+                k => vpu::element_cycles(m.cfg, &vpu_ops(k, 1)[0], len),
             };
             let ins: Vec<Vec<u32>> = (0..ni)
                 .map(|p| {
                     (0..len)
                         .map(|e| {
                             let t = times.as_ref().map_or(cs, |(r, _)| cs + r[e]);
-                            self.ub.read(base + (p * chunk_elems + e) as u64, t)
+                            m.ub.read(base + (p * chunk_elems + e) as u64, t)
                         })
                         .collect()
                 })
                 .collect();
             let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
-            let faults = std::mem::take(&mut self.vpu_faults[q]);
-            let mode = if self.hybrid && faults.is_empty() { ExecMode::Functional } else { ExecMode::CycleLevel };
-            let outs = vpu_compute(self.cfg, self.kind, &refs, mode, &faults)?;
+            let faults = std::mem::take(&mut m.vpu_faults[q]);
+            let mode = if m.hybrid && faults.is_empty() { ExecMode::Functional } else { ExecMode::CycleLevel };
+            let outs = vpu_compute(m.cfg, m.kind, &refs, mode, &faults)?;
             let end = tt.ready.saturating_sub(1).max(cs);
             for (o, vals) in outs.iter().enumerate() {
                 for (e, &v) in vals.iter().enumerate() {
                     let t = times.as_ref().map_or(end, |(_, w)| cs + w[o][e]);
-                    self.ub.write(base + ((ni + o) * chunk_elems + e) as u64, v, t);
+                    m.ub.write(base + ((ni + o) * chunk_elems + e) as u64, v, t);
                 }
             }
-        }
-        self.tile_faults = tile_faults;
-        Ok(())
+            Ok(())
+        })
     }
 }
