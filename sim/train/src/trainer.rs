@@ -6,7 +6,7 @@ use crate::dataset::{Batcher, Dataset, Split};
 use crate::error::{Result, TrainError};
 use crate::exec::{accuracy, Executor, MxuFormat};
 use crate::state::ModelState;
-use faultline_graph::{lower, ModelSpec, OptimizerSpec, Phase, StepSchedule, TrainGraph};
+use faultline_graph::{lower, ModelSpec, OptimizerSpec, StepSchedule, TrainGraph};
 use faultline_hw::{ExecMode, HwConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -179,14 +179,6 @@ impl Trainer {
         }
         let batcher = Batcher::new(data.train.len(), options.batch, options.seed)?;
         Ok(Trainer { exec, state, batcher, data, options, schedule })
-    }
-
-    /// The static estimate of one step's cycles per phase (names as in [`Phase::name`]).
-    pub fn estimated_phase_cycles(&self) -> BTreeMap<String, u64> {
-        Phase::ALL
-            .iter()
-            .map(|p| (p.name().to_string(), self.schedule.per_phase.get(p).copied().unwrap_or(0)))
-            .collect()
     }
 
     /// Runs one training step; evaluates the test split when due (`last` forces it).
