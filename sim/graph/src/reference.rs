@@ -5,7 +5,7 @@
 
 use crate::error::GraphError;
 use crate::graph::OpGraph;
-use crate::op::{Op, Window};
+use crate::op::Op;
 use crate::tensor::Tensor;
 use petgraph::graph::NodeIndex;
 use std::collections::BTreeMap;
@@ -108,19 +108,6 @@ fn row_stats(row: &[f64], eps: f64) -> (f64, f64) {
     (mean, 1.0 / (var + eps).sqrt())
 }
 
-/// Source offset in `x [N,H,W,C]` of im2col entry (row, col), or `None` in the padding.
-fn im2col_src(w: &Window, img: &[usize], row: usize, col: usize) -> Option<usize> {
-    let (h, wd, c) = (img[1], img[2], img[3]);
-    let (oh, ow) = w.output_hw(h, wd)?;
-    let (n, r) = (row / (oh * ow), row % (oh * ow));
-    let (y0, x0) = (r / ow, r % ow);
-    let (ij, ch) = (col / c, col % c);
-    let (i, j) = (ij / w.kw, ij % w.kw);
-    let y = (y0 * w.stride + i).checked_sub(w.padding)?;
-    let x = (x0 * w.stride + j).checked_sub(w.padding)?;
-    (y < h && x < wd).then(|| ((n * h + y) * wd + x) * c + ch)
-}
-
 /// Row-major product of `op(a) [m,k]` and `op(b) [k,n]` given raw 2-D slices.
 #[allow(clippy::too_many_arguments)]
 fn matmul2(a: &[f64], ar: usize, ac: usize, ta: bool, b: &[f64], br: usize, bc: usize, tb: bool, out: &mut Vec<f64>) {
@@ -161,17 +148,23 @@ pub fn apply(op: &Op, ins: &[&Tensor], out_shape: &[usize]) -> Vec<f64> {
             out
         }
         Op::Im2Col { window } => {
-            let cols = out_shape[1];
-            (0..n_out).map(|e| im2col_src(window, &ins[0].shape, e / cols, e % cols).map_or(0.0, |s| x[s])).collect()
+            let (cols, c) = (out_shape[1], ins[0].shape[3]);
+            let mut out = vec![0.0; n_out];
+            window.for_each_im2col_pixel(&ins[0].shape, |row, off, src| {
+                let dst = row * cols + off * c;
+                out[dst..dst + c].copy_from_slice(&x[src..src + c]);
+            });
+            out
         }
         Op::Col2Im { window, image } => {
+            let (cols, c) = (ins[0].shape[1], image[3]);
             let mut out = vec![0.0; n_out];
-            let cols = ins[0].shape[1];
-            for (e, &v) in x.iter().enumerate() {
-                if let Some(s) = im2col_src(window, image, e / cols, e % cols) {
-                    out[s] += v;
+            window.for_each_im2col_pixel(image, |row, off, src| {
+                let from = row * cols + off * c;
+                for (o, &v) in out[src..src + c].iter_mut().zip(&x[from..from + c]) {
+                    *o += v;
                 }
-            }
+            });
             out
         }
         Op::Reshape { .. } => x.to_vec(),

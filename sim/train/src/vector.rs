@@ -284,40 +284,16 @@ impl<'a> Vpu<'a> {
     /// col2im: for each kernel offset, the entries it copied form one image-sized vector of
     /// contributions (a gather); the `KH*KW` vectors are summed with VPU adds in offset order.
     fn col2im(&mut self, cols: &[f32], w: &Window, img: &[usize]) -> Result<Vec<f32>> {
-        let (h, wd, c) = (img[1], img[2], img[3]);
-        let (oh, ow) = w.output_hw(h, wd).unwrap_or((0, 0));
+        let c = img[3];
         let ncols = w.kh * w.kw * c;
-        let mut acc: Option<Vec<f32>> = None;
-        for i in 0..w.kh {
-            for j in 0..w.kw {
-                let mut contrib = vec![0f32; img.iter().product()];
-                for n in 0..img[0] {
-                    for y0 in 0..oh {
-                        for x0 in 0..ow {
-                            let (Some(yy), Some(xx)) = (
-                                (y0 * w.stride + i).checked_sub(w.padding),
-                                (x0 * w.stride + j).checked_sub(w.padding),
-                            ) else {
-                                continue;
-                            };
-                            if yy >= h || xx >= wd {
-                                continue;
-                            }
-                            let row = (n * oh + y0) * ow + x0;
-                            for ch in 0..c {
-                                contrib[((n * h + yy) * wd + xx) * c + ch] =
-                                    cols[row * ncols + (i * w.kw + j) * c + ch];
-                            }
-                        }
-                    }
-                }
-                acc = Some(match acc {
-                    None => contrib,
-                    Some(a) => self.add(&a, &contrib)?,
-                });
-            }
-        }
-        Ok(acc.unwrap_or_default())
+        let mut contrib = vec![vec![0f32; img.iter().product()]; w.kh * w.kw];
+        w.for_each_im2col_pixel(img, |row, off, src| {
+            let from = row * ncols + off * c;
+            contrib[off][src..src + c].copy_from_slice(&cols[from..from + c]);
+        });
+        let mut offsets = contrib.into_iter();
+        let first = offsets.next().unwrap_or_default();
+        offsets.try_fold(first, |acc, v| self.add(&acc, &v))
     }
 }
 
@@ -341,27 +317,12 @@ fn repeat_rows(v: &[f32], d: usize, t: usize) -> Vec<f32> {
 
 /// im2col gather (exact: a copy with zeros in the padding), as the graph's `Im2Col` defines it.
 pub fn im2col(x: &[f32], img: &[usize], w: &Window, out_shape: &[usize]) -> Vec<f32> {
-    let (h, wd, c) = (img[1], img[2], img[3]);
-    let (oh, ow) = w.output_hw(h, wd).unwrap_or((0, 0));
-    let cols = out_shape[1];
+    let (cols, c) = (out_shape[1], img[3]);
     let mut out = vec![0f32; out_shape.iter().product()];
-    for (row, o) in out.chunks_mut(cols).enumerate() {
-        let (n, r) = (row / (oh * ow), row % (oh * ow));
-        let (y0, x0) = (r / ow, r % ow);
-        for i in 0..w.kh {
-            for j in 0..w.kw {
-                let (Some(yy), Some(xx)) =
-                    ((y0 * w.stride + i).checked_sub(w.padding), (x0 * w.stride + j).checked_sub(w.padding))
-                else {
-                    continue;
-                };
-                if yy < h && xx < wd {
-                    let src = ((n * h + yy) * wd + xx) * c;
-                    o[(i * w.kw + j) * c..(i * w.kw + j + 1) * c].copy_from_slice(&x[src..src + c]);
-                }
-            }
-        }
-    }
+    w.for_each_im2col_pixel(img, |row, off, src| {
+        let dst = row * cols + off * c;
+        out[dst..dst + c].copy_from_slice(&x[src..src + c]);
+    });
     out
 }
 
