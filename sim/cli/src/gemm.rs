@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
+use faultline_hw::budget::HostMemory;
 use faultline_hw::fault::FaultSchedule;
 use faultline_hw::mxu::gemm;
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
@@ -70,7 +71,7 @@ fn random(rng: &mut ChaCha8Rng, f: NumFormat, rows: usize, cols: usize) -> Matri
 }
 
 /// Runs the command.
-pub fn run(args: GemmArgs) -> Result<()> {
+pub fn run(args: GemmArgs, _mem: &HostMemory) -> Result<()> {
     let mut cfg = HwConfig::load(&args.config)?;
     if let Some(d) = args.dataflow {
         cfg.mxu.dataflow = match d {

@@ -5,6 +5,7 @@
 #![allow(rustdoc::broken_intra_doc_links)]
 
 use clap::{Parser, Subcommand};
+use faultline_hw::budget::HostMemory;
 
 mod args;
 mod gemm;
@@ -16,8 +17,32 @@ mod train;
 #[derive(Parser)]
 #[command(name = "faultline", version, about)]
 struct Cli {
+    /// Host-memory limit: a command that would need more (estimated before allocating) is
+    /// refused. Bytes, or with a suffix K, M, G, T (powers of 1024), e.g. 16G.
+    #[arg(long, global = true, default_value = "4G", value_parser = parse_size)]
+    max_memory: u64,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `4096`, `512K`, `16M`, `4G`, `1T` (powers of 1024) as bytes.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("`{s}`: unknown size suffix `{c}` (use K, M, G or T)")),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. 4096, 512M, 16G)"))?;
+    n.checked_mul(1 << shift).filter(|&b| b > 0).ok_or_else(|| format!("`{s}`: must be between 1 byte and 2^64"))
 }
 
 #[derive(Subcommand)]
@@ -43,17 +68,71 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    if let Err(e) = run(Cli::parse()) {
-        eprintln!("error: {e:#}");
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => usage_error(e),
+    };
+    if let Err(e) = run(cli) {
+        // `{:#}` joins the causes with ": "; a cause that itself spans lines is folded too.
+        eprintln!("error: {}", one_line(&format!("{e:#}")));
         std::process::exit(2);
     }
 }
 
+/// Prints a command-line parsing error as one line (clap's own rendering spans 3-7: the error,
+/// a tip, a usage block and a pointer to --help) and exits 2; `--help` and `--version` print
+/// normally and exit 0.
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        e.exit();
+    }
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        // `faultline` alone: the help is the most useful answer, but it is still a usage error.
+        let _ = e.print();
+        std::process::exit(2);
+    }
+    let text = e.render().to_string();
+    let mut parts: Vec<String> = Vec::new();
+    let mut list = false;
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            list = false;
+            continue;
+        }
+        let line = line.trim_start_matches("error: ");
+        match parts.last_mut() {
+            // "the following required arguments were not provided:" then one argument a line.
+            Some(last) if list || last.ends_with(':') => {
+                last.push_str(if list { ", " } else { " " });
+                last.push_str(line);
+                list = true;
+            }
+            _ => parts.push(line.to_string()),
+        }
+    }
+    // Point to the help of the subcommand the user typed, if any.
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let sub = std::env::args()
+        .skip(1)
+        .find(|a| cmd.get_subcommands().any(|s| s.get_name() == a))
+        .map(|s| format!(" {s}"))
+        .unwrap_or_default();
+    eprintln!("error: {}; see `faultline{sub} --help`", parts.join("; "));
+    std::process::exit(2);
+}
+
+/// Folds a multi-line message into one line.
+fn one_line(s: &str) -> String {
+    s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
+    let mem = HostMemory::new(cli.max_memory, "--max-memory");
     match cli.command {
-        Command::Gemm(a) => gemm::run(a),
+        Command::Gemm(a) => gemm::run(a, &mem),
         Command::Sites(a) => sites::run(a),
-        Command::Op(a) => op::run(a),
-        Command::Train(a) => train::run(a),
+        Command::Op(a) => op::run(a, &mem),
+        Command::Train(a) => train::run(a, &mem),
     }
 }

@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use faultline_hw::budget::HostMemory;
 use faultline_hw::fault::FaultSchedule;
 use faultline_hw::op::{self, ConvShape, OpKind};
 use faultline_hw::{ExecMode, HwConfig};
@@ -202,7 +203,7 @@ struct Report<'a> {
 }
 
 /// Runs the command.
-pub fn run(a: OpArgs) -> Result<()> {
+pub fn run(a: OpArgs, _mem: &HostMemory) -> Result<()> {
     let mut cfg = HwConfig::load(&a.config).with_context(|| "loading the hardware config")?;
     if let Some(bw) = a.dram_bw {
         cfg.dram.bandwidth_bytes_per_cycle = bw;

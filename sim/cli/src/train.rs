@@ -4,6 +4,7 @@
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use faultline_graph::ModelSpec;
+use faultline_hw::budget::HostMemory;
 use faultline_hw::{ExecMode, HwConfig};
 use faultline_train::{source, Checkpoint, InitWeights, MxuFormat, OptimizerKind, TrainOptions, Trainer};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -78,7 +79,7 @@ pub struct TrainArgs {
 }
 
 /// Runs `faultline train`.
-pub fn run(a: TrainArgs) -> anyhow::Result<()> {
+pub fn run(a: TrainArgs, _mem: &HostMemory) -> anyhow::Result<()> {
     let optimizer: OptimizerKind = a.optimizer.parse()?;
     let precision: MxuFormat = a.precision.parse()?;
     let spec = ModelSpec::load(&a.model)?;

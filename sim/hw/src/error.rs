@@ -83,6 +83,18 @@ pub enum HwError {
         /// Bytes available.
         available_bytes: u64,
     },
+    /// A command would need more host memory than its limit allows (checked before allocating).
+    #[error("{what} needs {needed} of host memory, more than the limit of {limit} (raise it with {raise_with})")]
+    HostMemory {
+        /// The work, with its size, e.g. `gemm 1000000000x1x1`.
+        what: String,
+        /// The estimate, human-readable.
+        needed: String,
+        /// The limit, human-readable.
+        limit: String,
+        /// How to raise the limit.
+        raise_with: String,
+    },
     /// An operation's DRAM footprint exceeds the DRAM.
     #[error("op {op}: needs {needed_bytes} bytes of DRAM, the config has {available_bytes} (`dram.bytes`)")]
     DramOverflow {

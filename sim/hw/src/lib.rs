@@ -1,5 +1,6 @@
 //! The simulated accelerator at register granularity.
 //!
+//! * [`budget`]: host-memory limits checked before allocating, capped file reads.
 //! * [`config`]: the hardware description (RON), validated on load.
 //! * [`sites`]: every injectable bit, addressable as a [`sites::FaultSite`] with a stable text form.
 //! * [`mxu`]: the systolic matrix unit, stepped clock by clock, plus its bit-exact functional twin.
@@ -17,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod budget;
 pub mod config;
 pub mod dma;
 pub mod error;
