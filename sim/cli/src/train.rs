@@ -1,14 +1,20 @@
 //! `faultline train`: trains a model on the simulated machine and reports loss, accuracy and
 //! cycles.
 
-use anyhow::Context;
+use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
-use faultline_graph::ModelSpec;
+use faultline_graph::{ModelSpec, OptimizerSpec, TrainGraph};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::{ExecMode, HwConfig};
-use faultline_train::{source, Checkpoint, InitWeights, MxuFormat, OptimizerKind, TrainOptions, Trainer};
+use faultline_num::NumFormat;
+use faultline_train::source::{self, LoadOptions};
+use faultline_train::trace::Invocation;
+use faultline_train::{
+    Checkpoint, InitWeights, MxuFormat, OptimizerKind, RunDescription, TraceWriter, TrainOptions, Trainer, MAX_STEPS,
+};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::{IsTerminal, Write};
+use std::fmt;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 /// Execution mode of the MXU.
@@ -22,6 +28,10 @@ pub enum Mode {
 }
 
 /// Arguments of `faultline train`.
+///
+/// Flags that define the run (batch, optimizer, learning rate, precision, seed, evaluation
+/// interval, data) are optional so that `--resume` can tell a flag the user gave from a default:
+/// on resume each is taken from the checkpoint, and a given flag that contradicts it is an error.
 #[derive(Args, Debug)]
 pub struct TrainArgs {
     /// Model file (RON), e.g. models/mlp-digits.ron.
@@ -30,38 +40,44 @@ pub struct TrainArgs {
     /// Hardware config (RON), e.g. configs/tpu-32x32.ron.
     #[arg(long)]
     pub config: PathBuf,
-    /// Training steps.
-    #[arg(long, default_value_t = 200)]
+    /// Train until this many steps are done in all (a resumed run continues to it).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=MAX_STEPS))]
     pub steps: u64,
-    /// Minibatch size.
-    #[arg(long, default_value_t = 32)]
-    pub batch: usize,
+    /// Minibatch size [default: 32].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+    pub batch: Option<u64>,
     /// Learning rate [default: sgd 0.5, momentum 0.05, adam 0.01].
     #[arg(long)]
     pub lr: Option<f64>,
-    /// Optimizer: sgd, momentum or adam.
-    #[arg(long, default_value = "sgd")]
-    pub optimizer: String,
-    /// MXU input format: bf16 (TPU-like, fp32 accumulate) or fp32 (for comparing with frameworks).
-    #[arg(long, default_value = "bf16")]
-    pub precision: String,
-    /// MXU execution mode.
+    /// Optimizer: sgd, momentum or adam [default: sgd].
+    #[arg(long)]
+    pub optimizer: Option<String>,
+    /// MXU input format: bf16 (TPU-like, fp32 accumulate) or fp32 (for comparing with
+    /// frameworks) [default: the config's input_format].
+    #[arg(long)]
+    pub precision: Option<String>,
+    /// MXU execution mode (never changes a bit; may differ between a run and its resumption).
     #[arg(long, value_enum, default_value_t = Mode::Functional)]
     pub mode: Mode,
     /// Directory of initial weights, one `<param>.npy` per parameter (e.g. fc1.weight.npy).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "resume")]
     pub init_weights: Option<PathBuf>,
     /// Data directory: x.npy + y.npy (optional x_test.npy + y_test.npy) or MNIST IDX files.
-    /// Default: the shipped dataset that fits the model.
+    /// Default: the shipped dataset that fits the model (on resume: the checkpoint's data).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Seed of initialisation, data split and batch order.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Evaluate test accuracy every N steps (and after the last); 0 = only at the end.
-    #[arg(long, default_value_t = 10)]
-    pub eval_every: u64,
-    /// Write one JSON record per step to this file (JSONL).
+    /// Accept NaN or infinite values in the data and initial weights (by default an error
+    /// naming the file and the first such value).
+    #[arg(long)]
+    pub allow_nonfinite: bool,
+    /// Seed of initialisation, data split and batch order [default: 1].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Record test accuracy every N steps; 0 = never (the summary always evaluates at the end)
+    /// [default: 10].
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+    /// Write one JSON record per step to this file (JSONL), and the run description beside it.
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Save a checkpoint (weights, optimizer state, RNG, step) to this directory at the end.
@@ -70,7 +86,9 @@ pub struct TrainArgs {
     /// Also save golden checkpoints every N steps, to `<save-checkpoint>/step-<N>` (0 = off).
     #[arg(long, default_value_t = 0, requires = "save_checkpoint")]
     pub checkpoint_every: u64,
-    /// Resume from a checkpoint directory written by --save-checkpoint.
+    /// Resume from a checkpoint directory, or from the newest complete `step-<N>` checkpoint in
+    /// a --save-checkpoint directory. With the same --trace, the trace continues where the
+    /// checkpoint left it.
     #[arg(long)]
     pub resume: Option<PathBuf>,
     /// Print the final summary as JSON (and no progress bar).
@@ -78,53 +96,100 @@ pub struct TrainArgs {
     pub json: bool,
 }
 
+/// The value of a run-defining flag: the one given, else the checkpoint's, else the default.
+/// A given value that contradicts the checkpoint is an error naming the flag.
+fn inherit<T: PartialEq + fmt::Display>(flag: &str, given: Option<T>, ck: Option<T>, default: T) -> Result<T> {
+    match (given, ck) {
+        (Some(g), Some(c)) if g != c => {
+            bail!("{flag} {g} contradicts the checkpoint, whose run has {flag} {c}; omit {flag} to continue that run")
+        }
+        (g, c) => Ok(g.or(c).unwrap_or(default)),
+    }
+}
+
+fn optimizer_of(spec: &OptimizerSpec) -> (OptimizerKind, f64) {
+    match *spec {
+        OptimizerSpec::Sgd { lr } => (OptimizerKind::Sgd, lr),
+        OptimizerSpec::Momentum { lr, .. } => (OptimizerKind::Momentum, lr),
+        OptimizerSpec::Adam { lr, .. } => (OptimizerKind::Adam, lr),
+    }
+}
+
 /// Runs `faultline train`.
-pub fn run(a: TrainArgs, _mem: &HostMemory) -> anyhow::Result<()> {
-    let optimizer: OptimizerKind = a.optimizer.parse()?;
-    let precision: MxuFormat = a.precision.parse()?;
+pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
     let spec = ModelSpec::load(&a.model)?;
     let hw = HwConfig::load(&a.config)?;
-    let data = match &a.data {
-        Some(dir) => source::load_dir(dir, &spec, a.seed)?,
-        None => source::shipped(&spec, a.seed)?,
+    let ck = match &a.resume {
+        Some(dir) => Some(Checkpoint::load_newest(dir, |p, e| {
+            eprintln!("note: skipping checkpoint {}: {}", p.display(), e);
+        })?),
+        None => None,
     };
+    let id = ck.as_ref().map(|c| &c.run);
+    let start_step = ck.as_ref().map_or(0, |c| c.state.step);
+    if start_step > a.steps {
+        bail!("the checkpoint is at step {start_step}, past --steps {}: --steps is the total to reach", a.steps);
+    }
+    let seed = inherit("--seed", a.seed, id.map(|r| r.seed), 1)?;
+    let batch = inherit("--batch", a.batch, id.map(|r| r.batch as u64), 32)? as usize;
+    let eval_every = inherit("--eval-every", a.eval_every, id.map(|r| r.eval_every), 10)?;
+    let given_opt: Option<OptimizerKind> = a.optimizer.as_deref().map(str::parse).transpose()?;
+    let ck_opt = id.map(|r| optimizer_of(&r.optimizer));
+    let optimizer = inherit("--optimizer", given_opt, ck_opt.map(|o| o.0), OptimizerKind::Sgd)?;
+    let lr = match (a.lr, ck_opt) {
+        (Some(g), Some((_, c))) if g != c => {
+            bail!("--lr {g} contradicts the checkpoint, whose run has --lr {c}; omit --lr to continue that run")
+        }
+        (g, c) => g.or(c.map(|c| c.1)),
+    };
+    let given_prec: Option<MxuFormat> = a.precision.as_deref().map(str::parse).transpose()?;
+    let config_prec = if hw.mxu.input_format == NumFormat::Fp32 { MxuFormat::Fp32 } else { MxuFormat::Bf16 };
+    let precision = inherit("--precision", given_prec, id.map(|r| r.precision), config_prec)?;
+    let data_dir = a.data.clone().or_else(|| id.and_then(|r| r.data.dir.clone()));
     let options = TrainOptions {
-        batch: a.batch,
+        batch,
         optimizer,
-        lr: a.lr,
+        lr,
         precision,
         mode: match a.mode {
             Mode::Functional => ExecMode::Functional,
             Mode::Cycle => ExecMode::CycleLevel,
         },
-        seed: a.seed,
-        eval_every: a.eval_every,
+        seed,
+        eval_every,
         init: a.init_weights.clone().map_or(InitWeights::Seed, InitWeights::NpyDir),
+        allow_nonfinite: a.allow_nonfinite,
+        data_dir: data_dir.clone(),
     };
-    let mut trainer = Trainer::new(&spec, &hw, data, options)?;
-    if let Some(dir) = &a.resume {
-        let c = Checkpoint::load(dir)?;
+    // The graph first: a model error or an oversized model is reported before any data is made.
+    let tg = TrainGraph::build(&spec, batch, optimizer.spec(lr))?;
+    let losses = (a.steps - start_step).checked_mul(8);
+    mem.check(
+        &format!("training `{}` with batch {batch} for {} steps", spec.name, a.steps - start_step),
+        faultline_hw::budget::sum(&[faultline_train::exec::host_bytes(&tg), losses]),
+    )?;
+    let load = LoadOptions { mem: *mem, allow_nonfinite: a.allow_nonfinite };
+    let data = match &data_dir {
+        Some(dir) => source::load_dir(dir, &spec, seed, &load)?,
+        None => source::shipped(&spec, seed, mem)?,
+    };
+    let mut trainer = Trainer::from_graph(&spec, tg, &hw, data, options)?;
+    if let (Some(c), Some(dir)) = (ck, &a.resume) {
         trainer.restore(c, dir)?;
     }
     let mut trace = match &a.trace {
         Some(p) => {
-            if let Some(parent) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent)
-                    .with_context(|| format!("{}: cannot create directory", parent.display()))?;
-            }
-            let run_file = run_description_path(p);
-            let text = serde_json::to_string_pretty(&run_description(&a, &spec, &trainer))?;
-            std::fs::write(&run_file, text + "\n")
-                .with_context(|| format!("{}: cannot write run description", run_file.display()))?;
-            let f = std::fs::File::create(p).with_context(|| format!("{}: cannot create trace", p.display()))?;
-            Some(std::io::BufWriter::new(f))
+            let w = if a.resume.is_some() { TraceWriter::resume(p, start_step)? } else { TraceWriter::create(p)? };
+            run_description(&a, &spec, &trainer, start_step).write_for(p, a.resume.is_some())?;
+            Some(w)
         }
         None => None,
     };
+    let todo = a.steps - start_step;
     let bar = if a.json || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
     } else {
-        let b = ProgressBar::new(a.steps);
+        let b = ProgressBar::new(todo);
         b.set_style(
             ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} steps  {msg}")
                 .expect("static template")
@@ -132,20 +197,17 @@ pub fn run(a: TrainArgs, _mem: &HostMemory) -> anyhow::Result<()> {
         );
         b
     };
-    let trace_path = a.trace.clone().unwrap_or_default();
     let mut last_acc = String::new();
-    let summary = trainer.run(a.steps, |t, r| {
+    let summary = trainer.run(todo, |t, r| {
+        // The record goes out before the step's checkpoint, so a checkpoint at step N always
+        // has records 1..=N on disk.
+        if let Some(w) = trace.as_mut() {
+            w.write(r)?;
+        }
         if let Some(dir) =
             a.save_checkpoint.as_ref().filter(|_| a.checkpoint_every > 0 && r.step % a.checkpoint_every == 0)
         {
             t.checkpoint().save(&dir.join(format!("step-{:06}", r.step)))?;
-        }
-        if let Some(w) = trace.as_mut() {
-            let line = serde_json::to_string(r).expect("record serialises");
-            // Flushed per record: a crash loses at most the step in flight.
-            writeln!(w, "{line}")
-                .and_then(|()| w.flush())
-                .map_err(|error| faultline_train::TrainError::Io { file: trace_path.clone(), error })?;
         }
         if let Some(t) = r.test_accuracy {
             last_acc = format!("  test acc {:.1}%", 100.0 * t);
@@ -155,9 +217,7 @@ pub fn run(a: TrainArgs, _mem: &HostMemory) -> anyhow::Result<()> {
         Ok(())
     })?;
     bar.finish_and_clear();
-    if let Some(mut w) = trace {
-        w.flush().with_context(|| format!("{}: cannot write trace", trace_path.display()))?;
-    }
+    drop(trace);
     if let Some(dir) = &a.save_checkpoint {
         trainer.checkpoint().save(dir)?;
     }
@@ -169,8 +229,9 @@ pub fn run(a: TrainArgs, _mem: &HostMemory) -> anyhow::Result<()> {
         .iter()
         .map(|p| format!("{} {}", p.name(), summary.phase_cycles.get(p.name()).copied().unwrap_or(0)))
         .collect();
+    let resumed = if start_step > 0 { format!(" (resumed at step {start_step})") } else { String::new() };
     println!(
-        "trained {} on {} ({}, {} MXU inputs, {} lr {}, batch {}): {} steps in {:.2} s",
+        "trained {} on {} ({}, {} MXU inputs, {} lr {}, batch {}): {} steps{resumed} in {:.2} s",
         summary.model,
         summary.hw,
         summary.mode,
@@ -205,36 +266,23 @@ pub fn run(a: TrainArgs, _mem: &HostMemory) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `<trace>.run.json` beside the trace, e.g. `traces/golden.run.json` for `traces/golden.jsonl`.
-fn run_description_path(trace: &std::path::Path) -> PathBuf {
-    let stem = trace.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
-    trace.with_file_name(format!("{stem}.run.json"))
-}
-
-/// Everything a trace depends on, resolved: the command line, the model, the machine as
-/// executed (with the `--precision` override applied), the optimizer with its learning rate,
-/// the data and the seeds. A trace plus this file is a reproducible result.
-fn run_description(a: &TrainArgs, spec: &ModelSpec, t: &Trainer) -> serde_json::Value {
-    serde_json::json!({
-        "faultline_version": env!("CARGO_PKG_VERSION"),
-        "command": std::env::args().collect::<Vec<_>>(),
-        "model_file": a.model,
-        "model": spec,
-        "hw_config_file": a.config,
-        "hw": t.exec.hw,
-        "optimizer": t.exec.tg.optimizer,
-        "batch": t.options.batch,
-        "precision": t.options.precision.name(),
-        "mode": if t.options.mode == ExecMode::CycleLevel { "cycle" } else { "functional" },
-        "seed": t.options.seed,
-        "eval_every": t.options.eval_every,
-        "init_weights": a.init_weights,
-        "resumed_from": a.resume,
-        "data": {
-            "dir": a.data,
-            "name": t.data.train.name,
-            "train_samples": t.data.train.len(),
-            "test_samples": t.data.test.len(),
-        },
-    })
+/// The resolved run for `<trace stem>.run.json`: model, machine as executed (the precision
+/// applied), the run identity, and this invocation.
+fn run_description(a: &TrainArgs, spec: &ModelSpec, t: &Trainer, start_step: u64) -> RunDescription {
+    RunDescription {
+        faultline_version: env!("CARGO_PKG_VERSION").into(),
+        model_file: a.model.clone(),
+        model: spec.clone(),
+        hw_config_file: a.config.clone(),
+        hw: t.exec.hw.clone(),
+        run: t.identity(),
+        init_weights: a.init_weights.clone(),
+        invocations: vec![Invocation {
+            command: std::env::args().collect(),
+            mode: if t.options.mode == ExecMode::CycleLevel { "cycle" } else { "functional" }.into(),
+            resumed_from: a.resume.clone(),
+            start_step,
+            target_step: a.steps,
+        }],
+    }
 }

@@ -18,7 +18,18 @@ fn json_summary_trace_and_resume() {
     let trace = dir.path().join("t/golden.jsonl");
     let ck = dir.path().join("ck");
     let (trace_s, ck_s) = (trace.to_str().unwrap(), ck.to_str().unwrap());
-    let s = train_json(&["--steps", "6", "--trace", trace_s, "--save-checkpoint", ck_s, "--checkpoint-every", "3"]);
+    let s = train_json(&[
+        "--steps",
+        "6",
+        "--eval-every",
+        "3",
+        "--trace",
+        trace_s,
+        "--save-checkpoint",
+        ck_s,
+        "--checkpoint-every",
+        "3",
+    ]);
     for sub in ["step-000003", "step-000006"] {
         assert!(ck.join(sub).join("checkpoint.json").is_file(), "{sub} missing");
     }
@@ -39,12 +50,14 @@ fn json_summary_trace_and_resume() {
     assert_eq!(run["hw"]["name"], "tpu-32x32");
     assert_eq!(run["hw"]["mxu"]["input_format"], "Bf16");
     assert_eq!(run["model"]["name"], "mlp-digits");
-    assert_eq!((run["seed"].as_u64(), run["batch"].as_u64()), (Some(1), Some(32)));
-    assert_eq!(run["data"]["train_samples"].as_u64().unwrap() + run["data"]["test_samples"].as_u64().unwrap(), 1797);
+    assert_eq!((run["run"]["seed"].as_u64(), run["run"]["batch"].as_u64()), (Some(1), Some(32)));
+    let data = &run["run"]["data"];
+    assert_eq!(data["train_samples"].as_u64().unwrap() + data["test_samples"].as_u64().unwrap(), 1797);
 
     // 6 + 4 resumed steps give the losses of 10 uninterrupted ones, in either mode.
-    let full = train_json(&["--steps", "10"]);
-    let rest = train_json(&["--steps", "4", "--resume", ck_s, "--mode", "cycle"]);
+    let full = train_json(&["--steps", "10", "--eval-every", "3"]);
+    let rest = train_json(&["--steps", "10", "--resume", ck_s, "--mode", "cycle"]);
+    assert_eq!((rest["steps"].as_u64(), rest["last_step"].as_u64()), (Some(4), Some(10)));
     let mut joined = s["losses"].as_array().unwrap().clone();
     joined.extend(rest["losses"].as_array().unwrap().iter().cloned());
     assert_eq!(&joined, full["losses"].as_array().unwrap());

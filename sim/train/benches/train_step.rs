@@ -12,7 +12,7 @@ fn train_step(c: &mut Criterion) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let spec = ModelSpec::load(root.join("models/mlp-digits.ron")).expect("model");
     let hw = HwConfig::load(root.join("configs/tpu-32x32.ron")).expect("config");
-    let data = source::shipped(&spec, 1).expect("data");
+    let data = source::shipped(&spec, 1, &Default::default()).expect("data");
     let mut group = c.benchmark_group("train_step");
     // One element = one step, so criterion's throughput line reads in steps per second.
     group.throughput(Throughput::Elements(1));
@@ -21,7 +21,7 @@ fn train_step(c: &mut Criterion) {
     {
         let options = TrainOptions { mode, eval_every: 0, ..TrainOptions::default() };
         let mut t = Trainer::new(&spec, &hw, data.clone(), options).expect("trainer");
-        group.bench_function(name, |b| b.iter(|| black_box(t.step(false).expect("step").loss)));
+        group.bench_function(name, |b| b.iter(|| black_box(t.step().expect("step").loss)));
     }
     group.finish();
 }

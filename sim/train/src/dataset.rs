@@ -82,9 +82,17 @@ impl Dataset {
         (x, idx.iter().map(|&i| self.y[i]).collect())
     }
 
-    /// The same data viewed with another sample shape of equal size (e.g. `[64]` as `[1, 8, 8]`).
+    /// The same data viewed with another sample shape: the same shape but for trailing 1s
+    /// (`[8, 8]` as `[8, 8, 1]`), or a flattening / unflattening of equal size (`[64]` as
+    /// `[8, 8, 1]` and back). Anything else (`[4, 16]` as `[8, 8, 1]`) would scramble samples.
     pub fn reshaped(mut self, shape: &[usize]) -> Result<Dataset> {
-        if shape.iter().product::<usize>() != self.sample_len() {
+        let trim = |s: &[usize]| -> Vec<usize> {
+            let keep = s.iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
+            s[..keep].to_vec()
+        };
+        let flat = shape.len() == 1 || self.sample_shape.len() == 1;
+        let same_size = shape.iter().product::<usize>() == self.sample_len();
+        if !same_size || !(flat || trim(shape) == trim(&self.sample_shape)) {
             return Err(TrainError::Shape {
                 file: format!("<dataset {}>", self.name).into(),
                 expected: format!("samples of shape {} (from the model input)", shape_str(shape)),
@@ -115,6 +123,21 @@ pub struct Split {
 }
 
 impl Split {
+    /// FNV-1a over both parts' sample shapes, input bits and labels: the data's identity.
+    pub fn digest(&self) -> u64 {
+        let part = |d: &Dataset| {
+            let dims: Vec<usize> = std::iter::once(d.len()).chain(d.sample_shape.iter().copied()).collect();
+            faultline_hw::matrix::bits_checksum(&dims, d.x.iter().map(|v| v.to_bits()).chain(d.y.iter().copied()))
+        };
+        faultline_hw::matrix::bits_checksum(
+            &[],
+            [&self.train, &self.test].into_iter().flat_map(|d| {
+                let h = part(d);
+                [h as u32, (h >> 32) as u32]
+            }),
+        )
+    }
+
     /// Views both parts with another sample shape.
     pub fn reshaped(self, shape: &[usize]) -> Result<Split> {
         Ok(Split { train: self.train.reshaped(shape)?, test: self.test.reshaped(shape)? })
@@ -186,12 +209,24 @@ impl Batcher {
 
     /// Sample indices of the next batch.
     pub fn next_indices(&mut self) -> Vec<usize> {
-        if self.cursor + self.batch > self.perm.len() {
-            self.reshuffle();
+        self.advance(1);
+        self.perm[self.cursor - self.batch..self.cursor].iter().map(|&i| i as usize).collect()
+    }
+
+    /// Moves past `batches` batches as [`Batcher::next_indices`] would, without gathering them
+    /// (a whole epoch is skipped with one reshuffle).
+    pub fn advance(&mut self, batches: u64) {
+        let per_epoch = (self.perm.len() / self.batch) as u64;
+        let mut left = batches;
+        while left > 0 {
+            if self.cursor + self.batch > self.perm.len() {
+                self.reshuffle();
+            }
+            let here = ((self.perm.len() - self.cursor) / self.batch) as u64;
+            let take = here.min(left).min(per_epoch);
+            self.cursor += take as usize * self.batch;
+            left -= take;
         }
-        let out = self.perm[self.cursor..self.cursor + self.batch].iter().map(|&i| i as usize).collect();
-        self.cursor += self.batch;
-        out
     }
 
     /// Snapshot of the exact state.
@@ -226,6 +261,28 @@ impl Batcher {
         rng.set_stream(s.stream);
         rng.set_word_pos(word_pos);
         Ok(Batcher { rng, perm: s.perm.clone(), cursor: s.cursor, batch: s.batch, epoch: s.epoch })
+    }
+
+    /// Restores a snapshot and checks that it is the state a run seeded with `seed` reaches
+    /// after `steps` batches over its samples: the state is a pure function of those, so a
+    /// hand-edited or mismatched snapshot (RNG position, order, cursor, epoch) is refused.
+    pub fn from_state_at(s: &BatcherState, seed: u64, steps: u64) -> std::result::Result<Batcher, String> {
+        let b = Batcher::from_state(s)?;
+        let mut replay = Batcher::new(s.perm.len(), s.batch, seed).map_err(|e| e.to_string())?;
+        replay.advance(steps);
+        if replay != b {
+            return Err(format!(
+                "batcher state is not that of seed {seed} after {steps} batches of {} over {} samples \
+                 (epoch {} cursor {} vs {} {}): the manifest was edited or belongs to another run",
+                s.batch,
+                s.perm.len(),
+                s.epoch,
+                s.cursor,
+                replay.epoch,
+                replay.cursor
+            ));
+        }
+        Ok(b)
     }
 }
 
@@ -289,9 +346,36 @@ mod tests {
     }
 
     #[test]
-    fn reshape_checks_size() {
+    fn advance_equals_repeated_batches_and_snapshots_are_checked_against_replay() {
+        for (n, batch, steps) in [(10, 3, 0), (10, 3, 7), (10, 10, 5), (37, 4, 100), (5, 2, 3)] {
+            let mut a = Batcher::new(n, batch, 9).unwrap();
+            let mut b = a.clone();
+            for _ in 0..steps {
+                a.next_indices();
+            }
+            b.advance(steps);
+            assert_eq!(a, b, "n {n} batch {batch} steps {steps}");
+            assert_eq!(Batcher::from_state_at(&a.state(), 9, steps).unwrap(), a);
+            let e = Batcher::from_state_at(&a.state(), 9, steps + 1).unwrap_err();
+            assert!(e.contains("seed 9"), "{e}");
+            assert!(Batcher::from_state_at(&a.state(), 8, steps).is_err());
+            let mut s = a.state();
+            s.word_pos = (u128::MAX / 2).to_string();
+            assert!(Batcher::from_state_at(&s, 9, steps).is_err(), "a huge RNG position is refused");
+        }
+    }
+
+    #[test]
+    fn reshape_checks_size_and_layout() {
         assert!(toy(3).reshaped(&[1, 2]).is_ok());
         let e = toy(3).reshaped(&[3]).unwrap_err().to_string();
         assert!(e.contains("[3]") && e.contains("[2]"), "{e}");
+        let img = |shape: Vec<usize>| Dataset::new("img", shape, vec![0.0; 64], vec![0], 1).unwrap();
+        assert!(img(vec![8, 8]).reshaped(&[8, 8, 1]).is_ok());
+        assert!(img(vec![8, 8]).reshaped(&[64]).is_ok());
+        assert!(img(vec![64]).reshaped(&[8, 8, 1]).is_ok());
+        assert!(img(vec![8, 8, 1]).reshaped(&[1, 8, 8]).is_err(), "a channel is not a height");
+        let e = img(vec![4, 16]).reshaped(&[8, 8, 1]).unwrap_err().to_string();
+        assert!(e.contains("[8, 8, 1]") && e.contains("[4, 16]"), "{e}");
     }
 }

@@ -42,6 +42,16 @@ pub enum TrainError {
         /// Found shape.
         found: String,
     },
+    /// A NaN or infinity in input data or initial weights.
+    #[error("{file}: value at index {index} is {value}: inputs and initial weights must be finite (pass --allow-nonfinite to keep such values)")]
+    NonFinite {
+        /// The file.
+        file: PathBuf,
+        /// Multi-index of the first bad value, e.g. `[3, 17]`.
+        index: String,
+        /// The value.
+        value: f32,
+    },
     /// An MNIST IDX file that is malformed.
     #[error("{file}: not a valid IDX file: {detail}")]
     Idx {
@@ -78,6 +88,14 @@ pub enum TrainError {
     /// A checkpoint that cannot be restored.
     #[error("{file}: bad checkpoint: {detail}")]
     Checkpoint {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A trace or run description that cannot be continued.
+    #[error("{file}: {detail}")]
+    Trace {
         /// The file.
         file: PathBuf,
         /// What is wrong.

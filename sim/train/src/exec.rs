@@ -138,6 +138,19 @@ pub struct NodeFault {
     pub faults: FaultSchedule,
 }
 
+/// Host bytes one step of `tg` needs, estimated from its shapes alone (checked arithmetic;
+/// `None` if it overflows): every node's fp32 value is kept for the step, and the largest node
+/// needs about eight more copies of itself while it runs (raw-bit operands, the twins' decoded
+/// values, outputs and their bit copies).
+pub fn host_bytes(tg: &TrainGraph) -> Option<u64> {
+    let g = &tg.graph;
+    let sizes: Vec<u64> =
+        g.indices().map(|i| faultline_hw::budget::product(&g.node(i).shape)).collect::<Option<_>>()?;
+    let all = sizes.iter().try_fold(0u64, |a, &n| a.checked_add(n))?;
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    all.checked_add(largest.checked_mul(8)?)?.checked_mul(4)
+}
+
 /// Runs a [`TrainGraph`] on one machine configuration in one mode.
 #[derive(Debug, Clone)]
 pub struct Executor {

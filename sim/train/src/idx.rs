@@ -4,6 +4,7 @@
 
 use crate::dataset::{Dataset, Split};
 use crate::error::{io_err, Result, TrainError};
+use faultline_hw::budget::{read_capped, HostMemory};
 use std::path::{Path, PathBuf};
 
 /// A parsed IDX file of unsigned bytes.
@@ -45,9 +46,9 @@ pub fn parse_idx(bytes: &[u8], file: &Path) -> Result<IdxArray> {
     Ok(IdxArray { dims, data: bytes[head..].to_vec() })
 }
 
-/// Reads and parses an IDX file.
-pub fn read_idx(path: &Path) -> Result<IdxArray> {
-    let bytes = std::fs::read(path).map_err(io_err(path))?;
+/// Reads and parses an IDX file; the file, and its data as f32 (4 bytes a value), must fit `mem`.
+pub fn read_idx(path: &Path, mem: &HostMemory) -> Result<IdxArray> {
+    let bytes = read_capped(path, mem.limit / 4).map_err(io_err(path))?;
     parse_idx(&bytes, path)
 }
 
@@ -66,9 +67,9 @@ pub fn find_mnist_file(dir: &Path, stem: &str, kind: &str) -> Option<PathBuf> {
     [format!("{stem}-{kind}"), format!("{stem}.{kind}")].into_iter().map(|n| dir.join(n)).find(|p| p.is_file())
 }
 
-fn load_pair(images: &Path, labels: &Path) -> Result<Dataset> {
-    let im = read_idx(images)?;
-    let lb = read_idx(labels)?;
+fn load_pair(images: &Path, labels: &Path, mem: &HostMemory) -> Result<Dataset> {
+    let im = read_idx(images, mem)?;
+    let lb = read_idx(labels, mem)?;
     if im.dims.len() < 2 {
         return Err(TrainError::Idx {
             file: images.into(),
@@ -88,24 +89,24 @@ fn load_pair(images: &Path, labels: &Path) -> Result<Dataset> {
 
 /// Loads MNIST from `dir`: the `train-*` pair for training and the `t10k-*` pair as the test
 /// split (if absent, `None` is returned for the test part). Pixels are scaled to [0, 1].
-pub fn load_mnist(dir: &Path) -> Result<Option<(Dataset, Option<Dataset>)>> {
+pub fn load_mnist(dir: &Path, mem: &HostMemory) -> Result<Option<(Dataset, Option<Dataset>)>> {
     let (Some(ti), Some(tl)) =
         (find_mnist_file(dir, "train-images", "idx3-ubyte"), find_mnist_file(dir, "train-labels", "idx1-ubyte"))
     else {
         return Ok(None);
     };
-    let train = load_pair(&ti, &tl)?;
+    let train = load_pair(&ti, &tl, mem)?;
     let test =
         match (find_mnist_file(dir, "t10k-images", "idx3-ubyte"), find_mnist_file(dir, "t10k-labels", "idx1-ubyte")) {
-            (Some(i), Some(l)) => Some(load_pair(&i, &l)?),
+            (Some(i), Some(l)) => Some(load_pair(&i, &l, mem)?),
             _ => None,
         };
     Ok(Some((train, test)))
 }
 
 /// Convenience: MNIST as a [`Split`] (held-out `t10k` files, or a seeded 1/6 split of `train`).
-pub fn mnist_split(dir: &Path, seed: u64) -> Result<Option<Split>> {
-    Ok(load_mnist(dir)?.map(|(train, test)| match test {
+pub fn mnist_split(dir: &Path, seed: u64, mem: &HostMemory) -> Result<Option<Split>> {
+    Ok(load_mnist(dir, mem)?.map(|(train, test)| match test {
         Some(test) => Split { train, test },
         None => train.split(1.0 / 6.0, seed),
     }))
@@ -121,13 +122,13 @@ mod tests {
         let img: Vec<u8> = (0..3 * 2 * 2).map(|v| v as u8 * 20).collect();
         std::fs::write(dir.path().join("train-images-idx3-ubyte"), encode_idx(&[3, 2, 2], &img)).unwrap();
         std::fs::write(dir.path().join("train-labels.idx1-ubyte"), encode_idx(&[3], &[7, 0, 9])).unwrap();
-        let s = mnist_split(dir.path(), 1).unwrap().unwrap();
+        let s = mnist_split(dir.path(), 1, &HostMemory::default()).unwrap().unwrap();
         assert_eq!(s.train.len() + s.test.len(), 3);
-        let (train, test) = load_mnist(dir.path()).unwrap().unwrap();
+        let (train, test) = load_mnist(dir.path(), &HostMemory::default()).unwrap().unwrap();
         assert!(test.is_none());
         assert_eq!((train.sample_shape.clone(), train.y.clone(), train.num_classes), (vec![2, 2], vec![7, 0, 9], 10));
         assert_eq!(train.x[1], 20.0 / 255.0);
-        assert!(load_mnist(&dir.path().join("none")).unwrap().is_none());
+        assert!(load_mnist(&dir.path().join("none"), &HostMemory::default()).unwrap().is_none());
     }
 
     proptest::proptest! {
@@ -162,7 +163,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("train-images-idx3-ubyte"), encode_idx(&[2, 1, 1], &[1, 2])).unwrap();
         std::fs::write(dir.path().join("train-labels-idx1-ubyte"), encode_idx(&[3], &[1, 2, 3])).unwrap();
-        let e = load_mnist(dir.path()).unwrap_err().to_string();
+        let e = load_mnist(dir.path(), &HostMemory::default()).unwrap_err().to_string();
         assert!(e.contains("train-labels-idx1-ubyte") && e.contains("[2]"), "{e}");
     }
 }

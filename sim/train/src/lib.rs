@@ -10,12 +10,13 @@
 //! * [`dataset`]: in-memory datasets, seeded splits, minibatch order.
 //! * [`digits`], [`synth`]: the shipped datasets (generated, deterministic).
 //! * [`npy`], [`idx`], [`source`]: `.npy` and MNIST IDX loaders, and which data a run uses.
+//! * [`trace`]: the per-step JSONL trace (resumable) and the run description beside it.
 //!
 //! ```no_run
 //! use faultline_train::{source, TrainOptions, Trainer};
 //! let spec = faultline_graph::ModelSpec::load("models/mlp-digits.ron")?;
 //! let hw = faultline_hw::HwConfig::load("configs/tpu-32x32.ron")?;
-//! let mut t = Trainer::new(&spec, &hw, source::shipped(&spec, 1)?, TrainOptions::default())?;
+//! let mut t = Trainer::new(&spec, &hw, source::shipped(&spec, 1, &Default::default())?, TrainOptions::default())?;
 //! let summary = t.run(200, |_, record| Ok(println!("{}", record.loss)))?;
 //! println!("test accuracy {}", summary.test_accuracy);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -39,12 +40,14 @@ pub mod npy;
 pub mod source;
 pub mod state;
 pub mod synth;
+pub mod trace;
 pub mod trainer;
 pub mod vector;
 
-pub use checkpoint::Checkpoint;
+pub use checkpoint::{Checkpoint, DataIdentity, RunIdentity};
 pub use dataset::{Batcher, BatcherState, Dataset, Split};
 pub use error::{Result, TrainError};
 pub use exec::{Executor, MxuFormat, NodeFault, NodeOps, StepOutput};
 pub use state::{ModelState, Tensor32};
-pub use trainer::{InitWeights, OptimizerKind, StepRecord, Summary, TrainOptions, Trainer};
+pub use trace::{RunDescription, TraceWriter};
+pub use trainer::{InitWeights, OptimizerKind, StepRecord, Summary, TrainOptions, Trainer, MAX_STEPS};

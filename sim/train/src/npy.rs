@@ -2,6 +2,7 @@
 //! file and the expected vs found dtype or shape.
 
 use crate::error::{io_err, shape_str, Result, TrainError};
+use faultline_hw::budget::HostMemory;
 use npyz::{DType, NpyFile, TypeChar, WriterBuilder};
 use std::path::Path;
 
@@ -14,17 +15,52 @@ pub struct Array {
     pub data: Vec<f32>,
 }
 
+/// Opens an array and checks its header before anything is allocated: C order, and a shape
+/// whose data fits in the file (a header claiming `[10^12]` in a 100-byte file is an error, not
+/// a terabyte allocation).
 fn open(path: &Path) -> Result<NpyFile<std::io::BufReader<std::fs::File>>> {
+    let bad = |detail: String| TrainError::Npy { file: path.to_path_buf(), detail };
     let f = std::fs::File::open(path).map_err(io_err(path))?;
-    let npy = NpyFile::new(std::io::BufReader::new(f))
-        .map_err(|e| TrainError::Npy { file: path.to_path_buf(), detail: e.to_string() })?;
+    let len = f.metadata().map_err(io_err(path))?.len();
+    let npy = NpyFile::new(std::io::BufReader::new(f)).map_err(|e| bad(one_line(&e.to_string())))?;
     if npy.order() != npyz::Order::C && npy.shape().len() > 1 {
-        return Err(TrainError::Npy {
-            file: path.to_path_buf(),
-            detail: "array is in Fortran order; save it with np.ascontiguousarray".into(),
-        });
+        return Err(bad("array is in Fortran order; save it with np.ascontiguousarray".into()));
+    }
+    let item = match npy.dtype() {
+        DType::Plain(t) => t.size_field(),
+        _ => 1,
+    };
+    let bytes = npy.shape().iter().try_fold(item, |a, &d| a.checked_mul(d));
+    if bytes.is_none_or(|b| b > len) {
+        return Err(bad(format!(
+            "header declares shape {:?} of {item}-byte values, more data than the file's {len} bytes",
+            npy.shape()
+        )));
     }
     Ok(npy)
+}
+
+/// Some npyz messages span lines; errors here are one line.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Index of the first NaN or infinite value, if any.
+pub fn first_nonfinite(data: &[f32]) -> Option<usize> {
+    data.iter().position(|v| !v.is_finite())
+}
+
+/// Errors if `data` (of `shape`, read from `file`) holds a NaN or infinity, naming the first
+/// one's index and `what` to do instead; `allow` turns the check off.
+pub fn check_finite(file: &Path, shape: &[usize], data: &[f32], allow: bool) -> Result<()> {
+    let Some(i) = first_nonfinite(data).filter(|_| !allow) else { return Ok(()) };
+    let mut idx = vec![0; shape.len()];
+    let mut rest = i;
+    for (k, &d) in shape.iter().enumerate().rev() {
+        idx[k] = rest % d.max(1);
+        rest /= d.max(1);
+    }
+    Err(TrainError::NonFinite { file: file.to_path_buf(), index: format!("{idx:?}"), value: data[i] })
 }
 
 fn dtype_str(d: &DType) -> String {
@@ -62,22 +98,27 @@ pub fn read_f32(path: &Path) -> Result<Array> {
     Ok(Array { shape, data })
 }
 
-/// Reads a float array and checks its shape against `expected`.
+/// Reads a float array and checks its shape against `expected` (before reading its data).
 pub fn read_f32_shaped(path: &Path, expected: &[usize]) -> Result<Array> {
-    let a = read_f32(path)?;
-    if a.shape != expected {
+    let npy = open(path)?;
+    let found: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    drop(npy);
+    if found != expected {
         return Err(TrainError::Shape {
             file: path.to_path_buf(),
             expected: shape_str(expected),
-            found: shape_str(&a.shape),
+            found: shape_str(&found),
         });
     }
-    Ok(a)
+    read_f32(path)
 }
 
-/// Reads model inputs: any float dtype, or unsigned bytes (kept as 0..=255 values).
-pub fn read_inputs(path: &Path) -> Result<Array> {
+/// Reads model inputs: any float dtype, or unsigned bytes (kept as 0..=255 values). The
+/// array (as f32) must fit `mem`.
+pub fn read_inputs(path: &Path, mem: &HostMemory) -> Result<Array> {
     let npy = open(path)?;
+    let elems = npy.shape().iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+    mem.check(&format!("{} as float32", path.display()), elems.and_then(|n| n.checked_mul(4)))?;
     let dt = npy.dtype();
     if let DType::Plain(t) = &dt {
         if t.type_char() == TypeChar::Uint && t.size_field() == 1 {
@@ -198,6 +239,19 @@ mod tests {
         assert!(e.contains("w.npy") && e.contains("expected [4, 1], found [2, 2]"), "{e}");
         let e = read_labels(&p).unwrap_err().to_string();
         assert!(e.contains("[N]") && e.contains("[2, 2]"), "{e}");
+        // A header that claims more data than the file holds is refused before allocating.
+        let mut head = b"{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999,), }".to_vec();
+        while !(10 + head.len() + 1).is_multiple_of(64) {
+            head.push(b' ');
+        }
+        head.push(b'\n');
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend((head.len() as u16).to_le_bytes());
+        bytes.extend(head);
+        bytes.extend([0u8; 8]);
+        std::fs::write(&p, &bytes).unwrap();
+        let e = read_f32(&p).unwrap_err().to_string();
+        assert!(e.contains("more data than the file"), "{e}");
         std::fs::write(&p, b"garbage").unwrap();
         assert!(read_f32(&p).unwrap_err().to_string().contains("not a valid .npy"));
         let e = read_f32(&dir.path().join("nope.npy")).unwrap_err().to_string();
@@ -218,8 +272,11 @@ mod tests {
         assert!(read_labels(&p).unwrap_err().to_string().contains("<f4"));
         let x = dir.path().join("x.npy");
         write_any(&x, &[1, 2], &[0.25f64, 2.0]);
-        assert_eq!(read_inputs(&x).unwrap(), Array { shape: vec![1, 2], data: vec![0.25, 2.0] });
+        assert_eq!(
+            read_inputs(&x, &HostMemory::default()).unwrap(),
+            Array { shape: vec![1, 2], data: vec![0.25, 2.0] }
+        );
         write_any(&x, &[2], &[255u8, 3]);
-        assert_eq!(read_inputs(&x).unwrap().data, [255.0, 3.0]);
+        assert_eq!(read_inputs(&x, &HostMemory::default()).unwrap().data, [255.0, 3.0]);
     }
 }

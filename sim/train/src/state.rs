@@ -71,8 +71,9 @@ impl ModelState {
     }
 
     /// Parameters from `dir/<param name>.npy` (float32 or float64, exactly the parameter's
-    /// shape, C order), zero optimizer state. Errors name the file and expected vs found.
-    pub fn from_npy_dir(tg: &TrainGraph, dir: &Path) -> Result<ModelState> {
+    /// shape, C order, finite unless `allow_nonfinite`), zero optimizer state. Errors name the
+    /// file and expected vs found.
+    pub fn from_npy_dir(tg: &TrainGraph, dir: &Path, allow_nonfinite: bool) -> Result<ModelState> {
         if !dir.is_dir() {
             return Err(TrainError::Config(format!("{}: initial-weights directory does not exist", dir.display())));
         }
@@ -83,6 +84,7 @@ impl ModelState {
                 return Err(TrainError::MissingParam { file, param: p.name.clone(), shape: shape_str(&p.shape) });
             }
             let a = npy::read_f32_shaped(&file, &p.shape).map_err(|e| transposed_hint(e, &p.shape))?;
+            npy::check_finite(&file, &a.shape, &a.data, allow_nonfinite)?;
             tensors.insert(p.name.clone(), Tensor32 { shape: a.shape, data: a.data });
         }
         for s in &tg.opt_state {

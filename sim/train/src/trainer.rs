@@ -1,18 +1,24 @@
 //! The training loop: batches in, steps on the executor, evaluation, per-step records,
 //! checkpoints.
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, DataIdentity, RunIdentity};
 use crate::dataset::{Batcher, Dataset, Split};
 use crate::error::{Result, TrainError};
 use crate::exec::{accuracy, Executor, MxuFormat};
 use crate::state::ModelState;
 use faultline_graph::{lower, ModelSpec, OptimizerSpec, StepSchedule, TrainGraph};
+use faultline_hw::matrix::bits_checksum;
 use faultline_hw::{ExecMode, HwConfig};
+use faultline_num::NumFormat;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+
+/// The largest step a run may reach: the step counter `t` reaches Adam's bias correction as an
+/// fp32 value, exact only up to 2^24.
+pub const MAX_STEPS: u64 = 1 << 24;
 
 /// Optimizer family, as named on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -96,10 +102,15 @@ pub struct TrainOptions {
     pub mode: ExecMode,
     /// Seed of initialisation and data order.
     pub seed: u64,
-    /// Evaluate test accuracy every this many steps (and after the last); 0 = only at the end.
+    /// Record test accuracy every this many steps; 0 = never in the records ([`Trainer::run`]
+    /// evaluates once more at the end for its summary).
     pub eval_every: u64,
     /// Initial weights.
     pub init: InitWeights,
+    /// Accept NaN or infinite values in initial weights (and, for the loaders, in data).
+    pub allow_nonfinite: bool,
+    /// Where the data came from (`--data`), recorded in checkpoints; `None` = the shipped set.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for TrainOptions {
@@ -113,6 +124,8 @@ impl Default for TrainOptions {
             seed: 1,
             eval_every: 10,
             init: InitWeights::Seed,
+            allow_nonfinite: false,
+            data_dir: None,
         }
     }
 }
@@ -151,22 +164,56 @@ pub struct Trainer {
     /// The graph's static cycle estimate of one step (per node, phase and layer), for planning
     /// and reports; the records carry the cycles of what was actually issued.
     pub schedule: StepSchedule,
+    /// FNV-1a of the model definition (part of the run's identity).
+    model_digest: u64,
+}
+
+/// FNV-1a of a value's JSON form: a digest of a model or machine definition.
+fn json_digest<T: Serialize>(v: &T) -> u64 {
+    let text = serde_json::to_vec(v).expect("definitions serialise");
+    bits_checksum(&[], text.into_iter().map(u32::from))
+}
+
+fn hex(d: u64) -> String {
+    format!("{d:016x}")
 }
 
 impl Trainer {
     /// Builds the step graph and the initial state.
     pub fn new(spec: &ModelSpec, hw: &HwConfig, data: Split, options: TrainOptions) -> Result<Trainer> {
-        let optimizer = options.optimizer.spec(options.lr);
+        let tg = TrainGraph::build(spec, options.batch, options.optimizer.spec(options.lr))
+            .map_err(|e| TrainError::Model(e.to_string()))?;
+        Trainer::from_graph(spec, tg, hw, data, options)
+    }
+
+    /// [`Trainer::new`] with the step graph already built (by `TrainGraph::build(spec, ...)`
+    /// with the options' batch and optimizer), e.g. to check its size before loading data.
+    pub fn from_graph(
+        spec: &ModelSpec,
+        tg: TrainGraph,
+        hw: &HwConfig,
+        data: Split,
+        options: TrainOptions,
+    ) -> Result<Trainer> {
         if let Some(lr) = options.lr {
             if !(lr.is_finite() && lr > 0.0) {
                 return Err(TrainError::Config(format!("learning rate {lr} must be a positive number")));
             }
         }
-        let tg = TrainGraph::build(spec, options.batch, optimizer).map_err(|e| TrainError::Model(e.to_string()))?;
+        if !matches!(hw.mxu.input_format, NumFormat::Bf16 | NumFormat::Fp32) {
+            return Err(TrainError::Config(format!(
+                "hardware config `{}` has an {} x {} -> {} MXU: training needs floating-point MXU inputs (a config \
+                 with input_format Bf16 or Fp32; --precision then picks bf16 or fp32)",
+                hw.name,
+                hw.mxu.input_format.name(),
+                hw.mxu.input_format.name(),
+                hw.mxu.acc_format.name()
+            )));
+        }
         let schedule = lower::schedule(&tg, hw);
         let state = match &options.init {
             InitWeights::Seed => ModelState::from_seed(&tg, options.seed),
-            InitWeights::NpyDir(dir) => ModelState::from_npy_dir(&tg, dir)?,
+            InitWeights::NpyDir(dir) => ModelState::from_npy_dir(&tg, dir, options.allow_nonfinite)?,
         };
         let exec = Executor::new(tg, hw, options.mode, options.precision)?;
         if data.train.sample_len() != exec.sample_len() {
@@ -178,17 +225,46 @@ impl Trainer {
             )));
         }
         let batcher = Batcher::new(data.train.len(), options.batch, options.seed)?;
-        Ok(Trainer { exec, state, batcher, data, options, schedule })
+        Ok(Trainer { exec, state, batcher, data, options, schedule, model_digest: json_digest(spec) })
     }
 
-    /// Runs one training step; evaluates the test split when due (`last` forces it).
-    pub fn step(&mut self, last: bool) -> Result<StepRecord> {
+    /// Everything that defines this run (what a checkpoint must match to be resumed here).
+    pub fn identity(&self) -> RunIdentity {
+        RunIdentity {
+            model: self.exec.tg.model.clone(),
+            model_digest: hex(self.model_digest),
+            hw: self.exec.hw.name.clone(),
+            hw_digest: hex(json_digest(&self.exec.hw)),
+            optimizer: self.exec.tg.optimizer,
+            precision: self.options.precision,
+            batch: self.options.batch,
+            seed: self.options.seed,
+            eval_every: self.options.eval_every,
+            data: DataIdentity {
+                dir: self.options.data_dir.clone(),
+                name: self.data.train.name.clone(),
+                train_samples: self.data.train.len(),
+                test_samples: self.data.test.len(),
+                digest: hex(self.data.digest()),
+            },
+        }
+    }
+
+    /// Runs one training step; records test accuracy on steps that are multiples of
+    /// `eval_every` (so a record never depends on where an invocation stopped).
+    pub fn step(&mut self) -> Result<StepRecord> {
+        if self.state.step >= MAX_STEPS {
+            return Err(TrainError::Config(format!(
+                "step {} would pass the largest supported step {MAX_STEPS}",
+                self.state.step + 1
+            )));
+        }
         let idx = self.batcher.next_indices();
         let (x, y) = self.data.train.gather(&idx);
         let out = self.exec.step(&mut self.state, &x, &y)?;
         let step = self.state.step;
         let every = self.options.eval_every;
-        let due = last || (every > 0 && step.is_multiple_of(every));
+        let due = every > 0 && step.is_multiple_of(every);
         let test_accuracy = if due { Some(self.evaluate(&self.data.test)?) } else { None };
         Ok(StepRecord {
             step,
@@ -219,43 +295,59 @@ impl Trainer {
 
     /// The exact state of the run, to save.
     pub fn checkpoint(&self) -> Checkpoint {
-        Checkpoint {
-            model: self.exec.tg.model.clone(),
-            optimizer: self.exec.tg.optimizer,
-            precision: self.options.precision,
-            batch: self.options.batch,
-            seed: self.options.seed,
-            state: self.state.clone(),
-            batcher: self.batcher.state(),
-        }
+        Checkpoint { run: self.identity(), state: self.state.clone(), batcher: self.batcher.state() }
     }
 
-    /// Continues from a checkpoint of the same model, optimizer, batch and data size.
+    /// Continues from a checkpoint of this very run: every field of its [`RunIdentity`] must
+    /// equal this trainer's (the error names the first that differs), and its state must fit
+    /// the graph.
     pub fn restore(&mut self, c: Checkpoint, origin: &std::path::Path) -> Result<()> {
         let bad = |detail: String| TrainError::Checkpoint { file: origin.to_path_buf(), detail };
-        if c.model != self.exec.tg.model {
-            return Err(bad(format!("checkpoint is of model `{}`, this run trains `{}`", c.model, self.exec.tg.model)));
+        let (ck, me) = (&c.run, self.identity());
+        let differs = |what: &str, theirs: String, mine: String| {
+            bad(format!("the checkpoint's {what} is {theirs}, this run's is {mine}: resume with the same {what}"))
+        };
+        if (&ck.model, &ck.model_digest) != (&me.model, &me.model_digest) {
+            return Err(differs(
+                "model",
+                format!("`{}` (digest {})", ck.model, ck.model_digest),
+                format!("`{}` (digest {})", me.model, me.model_digest),
+            ));
         }
-        if c.optimizer != self.exec.tg.optimizer {
-            return Err(bad(format!(
-                "checkpoint optimizer {:?} differs from this run's {:?}",
-                c.optimizer, self.exec.tg.optimizer
-            )));
+        if (&ck.hw, &ck.hw_digest) != (&me.hw, &me.hw_digest) {
+            return Err(differs(
+                "hardware config",
+                format!("`{}` (digest {})", ck.hw, ck.hw_digest),
+                format!("`{}` (digest {})", me.hw, me.hw_digest),
+            ));
         }
-        if c.precision != self.options.precision {
-            return Err(bad(format!(
-                "checkpoint was trained with {} MXU inputs, this run uses {} (pass --precision {})",
-                c.precision, self.options.precision, c.precision
-            )));
+        if ck.optimizer != me.optimizer {
+            return Err(differs("optimizer", format!("{:?}", ck.optimizer), format!("{:?}", me.optimizer)));
         }
-        if c.batch != self.options.batch || c.batcher.perm.len() != self.data.train.len() {
-            return Err(bad(format!(
-                "checkpoint has batch {} over {} samples, this run has batch {} over {}",
-                c.batch,
-                c.batcher.perm.len(),
-                self.options.batch,
-                self.data.train.len()
-            )));
+        if ck.precision != me.precision {
+            return Err(differs("precision", ck.precision.to_string(), me.precision.to_string()));
+        }
+        for (what, a, b) in [
+            ("batch", ck.batch as u64, me.batch as u64),
+            ("seed", ck.seed, me.seed),
+            ("eval interval", ck.eval_every, me.eval_every),
+        ] {
+            if a != b {
+                return Err(differs(what, a.to_string(), b.to_string()));
+            }
+        }
+        if ck.data != me.data {
+            let show = |d: &DataIdentity| {
+                format!(
+                    "{} `{}` ({} train / {} test samples, digest {})",
+                    d.dir.as_ref().map_or("the shipped set".to_string(), |p| p.display().to_string()),
+                    d.name,
+                    d.train_samples,
+                    d.test_samples,
+                    d.digest
+                )
+            };
+            return Err(differs("data", show(&ck.data), show(&me.data)));
         }
         c.state.check(&self.exec.tg, origin)?;
         self.batcher = Batcher::from_state(&c.batcher).map_err(bad)?;
@@ -281,8 +373,10 @@ pub struct Summary {
     pub lr: f64,
     /// Batch size.
     pub batch: usize,
-    /// Steps run (in this invocation).
+    /// Steps run in this invocation.
     pub steps: u64,
+    /// Steps completed in all, counting those of the checkpoint it resumed from.
+    pub last_step: u64,
     /// Loss of the last step.
     pub final_loss: f64,
     /// Test accuracy after the last step.
@@ -295,32 +389,39 @@ pub struct Summary {
     pub simulated_seconds_per_step: f64,
     /// The graph's static estimate of a step's cycles ([`Trainer::schedule`]).
     pub estimated_cycles_per_step: u64,
-    /// Loss of every step, in order.
+    /// Loss of every step of this invocation, in order.
     pub losses: Vec<f64>,
     /// Host wall-clock seconds of the run.
     pub wall_seconds: f64,
 }
 
 impl Trainer {
-    /// Runs `steps` steps, calling `on_step` with the trainer (state after the step) and the
-    /// step's record after each, and summarises.
+    /// Runs `steps` more steps, calling `on_step` with the trainer (state after the step) and
+    /// the step's record after each, and summarises (evaluating the test split once more if the
+    /// last step was not an evaluation step).
     pub fn run(&mut self, steps: u64, mut on_step: impl FnMut(&Trainer, &StepRecord) -> Result<()>) -> Result<Summary> {
+        if self.state.step.checked_add(steps).is_none_or(|end| end > MAX_STEPS) {
+            return Err(TrainError::Config(format!(
+                "{steps} more steps from step {} would pass the largest supported step {MAX_STEPS} (the step \
+                 counter is an fp32 value, exact up to 2^24)",
+                self.state.step
+            )));
+        }
         let t0 = std::time::Instant::now();
-        let mut losses = Vec::with_capacity(steps as usize);
-        let mut test_accuracy = f64::NAN;
+        let mut losses = Vec::new();
+        let mut test_accuracy = None;
         let mut issued = (0, BTreeMap::new());
-        for i in 0..steps {
-            let r = self.step(i + 1 == steps)?;
+        for _ in 0..steps {
+            let r = self.step()?;
             losses.push(r.loss);
             issued = (r.cycles, r.phase_cycles.clone());
-            if let Some(a) = r.test_accuracy {
-                test_accuracy = a;
-            }
+            test_accuracy = r.test_accuracy;
             on_step(self, &r)?;
         }
-        if steps == 0 {
-            test_accuracy = self.evaluate(&self.data.test)?;
-        }
+        let test_accuracy = match test_accuracy {
+            Some(a) => a,
+            None => self.evaluate(&self.data.test)?,
+        };
         let opt = self.exec.tg.optimizer;
         let lr = match opt {
             OptimizerSpec::Sgd { lr } | OptimizerSpec::Momentum { lr, .. } | OptimizerSpec::Adam { lr, .. } => lr,
@@ -338,6 +439,7 @@ impl Trainer {
             lr,
             batch: self.options.batch,
             steps,
+            last_step: self.state.step,
             final_loss: losses.last().copied().unwrap_or(f64::NAN),
             test_accuracy,
             cycles_per_step: issued.0,

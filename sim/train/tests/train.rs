@@ -41,7 +41,17 @@ fn write_weights(tg: &TrainGraph, dir: &Path, seed: u64) {
 }
 
 fn options(optimizer: OptimizerKind, lr: f64, precision: MxuFormat, mode: ExecMode, init: InitWeights) -> TrainOptions {
-    TrainOptions { batch: 32, optimizer, lr: Some(lr), precision, mode, seed: 5, eval_every: 0, init }
+    TrainOptions {
+        batch: 32,
+        optimizer,
+        lr: Some(lr),
+        precision,
+        mode,
+        seed: 5,
+        eval_every: 0,
+        init,
+        ..Default::default()
+    }
 }
 
 /// fp32 MXU + fp32 VPU from .npy weights tracks the f64 reference interpreter, fed the same
@@ -54,7 +64,7 @@ fn fp32_training_matches_f64_reference() {
         ("transformer-tiny", OptimizerKind::Momentum, 0.05),
     ] {
         let spec = model(name);
-        let data = source::shipped(&spec, 5).unwrap();
+        let data = source::shipped(&spec, 5, &Default::default()).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let tg = TrainGraph::build(&spec, 32, opt.spec(Some(lr))).unwrap();
         write_weights(&tg, dir.path(), 11);
@@ -81,7 +91,7 @@ fn fp32_training_matches_f64_reference() {
             let want = vals.get(tg.loss).unwrap().data[0];
             tg.apply_updates(&vals, &mut state);
 
-            let got = t.step(false).unwrap().loss;
+            let got = t.step().unwrap().loss;
             let rel = ((got - want) / want).abs();
             assert!(rel < 1e-4, "{name} step {step}: loss {got} vs f64 reference {want} (relative {rel:e})");
         }
@@ -93,11 +103,11 @@ fn fp32_training_matches_f64_reference() {
 fn cycle_level_and_functional_training_are_bit_identical() {
     for (name, steps) in [("mlp-digits", 3), ("cnn-small", 2), ("transformer-tiny", 1)] {
         let spec = model(name);
-        let data = source::shipped(&spec, 1).unwrap();
+        let data = source::shipped(&spec, 1, &Default::default()).unwrap();
         let opts = |mode| options(OptimizerKind::Adam, 0.01, MxuFormat::Bf16, mode, InitWeights::Seed);
         let run = |mode| {
             let mut t = Trainer::new(&spec, &hw(), data.clone(), opts(mode)).unwrap();
-            let records: Vec<_> = (0..steps).map(|_| t.step(false).unwrap()).collect();
+            let records: Vec<_> = (0..steps).map(|_| t.step().unwrap()).collect();
             let losses: Vec<u64> = records.iter().map(|r| r.loss.to_bits()).collect();
             let cycles: Vec<_> = records.iter().map(|r| (r.cycles, r.phase_cycles.clone())).collect();
             let weights: BTreeMap<String, Vec<u32>> =
@@ -126,7 +136,13 @@ fn cycle_level_and_functional_training_are_bit_identical() {
 fn static_cycle_estimate_tracks_issued_cycles() {
     for name in ["mlp-digits", "cnn-small", "transformer-tiny"] {
         let spec = model(name);
-        let mut t = Trainer::new(&spec, &hw(), source::shipped(&spec, 1).unwrap(), TrainOptions::default()).unwrap();
+        let mut t = Trainer::new(
+            &spec,
+            &hw(),
+            source::shipped(&spec, 1, &Default::default()).unwrap(),
+            TrainOptions::default(),
+        )
+        .unwrap();
         let s = t.run(1, |_, _| Ok(())).unwrap();
         let (issued, estimate) = (s.cycles_per_step as f64, s.estimated_cycles_per_step as f64);
         assert!((issued - estimate).abs() <= 0.1 * issued, "{name}: issued {issued}, estimated {estimate}");
@@ -137,7 +153,9 @@ fn static_cycle_estimate_tracks_issued_cycles() {
 #[test]
 fn mlp_digits_default_run_reaches_ninety_percent() {
     let spec = model("mlp-digits");
-    let mut t = Trainer::new(&spec, &hw(), source::shipped(&spec, 1).unwrap(), TrainOptions::default()).unwrap();
+    let mut t =
+        Trainer::new(&spec, &hw(), source::shipped(&spec, 1, &Default::default()).unwrap(), TrainOptions::default())
+            .unwrap();
     let s = t.run(200, |_, _| Ok(())).unwrap();
     assert!(s.test_accuracy >= 0.9, "test accuracy {}", s.test_accuracy);
     assert_eq!(s.losses.len(), 200);
@@ -149,7 +167,13 @@ fn mlp_digits_default_run_reaches_ninety_percent() {
 fn cnn_and_transformer_learn() {
     for name in ["cnn-small", "transformer-tiny"] {
         let spec = model(name);
-        let mut t = Trainer::new(&spec, &hw(), source::shipped(&spec, 1).unwrap(), TrainOptions::default()).unwrap();
+        let mut t = Trainer::new(
+            &spec,
+            &hw(),
+            source::shipped(&spec, 1, &Default::default()).unwrap(),
+            TrainOptions::default(),
+        )
+        .unwrap();
         let s = t.run(150, |_, _| Ok(())).unwrap();
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
         let (first, last) = (mean(&s.losses[..5]), mean(&s.losses[s.losses.len() - 5..]));
@@ -161,7 +185,7 @@ fn cnn_and_transformer_learn() {
 #[test]
 fn resumed_run_equals_uninterrupted_run() {
     let spec = model("mlp-digits");
-    let data = source::shipped(&spec, 2).unwrap();
+    let data = source::shipped(&spec, 2, &Default::default()).unwrap();
     let mk = || {
         Trainer::new(
             &spec,
@@ -173,17 +197,17 @@ fn resumed_run_equals_uninterrupted_run() {
     };
     let mut full = mk();
     // 60 steps cross an epoch boundary (1438 / 32 = 44 batches per epoch).
-    let want: Vec<u64> = (0..60).map(|_| full.step(false).unwrap().loss.to_bits()).collect();
+    let want: Vec<u64> = (0..60).map(|_| full.step().unwrap().loss.to_bits()).collect();
 
     let dir = tempfile::tempdir().unwrap();
     let mut a = mk();
-    let mut got: Vec<u64> = (0..25).map(|_| a.step(false).unwrap().loss.to_bits()).collect();
+    let mut got: Vec<u64> = (0..25).map(|_| a.step().unwrap().loss.to_bits()).collect();
     a.checkpoint().save(dir.path()).unwrap();
     drop(a);
     let mut b = mk();
     b.restore(faultline_train::Checkpoint::load(dir.path()).unwrap(), dir.path()).unwrap();
     assert_eq!(b.state.step, 25);
-    got.extend((0..35).map(|_| b.step(false).unwrap().loss.to_bits()));
+    got.extend((0..35).map(|_| b.step().unwrap().loss.to_bits()));
     assert_eq!(got, want);
     assert_eq!(b.state, full.state);
     assert_eq!(b.batcher, full.batcher);
@@ -193,7 +217,7 @@ fn resumed_run_equals_uninterrupted_run() {
 #[test]
 fn bad_inputs_are_reported_not_panicked() {
     let spec = model("mlp-digits");
-    let data = source::shipped(&spec, 1).unwrap();
+    let data = source::shipped(&spec, 1, &Default::default()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let tg = TrainGraph::build(&spec, 32, OptimizerKind::Sgd.spec(None)).unwrap();
     write_weights(&tg, dir.path(), 1);
@@ -240,14 +264,15 @@ fn bad_inputs_are_reported_not_panicked() {
     let d = tempfile::tempdir().unwrap();
     std::fs::write(d.path().join("train-images-idx3-ubyte"), [0u8, 0, 9, 3, 0, 0, 0, 0]).unwrap();
     std::fs::write(d.path().join("train-labels-idx1-ubyte"), faultline_train::idx::encode_idx(&[0], &[])).unwrap();
-    let e = source::load_dir(d.path(), &spec, 1).unwrap_err().to_string();
+    let e = source::load_dir(d.path(), &spec, 1, &Default::default()).unwrap_err().to_string();
     assert!(e.contains("train-images-idx3-ubyte") && e.contains("bad magic"), "{e}");
     // An empty data directory, and x.npy with the wrong per-sample size.
-    let e = source::load_dir(tempfile::tempdir().unwrap().path(), &spec, 1).unwrap_err().to_string();
+    let e =
+        source::load_dir(tempfile::tempdir().unwrap().path(), &spec, 1, &Default::default()).unwrap_err().to_string();
     assert!(e.contains("no dataset found"), "{e}");
     write_npy_f32(&d.path().join("x.npy"), &[3, 10], &[0.0; 30]);
     faultline_train::npy::write_labels(&d.path().join("y.npy"), &[0, 1, 2]).unwrap();
-    let e = source::load_dir(d.path(), &spec, 1).unwrap_err().to_string();
+    let e = source::load_dir(d.path(), &spec, 1, &Default::default()).unwrap_err().to_string();
     assert!(e.contains("x.npy") && e.contains("64 values per sample") && e.contains("[3, 10]"), "{e}");
     // Batch larger than the data.
     let o = TrainOptions { batch: 100_000, ..TrainOptions::default() };
@@ -264,7 +289,7 @@ fn trains_from_npy_data_directory() {
     faultline_train::npy::write_labels(&d.path().join("y.npy"), &src.y[..300]).unwrap();
     write_npy_f32(&d.path().join("x_test.npy"), &[100, 64], &src.x[300 * 64..]);
     faultline_train::npy::write_labels(&d.path().join("y_test.npy"), &src.y[300..]).unwrap();
-    let split = source::load_dir(d.path(), &spec, 1).unwrap();
+    let split = source::load_dir(d.path(), &spec, 1, &Default::default()).unwrap();
     assert_eq!((split.train.len(), split.test.len()), (300, 100));
     let mut t = Trainer::new(&spec, &hw(), split, TrainOptions::default()).unwrap();
     let s = t.run(60, |_, _| Ok(())).unwrap();
@@ -279,7 +304,7 @@ fn node_fault_hook_injects_into_one_operation() {
     use faultline_hw::{FaultEvent, FaultSchedule, FaultSite};
     use faultline_train::NodeFault;
     let spec = model("mlp-digits");
-    let data = source::shipped(&spec, 1).unwrap();
+    let data = source::shipped(&spec, 1, &Default::default()).unwrap();
     let t = Trainer::new(&spec, &hw(), data.clone(), TrainOptions::default()).unwrap();
     let (x, y) = data.train.gather(&(0..32).collect::<Vec<_>>());
     let g = &t.exec.tg.graph;
