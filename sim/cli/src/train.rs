@@ -142,6 +142,9 @@ pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
         }
         (g, c) => g.or(c.map(|c| c.1)),
     };
+    if let Some(lr) = lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
+        bail!("--lr {lr}: the learning rate must be a positive number");
+    }
     let given_prec: Option<MxuFormat> = a.precision.as_deref().map(str::parse).transpose()?;
     let config_prec = if hw.mxu.input_format == NumFormat::Fp32 { MxuFormat::Fp32 } else { MxuFormat::Bf16 };
     let precision = inherit("--precision", given_prec, id.map(|r| r.precision), config_prec)?;

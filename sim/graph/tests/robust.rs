@@ -92,3 +92,46 @@ proptest! {
         prop_assert_eq!(s.nodes.len(), tg.graph.len());
     }
 }
+
+/// Model files as a fuzzer would write them: mutated shipped models and random bytes. The
+/// parser (and what builds on it) never panics; an error is one line; what parses builds a
+/// graph or fails with a one-line error.
+mod model_parser {
+    use super::*;
+    use faultline_hw::fuzz::{apply, edit};
+
+    fn shipped() -> Vec<String> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
+        ["mlp-digits.ron", "cnn-small.ron", "transformer-tiny.ron"]
+            .iter()
+            .map(|m| std::fs::read_to_string(dir.join(m)).unwrap())
+            .collect()
+    }
+
+    fn check(text: &str) -> Result<(), TestCaseError> {
+        match ModelSpec::from_ron(text, "fuzz.ron") {
+            Err(e) => prop_assert!(!e.to_string().contains('\n'), "multi-line error: {e}"),
+            Ok(spec) => {
+                let opt = OptimizerSpec::Sgd { lr: 0.1 };
+                if let Err(e) = TrainGraph::build(&spec, 2, opt) {
+                    prop_assert!(!e.to_string().contains('\n'), "multi-line error: {e}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn mutated_shipped_models_never_panic(file in 0usize..3, edits in prop::collection::vec(edit(), 1..5)) {
+            check(&apply(&shipped()[file], &edits))?;
+        }
+
+        #[test]
+        fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+            check(&String::from_utf8_lossy(&bytes))?;
+        }
+    }
+}

@@ -23,6 +23,8 @@ pub mod config;
 pub mod dma;
 pub mod error;
 pub mod fault;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 pub mod matrix;
 pub mod mem;
 pub mod mxu;
