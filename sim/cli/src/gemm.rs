@@ -4,7 +4,7 @@ use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::fault::FaultSchedule;
-use faultline_hw::mxu::gemm;
+use faultline_hw::mxu::{gemm, gemm_host_bytes};
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
 use faultline_num::NumFormat;
 use rand::{Rng, SeedableRng};
@@ -71,7 +71,7 @@ fn random(rng: &mut ChaCha8Rng, f: NumFormat, rows: usize, cols: usize) -> Matri
 }
 
 /// Runs the command.
-pub fn run(args: GemmArgs, _mem: &HostMemory) -> Result<()> {
+pub fn run(args: GemmArgs, mem: &HostMemory) -> Result<()> {
     let mut cfg = HwConfig::load(&args.config)?;
     if let Some(d) = args.dataflow {
         cfg.mxu.dataflow = match d {
@@ -97,6 +97,9 @@ pub fn run(args: GemmArgs, _mem: &HostMemory) -> Result<()> {
         }
         None => FaultSchedule::none(),
     };
+    // Before generating the inputs: a faulted run also keeps a golden run and the diff.
+    let need = gemm_host_bytes(&cfg, args.m, args.k, args.n, mode, !faults.is_empty());
+    mem.check(&format!("gemm {}x{}x{}", args.m, args.k, args.n), need)?;
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let input = cfg.mxu.input_format;
     let a = random(&mut rng, input, args.m, args.k);

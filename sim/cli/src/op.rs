@@ -203,7 +203,7 @@ struct Report<'a> {
 }
 
 /// Runs the command.
-pub fn run(a: OpArgs, _mem: &HostMemory) -> Result<()> {
+pub fn run(a: OpArgs, mem: &HostMemory) -> Result<()> {
     let mut cfg = HwConfig::load(&a.config).with_context(|| "loading the hardware config")?;
     if let Some(bw) = a.dram_bw {
         cfg.dram.bandwidth_bytes_per_cycle = bw;
@@ -223,6 +223,8 @@ pub fn run(a: OpArgs, _mem: &HostMemory) -> Result<()> {
             FaultSchedule::one(crate::args::parse_fault(s)?)
         }
     };
+    // Before generating the inputs: the op must fit the machine (shape, DRAM, SRAMs) and the host.
+    mem.check(&format!("op {}", kind.describe()), op::host_bytes(&cfg, &kind, mode)?)?;
     let ins = inputs(&cfg, &kind, a.seed);
     let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
     let t0 = Instant::now();

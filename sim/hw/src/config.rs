@@ -1,9 +1,13 @@
 //! Hardware configuration, loaded from RON (`configs/tpu-*.ron`).
 //!
-//! Every field is typed and documented with its unit. Unknown fields are rejected so that a
-//! typo never silently falls back to a default.
+//! Every field is typed and documented with its unit and its allowed range, which
+//! [`HwConfig::validate`] enforces (naming file, field, value and range), so that every cycle and
+//! byte count the machine derives from a valid config fits 64 bits. Unknown fields are rejected
+//! so that a typo never silently falls back to a default. Files are read with a size cap
+//! ([`crate::budget::TEXT_FILE_LIMIT`]).
 
-use crate::error::ConfigError;
+use crate::budget::{read_text_capped, TEXT_FILE_LIMIT};
+use crate::error::{one_line, ConfigError};
 use faultline_num::{NumFormat, Precision};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -37,11 +41,12 @@ pub struct MxuConfig {
     pub rows: usize,
     /// PE columns (the output/N dimension). Count, 1..=1024.
     pub cols: usize,
-    /// Dataflow the array implements.
+    /// Dataflow the array implements: `WeightStationary` or `OutputStationary`.
     pub dataflow: Dataflow,
     /// Format of activation and weight registers: Bf16, Fp32 or Int8.
     pub input_format: NumFormat,
-    /// Format of partial sums and accumulators: Fp32 (with Bf16/Fp32 inputs) or Int32 (with Int8).
+    /// Format of partial sums and accumulators: Fp32 (with Bf16/Fp32 inputs) or Int32 (with Int8);
+    /// no other pair.
     pub acc_format: NumFormat,
 }
 
@@ -117,11 +122,14 @@ pub struct MemoryConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DramConfig {
-    /// Capacity. Bytes, 1 MiB..=8 GiB (32-bit words; word addresses fit a 32-bit register).
+    /// Capacity. Bytes, 1 MiB..=8 GiB, a multiple of 4 (32-bit words; word addresses fit a
+    /// 32-bit register).
     pub bytes: u64,
-    /// Sustained bandwidth. Bytes per core cycle, > 0 (`inf` allowed: no bandwidth limit).
+    /// Sustained bandwidth. Bytes per core cycle, 0.01..=2^20 (1048576), or `inf` (no
+    /// bandwidth limit). The floor keeps `ceil(bytes / bw)` of the largest transfer far below
+    /// 2^64 cycles; the ceiling is far above any SRAM's ports (at most 16 KiB per cycle).
     pub bandwidth_bytes_per_cycle: f64,
-    /// Latency from a DMA transfer's start to its first word arriving. Cycles.
+    /// Latency from a DMA transfer's start to its first word arriving. Cycles, 0..=1000000.
     pub latency_cycles: u64,
     /// Whether DRAM words are fault sites (`dram.word[addr][bit]`); off by default in studies
     /// because DRAM is usually ECC-protected.
@@ -133,19 +141,31 @@ pub struct DramConfig {
 #[serde(deny_unknown_fields)]
 pub struct DmaConfig {
     /// Fixed cost of starting one transfer (descriptor fetch, address setup), added to the
-    /// DRAM latency. Cycles.
+    /// DRAM latency. Cycles, 0..=1000000.
     pub setup_cycles: u64,
     /// Tile buffers per SRAM for prefetching: 1 = no overlap, 2 = double buffering. Count, 1..=2.
     pub buffers: usize,
 }
 
+/// Longest allowed [`HwConfig::name`], characters.
+pub const NAME_MAX_CHARS: usize = 64;
+/// Allowed [`HwConfig::clock_mhz`], MHz.
+pub const CLOCK_MHZ: std::ops::RangeInclusive<f64> = 1.0..=100_000.0;
+/// Allowed finite [`DramConfig::bandwidth_bytes_per_cycle`], bytes per cycle (`inf` is allowed
+/// too).
+pub const DRAM_BANDWIDTH: std::ops::RangeInclusive<f64> = 0.01..=1_048_576.0;
+/// Largest allowed [`DramConfig::latency_cycles`] and [`DmaConfig::setup_cycles`]: a million
+/// cycles (a millisecond at 1 GHz), far above any real memory system.
+pub const MAX_FIXED_CYCLES: u64 = 1_000_000;
+
 /// The whole machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HwConfig {
-    /// Human-readable name, e.g. `tpu-32x32`.
+    /// Human-readable name, e.g. `tpu-32x32`: 1..=64 characters, no control characters (it is
+    /// printed in reports and one-line messages).
     pub name: String,
-    /// Core clock in MHz (used to turn cycles into seconds).
+    /// Core clock in MHz (used to turn cycles into seconds), 1..=100000 (1 MHz to 100 GHz).
     pub clock_mhz: f64,
     /// The matrix unit.
     pub mxu: MxuConfig,
@@ -163,8 +183,8 @@ impl HwConfig {
     /// Reads, parses and validates a config file.
     pub fn load(path: impl AsRef<Path>) -> Result<HwConfig, ConfigError> {
         let path = path.as_ref();
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Io { file: path.to_path_buf(), source })?;
+        let text = read_text_capped(path, TEXT_FILE_LIMIT)
+            .map_err(|source| ConfigError::Io { file: path.to_path_buf(), source })?;
         Self::from_ron(&text, path)
     }
 
@@ -189,14 +209,26 @@ impl HwConfig {
             value,
             allowed: allowed.into(),
         };
+        let chars = self.name.chars().count();
+        if !(1..=NAME_MAX_CHARS).contains(&chars) || self.name.chars().any(char::is_control) {
+            return Err(bad(
+                "name",
+                format!("\"{}\" ({chars} characters)", one_line(&self.name)),
+                &format!("allowed: 1 to {NAME_MAX_CHARS} characters, no control characters"),
+            ));
+        }
+        if !CLOCK_MHZ.contains(&self.clock_mhz) {
+            return Err(bad(
+                "clock_mhz",
+                format!("{:?}", self.clock_mhz),
+                &format!("allowed: {:?} to {:?} MHz", CLOCK_MHZ.start(), CLOCK_MHZ.end()),
+            ));
+        }
         if !(1..=1024).contains(&self.mxu.rows) {
             return Err(bad("mxu.rows", self.mxu.rows.to_string(), "allowed: 1 to 1024"));
         }
         if !(1..=1024).contains(&self.mxu.cols) {
             return Err(bad("mxu.cols", self.mxu.cols.to_string(), "allowed: 1 to 1024"));
-        }
-        if !(self.clock_mhz.is_finite() && self.clock_mhz > 0.0) {
-            return Err(bad("clock_mhz", self.clock_mhz.to_string(), "allowed: a positive number of MHz"));
         }
         if Precision::from_formats(self.mxu.input_format, self.mxu.acc_format).is_none() {
             return Err(bad(
@@ -293,12 +325,19 @@ impl HwConfig {
             return Err(bad("dram.bytes", self.dram.bytes.to_string(), "allowed: 2^20 to 2^33 bytes, a multiple of 4"));
         }
         let bw = self.dram.bandwidth_bytes_per_cycle;
-        if bw.is_nan() || bw <= 0.0 {
+        if !(DRAM_BANDWIDTH.contains(&bw) || bw == f64::INFINITY) {
             return Err(bad(
                 "dram.bandwidth_bytes_per_cycle",
-                bw.to_string(),
-                "allowed: a positive number of bytes per cycle, or inf",
+                format!("{bw:?}"),
+                &format!("allowed: {:?} to {:?} bytes per cycle, or inf", DRAM_BANDWIDTH.start(), DRAM_BANDWIDTH.end()),
             ));
+        }
+        for (field, v) in
+            [("dram.latency_cycles", self.dram.latency_cycles), ("dma.setup_cycles", self.dma.setup_cycles)]
+        {
+            if v > MAX_FIXED_CYCLES {
+                return Err(bad(field, v.to_string(), &format!("allowed: 0 to {MAX_FIXED_CYCLES} cycles")));
+            }
         }
         if !(1..=2).contains(&self.dma.buffers) {
             return Err(bad(
@@ -405,6 +444,67 @@ mod tests {
         );
         let e = HwConfig::from_ron(&GOOD.replace("lanes: 8", "lanes: 0"), "x.ron").unwrap_err().to_string();
         assert!(e.contains("vpu.lanes") && e.contains("1 to 4096"), "{e}");
+    }
+
+    /// Every field without a range before (name, clock, DRAM bandwidth and latency, DMA setup)
+    /// now has one, enforced with an error naming file, field, value and range.
+    #[test]
+    fn every_field_has_a_range() {
+        let long = format!("name: \"{}\"", "x".repeat(65));
+        for (from, to, field, allowed) in [
+            ("name: \"t\"", "name: \"\"", "name", "1 to 64 characters"),
+            ("name: \"t\"", long.as_str(), "name", "1 to 64 characters"),
+            ("name: \"t\"", "name: \"a\\nb\"", "name", "no control characters"),
+            ("clock_mhz: 940.0", "clock_mhz: 0.0", "clock_mhz", "1.0 to 100000.0 MHz"),
+            ("clock_mhz: 940.0", "clock_mhz: 1e300", "clock_mhz", "1.0 to 100000.0 MHz"),
+            ("clock_mhz: 940.0", "clock_mhz: NaN", "clock_mhz", "1.0 to 100000.0 MHz"),
+            ("clock_mhz: 940.0", "clock_mhz: inf", "clock_mhz", "1.0 to 100000.0 MHz"),
+            ("16.0", "1e-17", "dram.bandwidth_bytes_per_cycle", "0.01 to 1048576.0 bytes per cycle, or inf"),
+            ("16.0", "2e6", "dram.bandwidth_bytes_per_cycle", "or inf"),
+            ("16.0", "-inf", "dram.bandwidth_bytes_per_cycle", "or inf"),
+            ("16.0", "NaN", "dram.bandwidth_bytes_per_cycle", "or inf"),
+            (
+                "latency_cycles: 100",
+                "latency_cycles: 18446744073709551615",
+                "dram.latency_cycles",
+                "0 to 1000000 cycles",
+            ),
+            ("latency_cycles: 100", "latency_cycles: 1000001", "dram.latency_cycles", "0 to 1000000 cycles"),
+            ("setup_cycles: 4", "setup_cycles: 18446744073709551615", "dma.setup_cycles", "0 to 1000000 cycles"),
+        ] {
+            assert!(GOOD.contains(from), "{from}");
+            let e = HwConfig::from_ron(&GOOD.replacen(from, to, 1), "cfg/x.ron").unwrap_err().to_string();
+            assert!(e.starts_with("cfg/x.ron: field `") && e.contains(field) && e.contains(allowed), "{to}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        // The ends of each range are allowed.
+        for (from, to) in [
+            ("clock_mhz: 940.0", "clock_mhz: 1.0"),
+            ("clock_mhz: 940.0", "clock_mhz: 100000.0"),
+            ("16.0", "0.01"),
+            ("16.0", "1048576.0"),
+            ("latency_cycles: 100", "latency_cycles: 1000000"),
+            ("latency_cycles: 100", "latency_cycles: 0"),
+            ("setup_cycles: 4", "setup_cycles: 1000000"),
+        ] {
+            HwConfig::from_ron(&GOOD.replacen(from, to, 1), "x.ron").unwrap_or_else(|e| panic!("{to}: {e}"));
+        }
+        let e = HwConfig::from_ron(&GOOD.replacen("name: \"t\"", &format!("name: \"{}\"", "é".repeat(64)), 1), "x")
+            .map(|c| c.name.chars().count());
+        assert_eq!(e.unwrap(), 64, "the limit counts characters, not bytes");
+    }
+
+    #[test]
+    fn loading_is_capped_and_names_the_file() {
+        let e = HwConfig::load("/dev/zero").unwrap_err();
+        let text = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+        assert!(text.starts_with("/dev/zero: cannot read hardware config: file is larger than 16.0 MiB"), "{text}");
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big.ron");
+        let mut big = GOOD.to_string();
+        big.push_str(&" ".repeat(TEXT_FILE_LIMIT as usize));
+        std::fs::write(&p, big).unwrap();
+        assert!(HwConfig::load(&p).is_err(), "a config past the cap is refused even if it would parse");
     }
 
     #[test]

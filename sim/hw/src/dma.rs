@@ -65,32 +65,38 @@ pub fn bandwidth(cfg: &HwConfig, sram: &SramConfig, dir: Direction) -> f64 {
     cfg.dram.bandwidth_bytes_per_cycle.min(port)
 }
 
-/// Fixed cycles of every transfer (`setup + DRAM latency`).
-pub fn overhead(cfg: &HwConfig) -> u64 {
-    cfg.dma.setup_cycles + cfg.dram.latency_cycles
+/// Fixed cycles of every transfer (`setup + DRAM latency`); `None` if the sum does not fit 64
+/// bits (impossible within the config's ranges, which [`HwConfig::validate`] checks).
+pub fn overhead(cfg: &HwConfig) -> Option<u64> {
+    cfg.dma.setup_cycles.checked_add(cfg.dram.latency_cycles)
 }
 
-/// Cycles of a transfer of `bytes` bytes at bandwidth `bw` (see the module docs).
-pub fn transfer_cycles(cfg: &HwConfig, bytes: u64, bw: f64) -> u64 {
+/// Cycles of a transfer of `bytes` bytes at bandwidth `bw` (see the module docs); `None` if the
+/// count does not fit 64 bits.
+pub fn transfer_cycles(cfg: &HwConfig, bytes: u64, bw: f64) -> Option<u64> {
     if bytes == 0 {
-        return 0;
+        return Some(0);
     }
-    overhead(cfg) + data_cycles(bytes, bw)
+    overhead(cfg)?.checked_add(data_cycles(bytes, bw)?)
 }
 
-/// `ceil(bytes / bw)` (0 for infinite bandwidth).
-pub fn data_cycles(bytes: u64, bw: f64) -> u64 {
-    if bw.is_infinite() {
-        0
-    } else {
-        (bytes as f64 / bw).ceil() as u64
+/// `ceil(bytes / bw)` (0 for infinite bandwidth); `None` if it does not fit 64 bits or `bw` is
+/// not a positive number (a float-to-integer cast would saturate or give 0 instead).
+pub fn data_cycles(bytes: u64, bw: f64) -> Option<u64> {
+    if bw == f64::INFINITY {
+        return Some(0);
     }
+    let c = (bytes as f64 / bw).ceil();
+    // 2^64 as f64 is exact; every float below it converts exactly (NaN fails both tests).
+    (bw > 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&c)).then_some(c as u64)
 }
 
-/// Cycle at which word `i` of `eb` bytes moves, for a transfer started at `start`.
+/// Cycle at which word `i` of `eb` bytes moves, for a transfer started at `start`. Saturating:
+/// within a transfer of the op's schedule the result is at most the transfer's end, which
+/// [`crate::timing::plan`] computed with checked arithmetic, so it never saturates there.
 pub fn word_cycle(cfg: &HwConfig, start: u64, i: u64, eb: u64, bw: f64) -> u64 {
-    let d = if bw.is_infinite() { 0 } else { ((i * eb) as f64 / bw).floor() as u64 };
-    start + overhead(cfg) + d
+    let d = if bw.is_infinite() { 0 } else { (i.saturating_mul(eb) as f64 / bw).floor() as u64 };
+    start.saturating_add(overhead(cfg).unwrap_or(u64::MAX)).saturating_add(d)
 }
 
 /// An address register stepped word by word, with faults applied at their commit cycles.
@@ -147,7 +153,7 @@ mod tests {
     #[test]
     fn transfer_costs() {
         let mut c = HwConfig::test_config(4, 4, Dataflow::WeightStationary, Precision::Bf16Fp32);
-        assert_eq!(transfer_cycles(&c, 1000, f64::INFINITY), 0);
+        assert_eq!(transfer_cycles(&c, 1000, f64::INFINITY), Some(0));
         assert!(bandwidth(&c, &c.memory.unified_buffer, Direction::Load).is_infinite());
         c.dram.latency_cycles = 10;
         c.dma.setup_cycles = 2;
@@ -155,11 +161,30 @@ mod tests {
         let bw = bandwidth(&c, &c.memory.unified_buffer, Direction::Load);
         // 8 banks x 1 port x 4 bytes = 32 B/cycle of SRAM ports; DRAM's 16 B/cycle is the limit.
         assert_eq!(bw, 16.0);
-        assert_eq!(transfer_cycles(&c, 100, bw), 12 + 7);
+        assert_eq!(transfer_cycles(&c, 100, bw), Some(12 + 7));
         assert_eq!(word_cycle(&c, 5, 0, 4, bw), 17);
         assert_eq!(word_cycle(&c, 5, 4, 4, bw), 18);
         c.dram.bandwidth_bytes_per_cycle = 1000.0;
         assert_eq!(bandwidth(&c, &c.memory.unified_buffer, Direction::Store), 32.0);
+    }
+
+    #[test]
+    fn counts_that_do_not_fit_64_bits_are_none_not_wrapped() {
+        let mut c = HwConfig::test_config(4, 4, Dataflow::WeightStationary, Precision::Bf16Fp32);
+        // A bandwidth below the config's floor: 2^40 bytes at 1e-17 B/cycle is ~1e29 cycles,
+        // which `as u64` would saturate and `overhead +` would then wrap.
+        assert_eq!(data_cycles(1 << 40, 1e-17), None);
+        assert_eq!(data_cycles(100, 0.0), None);
+        assert_eq!(data_cycles(100, -4.0), None);
+        assert_eq!(data_cycles(100, f64::NAN), None);
+        assert_eq!(data_cycles(100, 0.01), Some(10_000));
+        c.dram.latency_cycles = u64::MAX;
+        c.dma.setup_cycles = 8;
+        assert_eq!(overhead(&c), None);
+        assert_eq!(transfer_cycles(&c, 64, 16.0), None);
+        c.dram.latency_cycles = u64::MAX - 8 - 3;
+        assert_eq!(transfer_cycles(&c, 64, 16.0), None, "overhead fits, overhead + data does not");
+        assert_eq!(word_cycle(&c, 5, 1 << 62, 8, 1.0), u64::MAX);
     }
 
     #[test]

@@ -2,6 +2,12 @@
 
 use std::path::PathBuf;
 
+/// `s` with control characters (newlines, escapes) written as escapes, so that user text quoted
+/// in an error message keeps the message on one line.
+pub fn one_line(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
 /// A hardware config that could not be read, parsed or validated.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -14,7 +20,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// RON syntax error, unknown field, missing field or wrong type.
-    #[error("{file}:{line}:{col}: {message}")]
+    #[error("{file}:{line}:{col}: {}", one_line(message))]
     Parse {
         /// Path of the config file.
         file: PathBuf,
@@ -60,12 +66,31 @@ pub enum HwError {
         why: String,
     },
     /// A site string that does not parse.
-    #[error("cannot parse fault site `{text}`: {why}")]
+    #[error("cannot parse fault site `{}`: {why}", one_line(text))]
     SiteParse {
         /// The text given.
         text: String,
-        /// What is wrong.
+        /// What is wrong (user text in it already passed through [`one_line`]).
         why: String,
+    },
+    /// A fault string (`KIND:SITE@TILE:CYCLE[+DURATION]`) that does not parse.
+    #[error("cannot parse fault `{}`: {why}; expected {}", one_line(text), crate::fault::FAULT_FORM)]
+    FaultParse {
+        /// The text given.
+        text: String,
+        /// What is wrong (user text in it already passed through [`one_line`]).
+        why: String,
+    },
+    /// A cycle or byte count of an operation does not fit 64 bits (only reachable with configs
+    /// or shapes outside the documented ranges); names what drives it.
+    #[error("{what}: {quantity} overflows 64 bits; it grows with {drivers}")]
+    Overflow {
+        /// The operation, with its shape.
+        what: String,
+        /// What was being computed, e.g. `the DMA schedule's cycle count`.
+        quantity: String,
+        /// The config fields and/or shape dimensions it grows with.
+        drivers: String,
     },
     /// An operation's tiles do not fit an on-chip memory.
     #[error("op {op}: {memory} too small: needs {needed_bytes} bytes ({what}), has {available_bytes} bytes; use a config with a larger `{field}` or a smaller op")]

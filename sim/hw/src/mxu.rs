@@ -48,13 +48,14 @@
 //! the same accumulator adds; NaN results are stored as one canonical NaN. So the functional
 //! twin equals the cycle-level model bit for bit when no fault is active.
 
+use crate::budget::{product, sum};
 use crate::config::{Dataflow, HwConfig, MxuConfig};
 use crate::error::HwError;
-use crate::fault::{ActiveFault, FaultEvent, FaultSchedule};
+use crate::fault::{ActiveFault, FaultEvent, FaultSchedule, FaultWindow};
 use crate::matrix::Matrix;
 use crate::sites::{FaultSite, Register, Unit};
 use crate::ExecMode;
-use faultline_num::{with_precision, MacFormat};
+use faultline_num::{with_precision, MacFormat, Precision};
 use serde::{Deserialize, Serialize};
 
 /// Cycle and work counts of one GEMM, identical in every execution mode.
@@ -118,17 +119,17 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// Builds the schedule of an `m x k x n` GEMM (closed form; see the module docs).
-    pub fn new(cfg: &MxuConfig, m: usize, k: usize, n: usize) -> Schedule {
+    /// Builds the schedule of an `m x k x n` GEMM (closed form; see the module docs). A shape
+    /// whose cycle or work counts do not fit 64 bits is an [`HwError::Shape`] error.
+    pub fn new(cfg: &MxuConfig, m: usize, k: usize, n: usize) -> Result<Schedule, HwError> {
+        let (stats, period) = closed_form(cfg, m, k, n)?;
         let (r, c) = (cfg.rows, cfg.cols);
-        let mut folds = Vec::new();
-        let (period, total);
+        let mut folds = Vec::with_capacity(stats.folds as usize);
+        // Every fold starts before `total_cycles`, which fits 64 bits: the products below do too.
         match cfg.dataflow {
             Dataflow::WeightStationary => {
-                period = m.max(r) as u64;
                 for n0 in (0..n).step_by(c) {
                     for k0 in (0..k).step_by(r) {
-                        let t = 1 + folds.len() as u64 * period;
                         folds.push(Fold {
                             m0: 0,
                             mr: m,
@@ -137,15 +138,14 @@ impl Schedule {
                             n0,
                             nc: c.min(n - n0),
                             overwrite: k0 == 0,
-                            // The fold's weights start entering one cycle before its activations.
-                            start: t - 1,
+                            // The fold's weights start entering one cycle before its activations
+                            // (`T_f = start + 1`).
+                            start: folds.len() as u64 * period,
                         });
                     }
                 }
-                total = folds.iter().map(|f| f.start + 1 + (m + r + f.nc) as u64 - 1).max().unwrap_or(0);
             }
             Dataflow::OutputStationary => {
-                period = (k + 2 * r + c - 2) as u64;
                 for m0 in (0..m).step_by(r) {
                     for n0 in (0..n).step_by(c) {
                         let start = folds.len() as u64 * period;
@@ -161,10 +161,19 @@ impl Schedule {
                         });
                     }
                 }
-                total = folds.len() as u64 * period;
             }
         }
-        Schedule { dataflow: cfg.dataflow, rows: r, cols: c, m, k, n, folds, period, total_cycles: total }
+        Ok(Schedule {
+            dataflow: cfg.dataflow,
+            rows: r,
+            cols: c,
+            m,
+            k,
+            n,
+            folds,
+            period,
+            total_cycles: stats.total_cycles,
+        })
     }
 
     /// Cycle and work counts of the schedule.
@@ -173,26 +182,142 @@ impl Schedule {
             Dataflow::WeightStationary => self.m,
             Dataflow::OutputStationary => self.k,
         } as u64;
+        // `Schedule::new` checked that these products fit 64 bits.
         let macs = (self.m * self.k * self.n) as u64;
-        let pe_cycles = self.total_cycles * (self.rows * self.cols) as u64;
         GemmStats {
             total_cycles: self.total_cycles,
             compute_cycles: per_fold * self.folds.len() as u64,
             folds: self.folds.len() as u64,
             macs,
-            utilization: if pe_cycles == 0 { 0.0 } else { macs as f64 / pe_cycles as f64 },
+            utilization: utilization(macs, self.total_cycles, self.rows, self.cols),
         }
     }
 
-    /// Absolute cycle of `cycle` within fold `tile`, if the fold exists.
+    /// Absolute cycle of `cycle` within fold `tile`, if the fold exists (and the sum fits 64 bits).
     pub fn absolute_cycle(&self, tile: usize, cycle: u64) -> Option<u64> {
-        self.folds.get(tile).map(|f| f.start + cycle)
+        self.folds.get(tile).and_then(|f| f.start.checked_add(cycle))
     }
 }
 
-/// Closed-form cycle counts of an `m x k x n` GEMM on `cfg`'s array.
+/// `macs / (total * rows * cols)`, with the PE-cycle product in floating point so it cannot
+/// overflow; for a total below 2^53 (every real run) it equals converting the integer product.
+fn utilization(macs: u64, total: u64, rows: usize, cols: usize) -> f64 {
+    let pe_cycles = total as f64 * (rows * cols) as f64;
+    if pe_cycles == 0.0 {
+        0.0
+    } else {
+        macs as f64 / pe_cycles
+    }
+}
+
+/// The schedule's counts and fold period in closed form, with checked arithmetic.
+fn closed_form(cfg: &MxuConfig, m: usize, k: usize, n: usize) -> Result<(GemmStats, u64), HwError> {
+    let (r, c) = (cfg.rows as u64, cfg.cols as u64);
+    let err = |what: &str| HwError::Shape {
+        op: format!("gemm {m}x{k}x{n}"),
+        detail: format!("its {what} does not fit 64 bits on a {r}x{c} array"),
+    };
+    if r == 0 || c == 0 {
+        return Err(HwError::Shape { op: format!("gemm {m}x{k}x{n}"), detail: format!("the array is {r}x{c}") });
+    }
+    let cycles = || err("cycle count");
+    let (mu, ku, nu) = (m as u64, k as u64, n as u64);
+    let nt = nu.div_ceil(c);
+    let (folds, period, total, per_fold) = match cfg.dataflow {
+        Dataflow::WeightStationary => {
+            let kt = ku.div_ceil(r);
+            let folds = kt.checked_mul(nt).ok_or_else(cycles)?;
+            let p = mu.max(r);
+            // Fold `i` (width `nc`) starts at `i * p` and ends at `i * p + M + R + nc`.
+            let end = |i: u64, nc: u64| i.checked_mul(p)?.checked_add(mu)?.checked_add(r + nc);
+            let total = if folds == 0 {
+                0
+            } else {
+                // Within an n-tile the last fold ends last; a narrower last n-tile can end before
+                // the last full-width fold (whose results take `c - nc` more cycles to leave).
+                let mut t = end(folds - 1, nu - (nt - 1) * c).ok_or_else(cycles)?;
+                if nt >= 2 {
+                    t = t.max(end((nt - 1) * kt - 1, c).ok_or_else(cycles)?);
+                }
+                t
+            };
+            (folds, p, total, mu)
+        }
+        Dataflow::OutputStationary => {
+            let folds = mu.div_ceil(r).checked_mul(nt).ok_or_else(cycles)?;
+            let p = ku.checked_add(2 * r + c - 2).ok_or_else(cycles)?;
+            (folds, p, folds.checked_mul(p).ok_or_else(cycles)?, ku)
+        }
+    };
+    let compute = per_fold.checked_mul(folds).ok_or_else(cycles)?;
+    let macs = mu.checked_mul(ku).and_then(|x| x.checked_mul(nu)).ok_or_else(|| err("MAC count"))?;
+    let stats = GemmStats {
+        total_cycles: total,
+        compute_cycles: compute,
+        folds,
+        macs,
+        utilization: utilization(macs, total, cfg.rows, cfg.cols),
+    };
+    Ok((stats, period))
+}
+
+/// Closed-form cycle counts of an `m x k x n` GEMM on `cfg`'s array; an [`HwError::Shape`] error
+/// if a count does not fit 64 bits. Allocates nothing, whatever the shape.
+pub fn try_gemm_timing(cfg: &MxuConfig, m: usize, k: usize, n: usize) -> Result<GemmStats, HwError> {
+    closed_form(cfg, m, k, n).map(|(s, _)| s)
+}
+
+/// [`try_gemm_timing`] for shapes known to fit; a shape whose counts do not fit 64 bits gets
+/// `u64::MAX` for every count (never a wrapped, plausible-looking number) and utilization 0.
 pub fn gemm_timing(cfg: &MxuConfig, m: usize, k: usize, n: usize) -> GemmStats {
-    Schedule::new(cfg, m, k, n).stats()
+    try_gemm_timing(cfg, m, k, n).unwrap_or(GemmStats {
+        total_cycles: u64::MAX,
+        compute_cycles: u64::MAX,
+        folds: u64::MAX,
+        macs: u64::MAX,
+        utilization: 0.0,
+    })
+}
+
+/// Host bytes one GEMM needs, estimated from its shape before anything is allocated (`None`:
+/// more than 2^64): the operand and output matrices, the fold schedule, and per `mode` the
+/// functional twin's decoded operands and results or the stepped array's registers. With
+/// `compare`, also a golden run in the functional twin and the diff of the two outputs (what a
+/// fault-injection trial does). Check it with [`crate::budget::HostMemory::check`] before
+/// generating the operands.
+pub fn gemm_host_bytes(cfg: &HwConfig, m: usize, k: usize, n: usize, mode: ExecMode, compare: bool) -> Option<u64> {
+    let (r, c) = (cfg.mxu.rows.max(1), cfg.mxu.cols.max(1));
+    let folds = match cfg.mxu.dataflow {
+        Dataflow::WeightStationary => product(&[k.div_ceil(r), n.div_ceil(c)]),
+        Dataflow::OutputStationary => product(&[m.div_ceil(r), n.div_ceil(c)]),
+    };
+    let word = size_of::<u32>();
+    // Every format's decoded value (f32 or i32) is 4 bytes today; take the real size anyway.
+    let value = match Precision::from_formats(cfg.mxu.input_format, cfg.mxu.acc_format) {
+        Some(p) => with_precision!(p, F => size_of::<<F as MacFormat>::Value>()),
+        None => size_of::<f32>(),
+    };
+    let operands = sum(&[product(&[m, k, word]), product(&[k, n, word])]);
+    let output = product(&[m, n, word]);
+    let schedule = folds.and_then(|f| f.checked_mul(size_of::<Fold>() as u64));
+    // Decoded copies of both operands, the result values, one row of partial results and the
+    // encoded output (the conversion may not reuse the values' buffer).
+    let twin =
+        sum(&[product(&[m, k, value]), product(&[k, n, value]), product(&[m, n, value]), product(&[n, value]), output]);
+    // Current and next register state (four 32-bit and three 1-byte registers per PE) and the
+    // edge drivers, plus the output matrix the accumulators write.
+    let pe = size_of::<u32>() * 4 + 3;
+    let stepped = sum(&[product(&[2, r, c, pe]), product(&[r + c, 32]), output]);
+    let run = |mode: ExecMode| match mode {
+        ExecMode::Functional => sum(&[schedule, twin]),
+        ExecMode::CycleLevel => sum(&[schedule, stepped]),
+    };
+    let golden = if compare {
+        sum(&[run(ExecMode::Functional), product(&[m, n, size_of::<(usize, usize)>()])])
+    } else {
+        Some(0)
+    };
+    sum(&[operands, run(mode), golden])
 }
 
 /// Register state of the PE array, one flat row-major array per register class.
@@ -308,7 +433,8 @@ fn check_shapes(cfg: &HwConfig, a: &Matrix, w: &Matrix) -> Result<(), HwError> {
 ///
 /// `a` is `M x K` and `w` is `K x N`, both raw input-format bits. In [`ExecMode::CycleLevel`]
 /// every register is stepped and `faults` are injected; in [`ExecMode::Functional`] faults must
-/// be empty (a fault needs registers to live in).
+/// be empty (a fault needs registers to live in). A fault's time counts from its fold's start
+/// ([`Fold::start`]) and must fall before the GEMM ends (`total_cycles`).
 pub fn gemm(
     cfg: &HwConfig,
     a: &Matrix,
@@ -317,8 +443,16 @@ pub fn gemm(
     faults: &FaultSchedule,
 ) -> Result<GemmOutput, HwError> {
     check_shapes(cfg, a, w)?;
-    let sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols);
-    faults.check(cfg, mode, &[Unit::Mxu], sched.folds.len(), "folds")?;
+    let sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols)?;
+    let origin = |tile: usize, _: &FaultSite| sched.folds[tile].start;
+    let window = FaultWindow {
+        op: "GEMM".into(),
+        tile_name: "fold",
+        tiles: sched.folds.len(),
+        end: sched.total_cycles,
+        origin: &origin,
+    };
+    faults.check(cfg, mode, &[Unit::Mxu], &window)?;
     let out = match mode {
         ExecMode::Functional => {
             with_precision!(cfg.mxu.precision(), F => functional::<F>(&sched, a, w))
@@ -392,6 +526,9 @@ pub fn cycle_level<F: MacFormat>(
 
 /// [`cycle_level`] with an observer called after every commit (faults applied) with the cycle
 /// number and the state: the hook for waveform (VCD) export and propagation tracing.
+///
+/// `faults` should have passed [`FaultSchedule::check`] (as [`gemm`] does); an event naming a
+/// fold the schedule lacks is ignored rather than indexing out of bounds.
 pub fn cycle_level_observed<F: MacFormat>(
     s: &Schedule,
     a: &Matrix,
@@ -400,7 +537,8 @@ pub fn cycle_level_observed<F: MacFormat>(
     st: &mut PeArrayState,
     mut observe: impl FnMut(u64, &PeArrayState),
 ) -> (Matrix, CycleReport) {
-    let faults: Vec<ActiveFault> = faults.events.iter().map(|e| e.activate(s.folds[e.at.tile].start)).collect();
+    let faults: Vec<ActiveFault> =
+        faults.events.iter().filter_map(|e| s.folds.get(e.at.tile).map(|f| e.activate(f.start))).collect();
     let mut out = Matrix::zeros(s.m, s.n);
     let mut next = st.clone();
     let mut edge = Edge::new(s.rows, s.cols);
@@ -408,7 +546,7 @@ pub fn cycle_level_observed<F: MacFormat>(
     let mut captures = 0u64;
     let mut t = 0u64;
     // Generous bound: a schedule bug must end in a wrong count, not an endless loop.
-    let limit = 2 * s.total_cycles + 16;
+    let limit = s.total_cycles.saturating_mul(2).saturating_add(16);
     while captures < expected && t < limit {
         match s.dataflow {
             Dataflow::WeightStationary => {

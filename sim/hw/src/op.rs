@@ -60,15 +60,16 @@
 //! the continuously pipelined array would reach the next fold's weights through the shadow
 //! registers while fold `f` computes must be injected in fold `f + 1`'s own load window.
 
-use crate::config::{Dataflow, HwConfig};
+use crate::budget::{product, sum};
+use crate::config::{Dataflow, HwConfig, SramConfig};
 use crate::dma::{self, AddrReg, Direction, Transfer};
 use crate::error::HwError;
-use crate::fault::{ActiveFault, FaultEvent, FaultSchedule, FaultTime};
+use crate::fault::{ActiveFault, FaultEvent, FaultSchedule, FaultTime, FaultWindow};
 use crate::matrix::Matrix;
 use crate::mem::Memory;
 use crate::mxu::{self, Fold, Schedule};
-use crate::sites::{addr_bits, Register, Unit, DMA_ADDR_BITS, TILE_COUNTER_BITS};
-use crate::timing::{self, OpTiming, TileWork};
+use crate::sites::{addr_bits, FaultSite, Register, Unit, DMA_ADDR_BITS, TILE_COUNTER_BITS};
+use crate::timing::{self, OpTiming, TileTiming, TileWork};
 use crate::vpu::{self, Axis, VpuOp};
 use crate::ExecMode;
 use faultline_num::{with_precision, MacFormat};
@@ -99,25 +100,40 @@ pub struct ConvShape {
 }
 
 impl ConvShape {
-    /// Output height.
+    /// Output height and width; `None` for a stride of 0, a kernel larger than the padded input,
+    /// or a padded size that does not fit `usize`.
+    fn out_hw(&self) -> Option<(usize, usize)> {
+        if self.stride == 0 {
+            return None;
+        }
+        let out = |size: usize, k: usize| {
+            let padded = self.pad.checked_mul(2)?.checked_add(size)?;
+            (padded.checked_sub(k)? / self.stride).checked_add(1)
+        };
+        Some((out(self.h, self.kh)?, out(self.w, self.kw)?))
+    }
+    /// Output height (0 for a shape [`OpKind::check`] refuses).
     pub fn out_h(&self) -> usize {
-        (self.h + 2 * self.pad).saturating_sub(self.kh) / self.stride.max(1) + 1
+        self.out_hw().map_or(0, |(h, _)| h)
     }
-    /// Output width.
+    /// Output width (0 for a shape [`OpKind::check`] refuses).
     pub fn out_w(&self) -> usize {
-        (self.w + 2 * self.pad).saturating_sub(self.kw) / self.stride.max(1) + 1
+        self.out_hw().map_or(0, |(_, w)| w)
     }
-    /// The lowered GEMM `(M, K, N)`.
+    /// The lowered GEMM `(M, K, N)`; products saturate at `usize::MAX` (exact for a shape that
+    /// passes [`OpKind::check`]).
     pub fn gemm(&self) -> (usize, usize, usize) {
-        (self.batch * self.out_h() * self.out_w(), self.kh * self.kw * self.c_in, self.c_out)
+        let m = self.batch.saturating_mul(self.out_h()).saturating_mul(self.out_w());
+        (m, self.kh.saturating_mul(self.kw).saturating_mul(self.c_in), self.c_out)
     }
-    /// Input element index read by im2col element `(m, k)`, or `None` for padding.
+    /// Input element index read by im2col element `(m, k)`, or `None` for padding (and for every
+    /// element of a shape [`OpKind::check`] refuses).
     pub fn im2col_index(&self, m: usize, k: usize) -> Option<usize> {
-        let (oh, ow) = (self.out_h(), self.out_w());
+        let (oh, ow) = self.out_hw()?;
         let (b, r) = (m / (oh * ow), m % (oh * ow));
         let (y, x) = (r / ow, r % ow);
-        let (kk, c) = (k / self.c_in, k % self.c_in);
-        let (ky, kx) = (kk / self.kw, kk % self.kw);
+        let (kk, c) = (k / self.c_in.max(1), k % self.c_in.max(1));
+        let (ky, kx) = (kk / self.kw.max(1), kk % self.kw.max(1));
         let iy = (y * self.stride + ky).checked_sub(self.pad)?;
         let ix = (x * self.stride + kx).checked_sub(self.pad)?;
         (iy < self.h && ix < self.w).then(|| ((b * self.h + iy) * self.w + ix) * self.c_in + c)
@@ -125,7 +141,7 @@ impl ConvShape {
     /// The explicit im2col matrix of an input (padding = zero bits).
     pub fn im2col(&self, x: &[u32]) -> Matrix {
         let (m, k, _) = self.gemm();
-        Matrix::from_fn(m, k, |i, j| self.im2col_index(i, j).map_or(0, |e| x[e]))
+        Matrix::from_fn(m, k, |i, j| self.im2col_index(i, j).and_then(|e| x.get(e).copied()).unwrap_or(0))
     }
 }
 
@@ -187,32 +203,80 @@ impl OpKind {
         }
     }
 
-    /// Lengths of the inputs in elements.
+    /// Lengths of the inputs in elements (every entry `usize::MAX` if one does not fit, which
+    /// [`OpKind::check`] reports).
     pub fn input_lens(&self) -> Vec<usize> {
-        match *self {
-            OpKind::Matmul { m, k, n } => vec![m * k, k * n],
-            OpKind::Conv2d(c) => {
-                let (_, k, n) = c.gemm();
-                vec![c.batch * c.h * c.w * c.c_in, k * n]
-            }
-            OpKind::Relu { n } => vec![n],
-            OpKind::Softmax { rows, cols } => vec![rows * cols],
-            OpKind::Adam { n, .. } => vec![n; 4],
+        self.lens().map_or_else(|_| vec![usize::MAX; self.arity().0], |(i, _)| i)
+    }
+
+    /// Lengths of the outputs in elements (every entry `usize::MAX` if one does not fit).
+    pub fn output_lens(&self) -> Vec<usize> {
+        self.lens().map_or_else(|_| vec![usize::MAX; self.arity().1], |(_, o)| o)
+    }
+
+    /// Number of inputs and outputs.
+    fn arity(&self) -> (usize, usize) {
+        match self {
+            OpKind::Matmul { .. } | OpKind::Conv2d(_) => (2, 1),
+            OpKind::Relu { .. } | OpKind::Softmax { .. } => (1, 1),
+            OpKind::Adam { .. } => (4, 3),
         }
     }
 
-    /// Lengths of the outputs in elements.
-    pub fn output_lens(&self) -> Vec<usize> {
-        match *self {
-            OpKind::Matmul { m, n, .. } => vec![m * n],
-            OpKind::Conv2d(c) => {
-                let (m, _, n) = c.gemm();
-                vec![m * n]
+    /// Input and output lengths with checked arithmetic: the one place their formulas live.
+    fn lens(&self) -> Result<(Vec<usize>, Vec<usize>), HwError> {
+        let prod = |what: &str, dims: &[usize]| {
+            dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| {
+                let dims: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+                shape_err(self, format!("{what} = {} does not fit 64 bits", dims.join(" x ")))
+            })
+        };
+        Ok(match *self {
+            OpKind::Matmul { m, k, n } => {
+                (vec![prod("A's elements", &[m, k])?, prod("W's elements", &[k, n])?], vec![prod("outputs", &[m, n])?])
             }
-            OpKind::Relu { n } => vec![n],
-            OpKind::Softmax { rows, cols } => vec![rows * cols],
-            OpKind::Adam { n, .. } => vec![n; 3],
+            OpKind::Conv2d(c) => {
+                if c.pad.checked_mul(2).and_then(|p| p.checked_add(c.h.max(c.w))).is_none() {
+                    return Err(shape_err(self, "the padded input (h or w + 2 * pad) does not fit 64 bits".into()));
+                }
+                let (oh, ow) = c.out_hw().ok_or_else(|| {
+                    shape_err(self, "stride must be >= 1 and the kernel must fit the padded input".into())
+                })?;
+                let k = prod("K (kernel x kernel x c_in)", &[c.kh, c.kw, c.c_in])?;
+                (
+                    vec![prod("input elements", &[c.batch, c.h, c.w, c.c_in])?, prod("weights", &[k, c.c_out])?],
+                    vec![prod("outputs", &[c.batch, oh, ow, c.c_out])?],
+                )
+            }
+            OpKind::Relu { n } => (vec![n], vec![n]),
+            OpKind::Softmax { rows, cols } => {
+                let n = prod("elements", &[rows, cols])?;
+                (vec![n], vec![n])
+            }
+            OpKind::Adam { n, .. } => (vec![n; 4], vec![n; 3]),
+        })
+    }
+
+    /// Checks the shape alone (not its fit on a machine): every dimension at least 1, a conv
+    /// kernel that fits its padded input with a stride >= 1, and element and byte counts that
+    /// fit 64 bits. [`HwError::Shape`] errors name the op.
+    pub fn check(&self) -> Result<(), HwError> {
+        let dims: Vec<usize> = match *self {
+            OpKind::Matmul { m, k, n } => vec![m, k, n],
+            OpKind::Conv2d(c) => vec![c.batch, c.h, c.w, c.c_in, c.c_out, c.kh, c.kw],
+            OpKind::Relu { n } | OpKind::Adam { n, .. } => vec![n],
+            OpKind::Softmax { rows, cols } => vec![rows, cols],
+        };
+        if dims.contains(&0) {
+            return Err(shape_err(self, "every dimension must be at least 1".into()));
         }
+        let (ins, outs) = self.lens()?;
+        // Every element occupies one 32-bit DRAM word.
+        let bytes = ins.iter().chain(&outs).try_fold(0u64, |a, &l| a.checked_add(l as u64));
+        if bytes.and_then(|w| w.checked_mul(4)).is_none() {
+            return Err(shape_err(self, "its inputs and outputs total more than 2^64 bytes".into()));
+        }
+        Ok(())
     }
 
     fn gemm_dims(&self) -> Option<(usize, usize, usize)> {
@@ -277,37 +341,50 @@ fn vpu_ops(kind: &OpKind, cols: usize) -> Vec<VpuOp> {
     }
 }
 
-/// VPU cycles of a chunk of `len` elements (`rows` rows for softmax) and each sub-op's cycles.
-fn vpu_chunk_cycles(cfg: &HwConfig, kind: &OpKind, len: usize) -> Vec<u64> {
+/// VPU cycles of each sub-op of a chunk of `len` elements (`len / cols` rows for softmax).
+fn vpu_chunk_cycles(cfg: &HwConfig, kind: &OpKind, len: usize) -> Result<Vec<u64>, HwError> {
     match *kind {
         OpKind::Softmax { cols, .. } => {
             let rows = len / cols;
             let ops = vpu_ops(kind, cols);
             let lens = [len, len, len, len, rows, len];
-            ops.iter().zip(lens).map(|(o, n)| vpu::timing(cfg, o, n).cycles).collect()
+            ops.iter().zip(lens).map(|(o, n)| Ok(vpu::try_timing(cfg, o, n)?.cycles)).collect()
         }
-        _ => vpu_ops(kind, 1).iter().map(|o| vpu::timing(cfg, o, len).cycles).collect(),
+        _ => vpu_ops(kind, 1).iter().map(|o| Ok(vpu::try_timing(cfg, o, len)?.cycles)).collect(),
     }
 }
 
-fn build_plan(cfg: &HwConfig, kind: &OpKind) -> Result<Plan, HwError> {
+/// An op's tiling on a machine in numbers, found without allocating anything proportional to
+/// the op: what [`build_plan`] builds from and what [`host_bytes`] estimates from.
+struct Geometry {
+    /// Tiles: MXU folds or VPU chunks.
+    count: usize,
+    /// Tile buffers `B` (at most `dma.buffers`; fewer if they do not fit).
+    buffers: usize,
+    /// VPU ops: units (elements, or rows for softmax) per chunk; 0 for MXU ops.
+    chunk: usize,
+    /// VPU ops: elements per unit (softmax: `cols`, else 1).
+    unit: usize,
+    /// MXU ops: words of one weight-buffer tile slot; 0 for VPU ops.
+    slot_words: u64,
+    /// DRAM words of the op's inputs and outputs.
+    dram_words: u64,
+}
+
+/// Checks that `kind` can run on `cfg` (shape, DRAM and SRAM fit) and sizes its tiling.
+fn geometry(cfg: &HwConfig, kind: &OpKind) -> Result<Geometry, HwError> {
+    kind.check()?;
     let lens = kind.input_lens();
-    if lens.iter().chain(&kind.output_lens()).any(|&l| l == 0) {
-        return Err(shape_err(kind, "every dimension must be at least 1".into()));
-    }
-    if let OpKind::Conv2d(c) = kind {
-        if c.stride == 0 || c.kh > c.h + 2 * c.pad || c.kw > c.w + 2 * c.pad {
-            return Err(shape_err(kind, "stride must be >= 1 and the kernel must fit the padded input".into()));
-        }
-    }
-    let words: u64 = lens.iter().chain(&kind.output_lens()).map(|&l| l as u64).sum();
-    if words * 4 > cfg.dram.bytes {
+    // `check` guarantees that these sums and products fit 64 bits.
+    let dram_words: u64 = lens.iter().chain(&kind.output_lens()).map(|&l| l as u64).sum();
+    if dram_words * 4 > cfg.dram.bytes {
         return Err(HwError::DramOverflow {
             op: kind.describe(),
-            needed_bytes: words * 4,
+            needed_bytes: dram_words * 4,
             available_bytes: cfg.dram.bytes,
         });
     }
+    // From here every length is below the DRAM's 2^31 words, so products below fit 64 bits.
     let m = &cfg.memory;
     let nb = cfg.dma.buffers.max(1);
     if let Some((mm, kk, nn)) = kind.gemm_dims() {
@@ -352,35 +429,11 @@ fn build_plan(cfg: &HwConfig, kind: &OpKind) -> Result<Plan, HwError> {
                 wb.bytes,
             ));
         }
-        let sched = Schedule::new(&cfg.mxu, mm, kk, nn);
-        let eb = cfg.mxu.input_format.bits() as u64 / 8;
-        let nf = sched.folds.len();
-        let tiles = sched
-            .folds
-            .iter()
-            .enumerate()
-            .map(|(f, fold)| {
-                let mut loads = Vec::new();
-                if f == 0 {
-                    loads.push((lens[0] as u64 * eb, ub.clone()));
-                }
-                let wrows = match cfg.mxu.dataflow {
-                    Dataflow::WeightStationary => fold.kr,
-                    Dataflow::OutputStationary => kk,
-                };
-                loads.push(((wrows * fold.nc) as u64 * eb, wb.clone()));
-                let (latency, release) = match cfg.mxu.dataflow {
-                    Dataflow::WeightStationary => ((mm + r + fold.nc) as u64, (r + c - 1) as u64),
-                    Dataflow::OutputStationary => (sched.period, (kk + c - 1) as u64),
-                };
-                let stores = match store_rows(cfg, &sched, f) {
-                    Some(rows) => vec![((rows * fold.nc) as u64 * acc.word_bytes(), acc.clone())],
-                    None => vec![],
-                };
-                TileWork { loads, occupancy: sched.period, latency: latency.max(sched.period), release, stores }
-            })
-            .collect();
-        return Ok(Plan { tiles, buffers, sched: Some(sched), slot_words, chunk: 0, count: nf });
+        let count = match cfg.mxu.dataflow {
+            Dataflow::WeightStationary => kk.div_ceil(r) * nn.div_ceil(c),
+            Dataflow::OutputStationary => mm.div_ceil(r) * nn.div_ceil(c),
+        };
+        return Ok(Geometry { count, buffers, chunk: 0, unit: 0, slot_words, dram_words });
     }
     // VPU ops.
     let ub = &m.unified_buffer;
@@ -414,22 +467,73 @@ fn build_plan(cfg: &HwConfig, kind: &OpKind) -> Result<Plan, HwError> {
         ));
     }
     let chunk = chunk.min(total);
-    let count = total.div_ceil(chunk);
-    let tiles = (0..count)
+    Ok(Geometry { count: total.div_ceil(chunk), buffers: nb, chunk, unit, slot_words: 0, dram_words })
+}
+
+fn build_plan(cfg: &HwConfig, kind: &OpKind) -> Result<Plan, HwError> {
+    let g = geometry(cfg, kind)?;
+    let lens = kind.input_lens();
+    let m = &cfg.memory;
+    if let Some((mm, kk, nn)) = kind.gemm_dims() {
+        let (r, c) = (cfg.mxu.rows, cfg.mxu.cols);
+        let (ub, acc, wb) = (&m.unified_buffer, &m.accumulator, &m.weight_buffer);
+        let sched = Schedule::new(&cfg.mxu, mm, kk, nn)?;
+        let eb = cfg.mxu.input_format.bits() as u64 / 8;
+        let tiles = sched
+            .folds
+            .iter()
+            .enumerate()
+            .map(|(f, fold)| {
+                let mut loads = Vec::new();
+                if f == 0 {
+                    loads.push((lens[0] as u64 * eb, ub.clone()));
+                }
+                let wrows = match cfg.mxu.dataflow {
+                    Dataflow::WeightStationary => fold.kr,
+                    Dataflow::OutputStationary => kk,
+                };
+                loads.push(((wrows * fold.nc) as u64 * eb, wb.clone()));
+                let (latency, release) = match cfg.mxu.dataflow {
+                    Dataflow::WeightStationary => ((mm + r + fold.nc) as u64, (r + c - 1) as u64),
+                    Dataflow::OutputStationary => (sched.period, (kk + c - 1) as u64),
+                };
+                let stores = match store_rows(cfg, &sched, f) {
+                    Some(rows) => vec![((rows * fold.nc) as u64 * acc.word_bytes(), acc.clone())],
+                    None => vec![],
+                };
+                TileWork { loads, occupancy: sched.period, latency: latency.max(sched.period), release, stores }
+            })
+            .collect();
+        return Ok(Plan {
+            tiles,
+            buffers: g.buffers,
+            sched: Some(sched),
+            slot_words: g.slot_words,
+            chunk: 0,
+            count: g.count,
+        });
+    }
+    // VPU ops.
+    let ub = &m.unified_buffer;
+    let (ni, no) = (lens.len(), kind.output_lens().len());
+    let (chunk, unit) = (g.chunk, g.unit);
+    let total = lens[0] / unit;
+    let tiles = (0..g.count)
         .map(|f| {
             let units = chunk.min(total - f * chunk);
             let elems = (units * unit) as u64;
-            let cyc: u64 = vpu_chunk_cycles(cfg, kind, elems as usize).iter().sum();
-            TileWork {
+            let cyc = vpu_chunk_cycles(cfg, kind, elems as usize)?.iter().try_fold(0u64, |a, &c| a.checked_add(c));
+            let cyc = cyc.ok_or_else(|| shape_err(kind, "a chunk's cycle count does not fit 64 bits".into()))?;
+            Ok(TileWork {
                 loads: (0..ni).map(|_| (elems * 4, ub.clone())).collect(),
                 occupancy: cyc,
                 latency: cyc,
                 release: cyc,
                 stores: (0..no).map(|_| (elems * 4, ub.clone())).collect(),
-            }
+            })
         })
-        .collect();
-    Ok(Plan { tiles, buffers: nb, sched: None, slot_words: 0, chunk, count })
+        .collect::<Result<_, HwError>>()?;
+    Ok(Plan { tiles, buffers: g.buffers, sched: None, slot_words: 0, chunk, count: g.count })
 }
 
 /// Rows stored after fold `f` if its output tile is complete (WS: last K fold of an N tile).
@@ -441,21 +545,109 @@ fn store_rows(cfg: &HwConfig, s: &Schedule, f: usize) -> Option<usize> {
     }
 }
 
-/// Whole-op timing of `kind` on `cfg` (errors if a tile cannot fit; never panics).
+/// Whole-op timing of `kind` on `cfg` (errors if the shape is invalid, a tile cannot fit, or a
+/// count does not fit 64 bits; never panics).
 pub fn timing(cfg: &HwConfig, kind: &OpKind) -> Result<OpTiming, HwError> {
     let p = build_plan(cfg, kind)?;
-    Ok(plan_timing(cfg, kind, &p))
+    plan_timing(cfg, kind, &p)
 }
 
-fn plan_timing(cfg: &HwConfig, kind: &OpKind, p: &Plan) -> OpTiming {
+fn plan_timing(cfg: &HwConfig, kind: &OpKind, p: &Plan) -> Result<OpTiming, HwError> {
     let (work, width, out_db) = match kind.gemm_dims() {
-        Some((m, k, n)) => ((m * k * n) as f64, (cfg.mxu.rows * cfg.mxu.cols) as f64, false),
+        // Below 2^62 (each of M*K and K*N fits the DRAM); saturating all the same.
+        Some((m, k, n)) => (m.saturating_mul(k).saturating_mul(n) as f64, (cfg.mxu.rows * cfg.mxu.cols) as f64, false),
         None => {
             let n = kind.input_lens()[0] * kind.output_lens().len();
             (n as f64, cfg.vpu.lanes as f64, true)
         }
     };
-    timing::plan(cfg, &p.tiles, p.buffers, out_db, work, width)
+    timing::plan(cfg, &kind.describe(), &p.tiles, p.buffers, out_db, work, width)
+}
+
+/// Host bytes running `kind` on `cfg` in `mode` needs, estimated before anything is allocated:
+/// the caller's inputs and the outputs, the tile plan and timing, and per mode the functional
+/// twin's copies (im2col matrix, decoded operands) or the memories the cycle-level path
+/// materialises (every SRAM word and the op's DRAM words, each with its last-write cycle) plus
+/// the largest fold's or chunk's working set. Hybrid needs what `CycleLevel` needs.
+///
+/// Errors (shape, DRAM or SRAM fit, as [`timing()`] reports them) come first, so an op that
+/// cannot run is refused for the right reason; `Ok(None)` means the estimate exceeds 2^64.
+/// Check the estimate with [`crate::budget::HostMemory::check`] before generating the inputs.
+pub fn host_bytes(cfg: &HwConfig, kind: &OpKind, mode: ExecMode) -> Result<Option<u64>, HwError> {
+    let g = geometry(cfg, kind)?;
+    let (ins, outs) = (kind.input_lens(), kind.output_lens());
+    let words = |v: &[usize]| v.iter().map(|&l| l as u64).sum::<u64>();
+    let (w_in, w_out) = (words(&ins), words(&outs));
+    let word = 4u64;
+    let gemm = kind.gemm_dims();
+    // Per tile: its work (loads and stores listed inline), and in each of the two timing plans
+    // (with and without DMA) its timing and five per-tile scratch vectors; per transfer: its
+    // record, its interval in the DMA-busy union and its entry in the run's action list.
+    let parts = match gemm {
+        Some(_) => 3,
+        None => ins.len() + outs.len(),
+    };
+    let transfers = product(&[g.count, parts]).and_then(|t| t.checked_add(1));
+    let per_tile = size_of::<TileWork>() + parts * size_of::<(u64, SramConfig)>();
+    let per_timing_tile = size_of::<TileTiming>() + 5 * size_of::<u64>() + size_of::<Option<u64>>() + 16;
+    let per_transfer = size_of::<Transfer>() + 16 + 24;
+    let plan = sum(&[
+        product(&[g.count, per_tile]),
+        product(&[g.count, 2 * per_timing_tile]),
+        transfers.and_then(|t| t.checked_mul(2 * per_transfer as u64)),
+        // The fold schedule, and the copy the gemm path runs from.
+        if gemm.is_some() { product(&[g.count, 2 * size_of::<Fold>()]) } else { Some(0) },
+    ]);
+    let io = Some((w_in + w_out) * word);
+    let work = match (mode, gemm) {
+        (ExecMode::Functional, Some((m, k, n))) => mxu::gemm_host_bytes(cfg, m, k, n, ExecMode::Functional, false),
+        (ExecMode::Functional, None) => vpu_chunk_bytes(cfg, kind, ins[0], ExecMode::Functional),
+        (ExecMode::CycleLevel, _) => {
+            let m = &cfg.memory;
+            let mem_words = [m.unified_buffer.words(), m.accumulator.words(), m.weight_buffer.words(), g.dram_words];
+            let mems = mem_words.iter().try_fold(0u64, |a, &w| a.checked_add(w)).and_then(|w| w.checked_mul(4 + 8));
+            let tile = match gemm {
+                Some((mm, kk, nn)) => {
+                    let (r, c) = (cfg.mxu.rows, cfg.mxu.cols);
+                    let (fm, fk) = match cfg.mxu.dataflow {
+                        Dataflow::WeightStationary => (mm, kk.min(r)),
+                        Dataflow::OutputStationary => (mm.min(r), kk),
+                    };
+                    let fold = |mode| mxu::gemm_host_bytes(cfg, fm, fk, nn.min(c), mode, false);
+                    fold(ExecMode::Functional).max(fold(ExecMode::CycleLevel))
+                }
+                None => vpu_chunk_bytes(cfg, kind, g.chunk * g.unit, ExecMode::CycleLevel),
+            };
+            sum(&[mems, tile])
+        }
+    };
+    Ok(sum(&[io, plan, work]))
+}
+
+/// Host bytes of running a VPU op's instructions on `len` elements in `mode` (the whole input
+/// in the functional twin, one chunk in cycle-level execution): the results, softmax's
+/// intermediate vectors, and when stepped the operands read from the UB, the per-element
+/// issue and write-back cycles and the per-cycle schedule of a reduction (or the ALU pipeline).
+fn vpu_chunk_bytes(cfg: &HwConfig, kind: &OpKind, len: usize, mode: ExecMode) -> Option<u64> {
+    let (ni, no) = kind.arity();
+    let softmax = matches!(kind, OpKind::Softmax { .. });
+    // Softmax: max, x - max, exp, sum, 1/sum and two broadcasts, one vector each.
+    let intermediates = if softmax { product(&[len, 7, 4]) } else { Some(0) };
+    let results = product(&[len, no, 4]);
+    match mode {
+        ExecMode::Functional => sum(&[results, intermediates]),
+        ExecMode::CycleLevel => {
+            let (times, steps) = if softmax {
+                let cycles = vpu_chunk_cycles(cfg, kind, len).ok()?.iter().try_fold(0u64, |a, &c| a.checked_add(c))?;
+                // Four per-cycle action lists of a reduction, under 96 bytes a cycle together.
+                (Some(0), cycles.checked_mul(96))
+            } else {
+                let pipe = product(&[cfg.vpu.lanes, cfg.vpu.pipeline_depth as usize, 4]);
+                (product(&[len, 1 + no, size_of::<u64>()]), pipe)
+            };
+            sum(&[product(&[len, ni, 4]), results, intermediates, times, steps])
+        }
+    }
 }
 
 /// Runs one op. See the module docs for modes, layouts and fault semantics.
@@ -500,14 +692,26 @@ fn run_inner(
             return Err(shape_err(kind, format!("input {i} has {} elements, expected {l}", x.len())));
         }
     }
-    let t = plan_timing(cfg, kind, &plan);
+    let t = plan_timing(cfg, kind, &plan)?;
     // MXU ops use the array, its accumulator and weight buffer; VPU ops the lanes instead.
     let units: &[Unit] = if kind.gemm_dims().is_some() {
         &[Unit::Mxu, Unit::Ub, Unit::Acc, Unit::Wbuf, Unit::Dram, Unit::Seq, Unit::Dma]
     } else {
         &[Unit::Vpu, Unit::Ub, Unit::Dram, Unit::Seq, Unit::Dma]
     };
-    faults.check(cfg, mode, units, plan.count, "tiles")?;
+    // Each site's fault times count from the origin its path uses (see the module docs).
+    let origin = |tile: usize, site: &FaultSite| match site.unit {
+        Unit::Mxu | Unit::Vpu => t.tiles[tile].compute_start,
+        _ => t.tiles[tile].origin,
+    };
+    let window = FaultWindow {
+        op: format!("op {}", kind.describe()),
+        tile_name: "tile",
+        tiles: plan.count,
+        end: t.total_cycles,
+        origin: &origin,
+    };
+    faults.check(cfg, mode, units, &window)?;
     let out = match mode {
         ExecMode::Functional => functional(cfg, kind, inputs)?,
         ExecMode::CycleLevel => {
@@ -552,7 +756,7 @@ fn vpu_compute(
     faults: &[FaultEvent],
 ) -> Result<Vec<Vec<u32>>, HwError> {
     let len = inputs[0].len();
-    let cycles = vpu_chunk_cycles(cfg, kind, len);
+    let cycles = vpu_chunk_cycles(cfg, kind, len)?;
     let mut offset = 0u64;
     let mut sub_faults = |i: usize| {
         let (lo, hi) = (offset, offset + cycles[i]);
@@ -734,8 +938,9 @@ impl<'a> Machine<'a> {
         let n = b.rows * b.cols;
         let src_faults = std::mem::take(&mut self.src_faults);
         let dst_faults = std::mem::take(&mut self.dst_faults);
-        // The registers belong to the transfer in its data phase (requests are pipelined).
-        let load = tr.start + dma::overhead(self.cfg);
+        // The registers belong to the transfer in its data phase (requests are pipelined), which
+        // starts when word 0 moves.
+        let load = dma::word_cycle(self.cfg, tr.start, 0, b.eb, bw);
         let mut src = AddrReg::new(src_g(0), DMA_ADDR_BITS, load, &src_faults);
         let mut dst = AddrReg::new(dst_g(0), DMA_ADDR_BITS, load, &dst_faults);
         for i in 0..n {
@@ -843,8 +1048,8 @@ impl<'a> Machine<'a> {
         mut compute: impl FnMut(&mut Self, usize, usize) -> Result<(), HwError>,
     ) -> Result<(), HwError> {
         // Actions in time order: transfers (DMA order) and tile slots; ties: transfers first.
-        let mut actions: Vec<(u64, usize, usize)> =
-            self.t.transfers.iter().enumerate().map(|(i, tr)| (tr.start, 0, i)).collect();
+        let mut actions: Vec<(u64, usize, usize)> = Vec::with_capacity(self.t.transfers.len() + self.t.tiles.len());
+        actions.extend(self.t.transfers.iter().enumerate().map(|(i, tr)| (tr.start, 0, i)));
         actions.extend(self.t.tiles.iter().enumerate().map(|(q, tt)| (tt.compute_start, 1, q)));
         actions.sort();
         let tile_faults = std::mem::take(&mut self.tile_faults);
@@ -904,7 +1109,7 @@ impl<'a> Machine<'a> {
             (a, w)
         };
         // Faults past the fold's last cycle are dead (and would overflow the MXU's cycle count).
-        let fold_cycles = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols).total_cycles;
+        let fold_cycles = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols)?.total_cycles;
         let events = std::mem::take(&mut self.mxu_faults[q]).into_iter().filter(|e| e.at.cycle < fold_cycles).collect();
         let faults = FaultSchedule { events };
         let mode = if self.hybrid && faults.is_empty() { ExecMode::Functional } else { mode };

@@ -10,7 +10,7 @@
 //! AVF/FIT) and sample sites uniformly by bit index.
 
 use crate::config::{Dataflow, HwConfig};
-use crate::error::HwError;
+use crate::error::{one_line, HwError};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -422,13 +422,13 @@ fn segment(seg: &str) -> Result<(&str, Vec<u32>), String> {
     };
     let mut idx = Vec::new();
     while !rest.is_empty() {
-        let close = rest.find(']').ok_or_else(|| format!("unclosed `[` in `{seg}`"))?;
+        let close = rest.find(']').ok_or_else(|| format!("unclosed `[` in `{}`", one_line(seg)))?;
         if !rest.starts_with('[') {
-            return Err(format!("unexpected text in `{seg}`"));
+            return Err(format!("unexpected text in `{}`", one_line(seg)));
         }
         let num = &rest[1..close];
         let v = if let Some(h) = num.strip_prefix("0x") { u32::from_str_radix(h, 16) } else { num.parse() }
-            .map_err(|_| format!("`{num}` is not an index"))?;
+            .map_err(|_| format!("`{}` is not an index", one_line(num)))?;
         idx.push(v);
         rest = &rest[close + 1..];
     }

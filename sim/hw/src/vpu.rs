@@ -56,8 +56,8 @@
 
 use crate::config::HwConfig;
 use crate::error::HwError;
-use crate::fault::{ActiveFault, FaultSchedule};
-use crate::sites::{Register, Unit};
+use crate::fault::{ActiveFault, FaultSchedule, FaultWindow};
+use crate::sites::{FaultSite, Register, Unit};
 use crate::ExecMode;
 use faultline_num::canonical_f32_bits;
 use serde::{Deserialize, Serialize};
@@ -404,9 +404,21 @@ fn check(op: &VpuOp, inputs: &[&[u32]]) -> Result<usize, HwError> {
     Ok(n)
 }
 
-/// Closed-form cycle counts of `op` on `n` elements (see the module docs).
+/// Closed-form cycle counts of `op` on `n` elements (see the module docs); an
+/// [`HwError::Shape`] error if the cycle count does not fit 64 bits. Allocates nothing.
+pub fn try_timing(cfg: &HwConfig, op: &VpuOp, n: usize) -> Result<VpuStats, HwError> {
+    Ok(VpuSchedule::new(cfg, op, n.max(1))?.stats(cfg, op, n))
+}
+
+/// [`try_timing`] for sizes known to fit; one whose cycle count does not fit 64 bits gets
+/// `u64::MAX` cycles (never a wrapped, plausible-looking number) and utilization 0.
 pub fn timing(cfg: &HwConfig, op: &VpuOp, n: usize) -> VpuStats {
-    VpuSchedule::new(cfg, op, n.max(1)).stats(cfg, op, n)
+    try_timing(cfg, op, n).unwrap_or(VpuStats {
+        cycles: u64::MAX,
+        vectors: n.div_ceil(cfg.vpu.lanes.max(1)) as u64,
+        elements: n as u64,
+        utilization: 0.0,
+    })
 }
 
 /// For an elementwise/optimizer op on `n` elements: the cycle (from the op's first issue) at
@@ -427,8 +439,9 @@ pub fn element_cycles(cfg: &HwConfig, op: &VpuOp, n: usize) -> Option<(Vec<u64>,
 ///
 /// `inputs` are fp32 bit vectors, one per input of the op ([`VpuOp::inputs`]), all of the same
 /// length. In [`ExecMode::CycleLevel`] every lane register is stepped and `faults` (VPU sites
-/// only) are injected; in [`ExecMode::Functional`] `faults` must be empty. Both modes give the
-/// same bits and the same cycle count when there is no fault.
+/// only) are injected; in [`ExecMode::Functional`] `faults` must be empty. A fault's time counts
+/// from its vector's issue cycle and must fall before the op ends. Both modes give the same bits
+/// and the same cycle count when there is no fault.
 pub fn run(
     cfg: &HwConfig,
     op: VpuOp,
@@ -437,8 +450,16 @@ pub fn run(
     faults: &FaultSchedule,
 ) -> Result<VpuOutput, HwError> {
     let n = check(&op, inputs)?;
-    let sched = VpuSchedule::new(cfg, &op, n);
-    faults.check(cfg, mode, &[Unit::Vpu], sched.issue.len(), "vectors")?;
+    let sched = VpuSchedule::new(cfg, &op, n)?;
+    let origin = |v: usize, _: &FaultSite| sched.issue(v as u64);
+    let window = FaultWindow {
+        op: format!("{} instruction", op.name()),
+        tile_name: "vector",
+        tiles: usize::try_from(sched.vectors).unwrap_or(usize::MAX),
+        end: sched.cycles,
+        origin: &origin,
+    };
+    faults.check(cfg, mode, &[Unit::Vpu], &window)?;
     let out = match mode {
         ExecMode::Functional => functional(cfg, &op, inputs, n),
         ExecMode::CycleLevel => cycle_level(cfg, &op, inputs, n, &sched, faults),
@@ -460,11 +481,18 @@ pub fn run_f32(
     Ok((o.out.into_iter().map(|v| v.into_iter().map(f32::from_bits).collect()).collect(), o.stats))
 }
 
-/// The issue schedule of one op: which elements each vector carries and when.
+/// The issue schedule of one op, in closed form (nothing proportional to the op is stored, so
+/// costing a huge op allocates nothing): vector `v` issues at
+/// `(v / group) * stride + v % group` (elementwise: `group = 1`, `stride = k`; column
+/// reductions: `1, 1`; row reductions: `nv`, `nv + S`).
 #[derive(Debug, Clone)]
 struct VpuSchedule {
-    /// Issue cycle of each vector, in issue order.
-    issue: Vec<u64>,
+    /// Vector instructions issued.
+    vectors: u64,
+    /// Vectors issued back to back, one per cycle.
+    group: u64,
+    /// Cycles from one group's first issue to the next's.
+    stride: u64,
     /// Total cycles.
     cycles: u64,
     /// Tree stages per row (Axis::Row reductions).
@@ -474,38 +502,53 @@ struct VpuSchedule {
 impl VpuSchedule {
     /// The cycle and work counts of this schedule for `op` on `n` elements.
     fn stats(&self, cfg: &HwConfig, op: &VpuOp, n: usize) -> VpuStats {
-        let useful = (n * op.outputs()) as f64;
+        // In floating point, as `n * outputs` may not fit `usize`; for `n` below 2^53 (every real
+        // op) it equals converting the integer product.
+        let useful = n as f64 * op.outputs() as f64;
         VpuStats {
             cycles: self.cycles,
-            vectors: self.issue.len() as u64,
+            vectors: self.vectors,
             elements: n as u64,
             utilization: useful / (self.cycles as f64 * cfg.vpu.lanes as f64),
         }
     }
 
-    fn new(cfg: &HwConfig, op: &VpuOp, n: usize) -> VpuSchedule {
-        let l = cfg.vpu.lanes;
+    /// Issue cycle of vector `v` (`v < vectors`, so it is below `cycles`: no overflow).
+    fn issue(&self, v: u64) -> u64 {
+        (v / self.group) * self.stride + v % self.group
+    }
+
+    /// The schedule of `op` on `n` elements; an [`HwError::Shape`] error if its cycle count does
+    /// not fit 64 bits.
+    fn new(cfg: &HwConfig, op: &VpuOp, n: usize) -> Result<VpuSchedule, HwError> {
+        let l = cfg.vpu.lanes.max(1);
         let d = cfg.vpu.pipeline_depth;
-        match op.reduction() {
+        let err = || HwError::Shape {
+            op: format!("vpu.{}", op.name()),
+            detail: format!("{n} elements: the cycle count does not fit 64 bits"),
+        };
+        let lin = |v: u64, k: u64, tail: u64| v.checked_mul(k).and_then(|x| x.checked_add(tail)).ok_or_else(err);
+        Ok(match op.reduction() {
             None => {
                 let k = op.outputs() as u64;
                 let v = n.div_ceil(l) as u64;
-                VpuSchedule { issue: (0..v).map(|i| i * k).collect(), cycles: v * k + d + 1, stages: 0 }
+                let tail = d.checked_add(1).ok_or_else(err)?;
+                VpuSchedule { vectors: v, group: 1, stride: k, cycles: lin(v, k, tail)?, stages: 0 }
             }
             Some((cols, Axis::Col, _)) => {
                 let rows = (n / cols.max(1)) as u64;
-                let v = rows * cols.div_ceil(l) as u64;
-                VpuSchedule { issue: (0..v).collect(), cycles: v + 3, stages: 0 }
+                let v = rows.checked_mul(cols.div_ceil(l) as u64).ok_or_else(err)?;
+                VpuSchedule { vectors: v, group: 1, stride: 1, cycles: lin(v, 1, 3)?, stages: 0 }
             }
             Some((cols, Axis::Row, _)) => {
                 let rows = (n / cols.max(1)) as u64;
                 let nv = cols.div_ceil(l) as u64;
                 let stages = tree_stages(cols.min(l));
                 let per = nv + stages as u64;
-                let issue = (0..rows).flat_map(|r| (0..nv).map(move |i| r * per + i)).collect();
-                VpuSchedule { issue, cycles: rows * per + 3, stages }
+                let vectors = rows.checked_mul(nv).ok_or_else(err)?;
+                VpuSchedule { vectors, group: nv.max(1), stride: per, cycles: lin(rows, per, 3)?, stages }
             }
-        }
+        })
     }
 }
 
@@ -623,7 +666,7 @@ fn cycle_level(
     s: &VpuSchedule,
     faults: &FaultSchedule,
 ) -> Vec<Vec<u32>> {
-    let active: Vec<ActiveFault> = faults.events.iter().map(|e| e.activate(s.issue[e.at.tile])).collect();
+    let active: Vec<ActiveFault> = faults.events.iter().map(|e| e.activate(s.issue(e.at.tile as u64))).collect();
     let mut st = LaneState::new(cfg.vpu.lanes);
     let mut run_faults = |st: &mut LaneState, t: u64| {
         for f in active.iter().filter(|f| f.acts_at(t)) {
@@ -650,7 +693,7 @@ fn elementwise_cycles(
     let l = cfg.vpu.lanes;
     let d = cfg.vpu.pipeline_depth;
     let k = op.outputs() as u64;
-    let nvec = s.issue.len() as u64;
+    let nvec = s.vectors;
     let mut out = vec![vec![0u32; n]; k as usize];
     // ALU pipeline: results computed at cycle t latch into `out` at the end of t + D - 1.
     let mut pipe: Vec<Vec<u32>> = vec![vec![0; l]; d as usize];
@@ -905,10 +948,18 @@ mod tests {
         let mut want = a.clone();
         want[5] ^= 1 << 31;
         assert_eq!(got, want);
-        // A flip of an idle register (after the op) changes nothing.
-        let e = FaultEvent::flip(FaultSite::lane(1, Register::LaneOut, 31), 1, 6);
+        // A flip of an idle register (after its last write-back, at 4) changes nothing.
+        let e = FaultEvent::flip(FaultSite::lane(1, Register::LaneOut, 31), 1, 3);
         let got = run(&c, VpuOp::Copy, &[&a], ExecMode::CycleLevel, &FaultSchedule::one(e)).unwrap().into_first();
         assert_eq!(got, a);
+        // One after the op (5 cycles: 2 vectors + D + 1) could only report "nothing changed":
+        // an error naming the cycle and the op's length instead.
+        let e = FaultEvent::flip(FaultSite::lane(1, Register::LaneOut, 31), 1, 4);
+        let err = run(&c, VpuOp::Copy, &[&a], ExecMode::CycleLevel, &FaultSchedule::one(e)).unwrap_err().to_string();
+        assert!(
+            err.contains("cycle 4 of vector 1 (cycle 5 of the copy instruction)") && err.contains("ends at cycle 5"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -922,6 +973,21 @@ mod tests {
         let got = run(&c, op, &[&x], ExecMode::CycleLevel, &FaultSchedule::one(e)).unwrap().into_first();
         let l3 = f32::from_bits(2f32.to_bits() ^ 1 << 30);
         assert_eq!(got, bits(&[8.0, (2.0 + 2.0) + (2.0 + l3)]));
+    }
+
+    #[test]
+    fn cycle_counts_past_64_bits_are_errors_not_wrapped() {
+        let c = cfg(1, 64);
+        // Adam issues one vector every 3 cycles: 3 * (2^64 - 1) overflows (it used to wrap).
+        let adam = VpuOp::Adam { lr: 1.0, b1: 0.9, b2: 0.99, eps: 1e-8, t: 1 };
+        let e = try_timing(&c, &adam, usize::MAX).unwrap_err().to_string();
+        assert!(e.contains("vpu.adam") && e.contains("does not fit 64 bits"), "{e}");
+        assert_eq!(timing(&c, &adam, usize::MAX).cycles, u64::MAX, "saturates, never wraps");
+        assert!(try_timing(&c, &VpuOp::Relu, usize::MAX).is_err(), "2^64 - 1 vectors + D + 1");
+        // Costing a huge (valid) op allocates nothing: 2^40 vectors in closed form.
+        assert_eq!(try_timing(&c, &VpuOp::Relu, 1 << 40).unwrap().cycles, (1 << 40) + 65);
+        let rows = VpuOp::ReduceSum { cols: 1, axis: Axis::Row };
+        assert_eq!(try_timing(&c, &rows, 1 << 40).unwrap().cycles, (1 << 40) + 3);
     }
 
     #[test]

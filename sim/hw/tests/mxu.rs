@@ -63,7 +63,7 @@ proptest! {
         m in 1usize..=30, k in 1usize..=30, n in 1usize..=30, df in dataflows(),
     ) {
         let cfg = HwConfig::test_config(rows, cols, df, Precision::Int8Int32);
-        let s = Schedule::new(&cfg.mxu, m, k, n);
+        let s = Schedule::new(&cfg.mxu, m, k, n).unwrap();
         let a = Matrix::from_fn(m, k, |i, j| ((i + j) % 5) as u32);
         let w = Matrix::from_fn(k, n, |i, j| ((i * 3 + j) % 7) as u32);
         let mut st = PeArrayState::new(rows, cols);
@@ -175,7 +175,7 @@ fn ws_weight_flip_corrupts_predicted_outputs_only() {
     let cfg = ws_cfg(Precision::Int8Int32);
     let (m, k, n) = WS_SHAPE;
     let (a, w) = (nonzero_int8(m, k, 1), nonzero_int8(k, n, 2));
-    let s = Schedule::new(&cfg.mxu, m, k, n);
+    let s = Schedule::new(&cfg.mxu, m, k, n).unwrap();
     for (f, i, j, off, bit) in [(0, 0, 0, 3, 2), (4, 2, 1, 6, 6), (7, 1, 2, 1 + 1 + 2 + 1, 0), (8, 1, 0, 5, 4)] {
         let fold = s.folds[f];
         let t_f = fold.start + 1; // first activation enters row 0
@@ -199,7 +199,7 @@ fn ws_psum_flip_corrupts_one_output() {
     let cfg = ws_cfg(Precision::Int8Int32);
     let (m, k, n) = WS_SHAPE;
     let (a, w) = (nonzero_int8(m, k, 3), nonzero_int8(k, n, 4));
-    let s = Schedule::new(&cfg.mxu, m, k, n);
+    let s = Schedule::new(&cfg.mxu, m, k, n).unwrap();
     for (f, i, j, mm, bit) in [(0, 0, 0, 0, 0), (2, 3, 2, 8, 31), (5, 2, 1, 4, 17), (8, 3, 0, 6, 9)] {
         let fold = s.folds[f];
         let off = 1 + (mm + i + j) as u64; // cycle T_f + m + i + j, relative to the fold start
@@ -247,7 +247,7 @@ fn os_psum_and_weight_flips() {
     let cfg = HwConfig::test_config(4, 3, Dataflow::OutputStationary, Precision::Int8Int32);
     let (m, k, n) = (7, 6, 5); // 2 x 2 output tiles, the last ones ragged
     let (a, w) = (nonzero_int8(m, k, 7), nonzero_int8(k, n, 8));
-    let s = Schedule::new(&cfg.mxu, m, k, n);
+    let s = Schedule::new(&cfg.mxu, m, k, n).unwrap();
     for (f, i, j, off, bit) in [(0, 1, 2, 4, 3), (3, 2, 1, 9, 30), (1, 3, 0, 2, 12)] {
         let fold = s.folds[f];
         let e = FaultEvent::flip(FaultSite::pe(i, j, Register::Psum, bit), f, off);
@@ -308,7 +308,7 @@ fn precision_dispatch_uses_the_configured_format() {
 #[test]
 fn observer_sees_committed_faulty_state() {
     let cfg = HwConfig::test_config(2, 2, Dataflow::WeightStationary, Precision::Int8Int32);
-    let s = Schedule::new(&cfg.mxu, 3, 2, 2);
+    let s = Schedule::new(&cfg.mxu, 3, 2, 2).unwrap();
     let (a, w) = (nonzero_int8(3, 2, 1), nonzero_int8(2, 2, 2));
     let site = FaultSite::pe(1, 1, Register::Psum, 4);
     let e = FaultEvent::flip(site, 0, 5);
@@ -325,4 +325,53 @@ fn observer_sees_committed_faulty_state() {
     let differs: Vec<usize> = (0..golden.len()).filter(|&t| golden[t] != faulty[t]).collect();
     assert_eq!(differs, vec![5], "the flipped value lives one cycle, then the next partial sum replaces it");
     assert_eq!(golden[5] ^ faulty[5], 1 << 4);
+}
+
+// ---------------------------------------------------------------- hostile shapes and times
+
+/// Counts that do not fit 64 bits are `Shape` errors naming the GEMM (the old schedule
+/// multiplied in wrapping `u64`), found in closed form before any fold list is built.
+#[test]
+fn shapes_past_64_bits_are_errors_not_wrapped_counts() {
+    let ws = HwConfig::test_config(1, 1, Dataflow::WeightStationary, Precision::Bf16Fp32);
+    let big = 1usize << 32;
+    // 2^64 folds of 2^32 cycles each.
+    let e = mxu::try_gemm_timing(&ws.mxu, big, big, big).unwrap_err().to_string();
+    assert!(e.contains("gemm 4294967296x4294967296x4294967296") && e.contains("does not fit 64 bits"), "{e}");
+    assert!(Schedule::new(&ws.mxu, big, big, big).is_err());
+    // The infallible form saturates instead of wrapping to a small, plausible count.
+    assert_eq!(mxu::gemm_timing(&ws.mxu, big, big, big).total_cycles, u64::MAX);
+    let os = HwConfig::test_config(4, 4, Dataflow::OutputStationary, Precision::Bf16Fp32);
+    assert!(mxu::try_gemm_timing(&os.mxu, 1, usize::MAX, 1).unwrap_err().to_string().contains("cycle count"));
+    // Cycles fit (2^24 folds of 2^22) but M*K*N = 2^66 MACs does not.
+    let wide = HwConfig::test_config(1024, 1024, Dataflow::WeightStationary, Precision::Bf16Fp32);
+    let e = mxu::try_gemm_timing(&wide.mxu, 1 << 22, 1 << 22, 1 << 22).unwrap_err().to_string();
+    assert!(e.contains("MAC count"), "{e}");
+    // In range, both forms agree with the schedule.
+    let s = Schedule::new(&ws.mxu, 70000, 3, 5).unwrap();
+    assert_eq!(mxu::try_gemm_timing(&ws.mxu, 70000, 3, 5).unwrap(), s.stats());
+}
+
+/// A fault time after the GEMM's last cycle is an error naming the site, the time given and the
+/// GEMM's length (it used to run and report nothing corrupted); the last cycle of the GEMM is
+/// accepted from every fold.
+#[test]
+fn a_fault_after_the_gemm_is_an_error_and_its_last_cycle_is_not() {
+    for df in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
+        let cfg = HwConfig::test_config(4, 3, df, Precision::Int8Int32);
+        let (m, k, n) = (9, 10, 7);
+        let (a, w) = (nonzero_int8(m, k, 1), nonzero_int8(k, n, 2));
+        let s = Schedule::new(&cfg.mxu, m, k, n).unwrap();
+        let site = FaultSite::pe(3, 2, Register::Psum, 30);
+        for (f, fold) in s.folds.iter().enumerate() {
+            let last = s.total_cycles - 1 - fold.start;
+            let ok = FaultSchedule::one(FaultEvent::flip(site, f, last));
+            gemm(&cfg, &a, &w, ExecMode::CycleLevel, &ok).unwrap_or_else(|e| panic!("{df:?} fold {f}: {e}"));
+            let late = FaultSchedule::one(FaultEvent::stuck(site, true, f, last + 1, 3));
+            let e = gemm(&cfg, &a, &w, ExecMode::CycleLevel, &late).unwrap_err().to_string();
+            let want = format!("cycle {} of fold {f}", last + 1);
+            assert!(e.contains("mxu.pe[3][2].psum[30]") && e.contains(&want), "{e}");
+            assert!(e.contains(&format!("is after the GEMM ends at cycle {}", s.total_cycles)), "{e}");
+        }
+    }
 }

@@ -404,6 +404,8 @@ proptest! {
         let written = t.transfers[0].start + 5 + (word as u64 * 2) / 4;
         let (f, i) = (ki / 3, ki % 3);
         let read = t.tiles[f].compute_start + 1 + (mi + i) as u64;
+        // A fault after the op ends is an error (`fault_times_past_the_op_are_errors`).
+        let cyc = cyc % t.total_cycles;
         let e = FaultEvent::flip(FaultSite::word(Unit::Ub, word as u64, bit), 0, cyc);
         let got = faulty(&c, &kind, &ins, e);
         let want = if (written..read).contains(&cyc) {
@@ -441,6 +443,12 @@ proptest! {
         let n = class.bit_count(&c).min(64 * class.width(&c) as u64);
         let site = class.site_at(&c, idx % n).unwrap();
         let tile = tile % t.tiles.len();
+        // Inside the op: one after its end is an error (`fault_times_past_the_op_are_errors`).
+        let origin = match site.unit {
+            Unit::Mxu | Unit::Vpu => t.tiles[tile].compute_start,
+            _ => t.tiles[tile].origin,
+        };
+        let cyc = cyc % (t.total_cycles - origin);
         let e = if stuck { FaultEvent::stuck(site, true, tile, cyc, 5) } else { FaultEvent::flip(site, tile, cyc) };
         let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
         let f = FaultSchedule::one(e);
@@ -467,4 +475,108 @@ fn dram_faults_when_enabled() {
     // Words outside the op's footprint hold nothing it reads.
     let far = FaultEvent::flip(FaultSite::word(Unit::Dram, 1 << 20, 0), 0, 0);
     assert_eq!(faulty(&c, &kind, &ins, far), golden(&c, &kind, &ins));
+}
+
+// ---------------------------------------------------------------- hostile shapes, configs, times
+
+/// Element and byte counts past 64 bits are `Shape` errors naming the op (they used to panic
+/// with "capacity overflow" or wrap), and ops past the DRAM are refused before anything
+/// proportional to them exists; `host_bytes` reports the same errors first.
+#[test]
+fn hostile_shapes_are_errors_naming_the_op() {
+    let c = cfg(4, 4, Dataflow::WeightStationary);
+    let adam = |n| OpKind::Adam { n, lr: 0.1, b1: 0.9, b2: 0.99, eps: 1e-6, t: 1 };
+    let conv =
+        |h, pad| OpKind::Conv2d(ConvShape { batch: 1, h, w: h, c_in: 64, c_out: 64, kh: 3, kw: 3, stride: 1, pad });
+    for (kind, want) in [
+        (
+            OpKind::Matmul { m: usize::MAX, k: 1, n: 1 },
+            "matmul 18446744073709551615x1x1: its inputs and outputs total more than 2^64 bytes",
+        ),
+        (
+            OpKind::Matmul { m: 1 << 32, k: 1 << 32, n: 1 },
+            "A's elements = 4294967296 x 4294967296 does not fit 64 bits",
+        ),
+        (adam(usize::MAX), "adam 18446744073709551615: its inputs and outputs total more than 2^64"),
+        (OpKind::Softmax { rows: 1 << 40, cols: 1 << 40 }, "elements = 1099511627776 x 1099511627776 does not fit"),
+        (conv(4, usize::MAX / 2), "the padded input (h or w + 2 * pad) does not fit 64 bits"),
+        (conv(1 << 30, 1), "input elements = 1 x 1073741824 x 1073741824 x 64 does not fit 64 bits"),
+        (OpKind::Matmul { m: 0, k: 1, n: 1 }, "every dimension must be at least 1"),
+        (OpKind::Relu { n: 1_000_000_000_000 }, "needs 8000000000000 bytes of DRAM"),
+        (conv(100_000, 1), "`dram.bytes`"),
+        (OpKind::Matmul { m: 10_000_000, k: 32, n: 32 }, "needs 2560004096 bytes of DRAM"),
+    ] {
+        let e = op::timing(&c, &kind).unwrap_err().to_string();
+        assert!(e.contains(want), "{kind:?}: {e}");
+        for mode in [ExecMode::Functional, ExecMode::CycleLevel] {
+            assert_eq!(op::host_bytes(&c, &kind, mode).unwrap_err().to_string(), e);
+        }
+    }
+    // Saturating accessors never wrap to a small length.
+    assert_eq!(OpKind::Matmul { m: 1 << 32, k: 1 << 32, n: 1 }.input_lens(), vec![usize::MAX; 2]);
+}
+
+/// A config outside its ranges (as a caller could build by hand) makes cycle counts overflow:
+/// an error naming the fields that drive them, where the op used to report a wrapped total
+/// (102 cycles for this matmul with `latency_cycles: 2^64 - 1`; 304 with the shipped 100).
+#[test]
+fn cycle_overflow_names_the_config_fields() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/tpu-8x8.ron");
+    let mut c = HwConfig::load(&path).unwrap();
+    let kind = OpKind::Matmul { m: 16, k: 8, n: 8 };
+    assert_eq!(op::timing(&c, &kind).unwrap().total_cycles, 304);
+    c.dram.latency_cycles = u64::MAX;
+    let e = op::timing(&c, &kind).unwrap_err().to_string();
+    assert!(e.contains("matmul 16x8x8") && e.contains("`dma.setup_cycles` + `dram.latency_cycles`"), "{e}");
+    assert!(c.validate(&path).unwrap_err().to_string().contains("dram.latency_cycles"));
+    c.dram.latency_cycles = u64::MAX / 2;
+    let e = op::timing(&c, &kind).unwrap_err().to_string();
+    assert!(e.contains("overflows 64 bits") && e.contains("dram.latency_cycles"), "{e}");
+    c.dram.latency_cycles = 100;
+    c.dram.bandwidth_bytes_per_cycle = 1e-17;
+    let e = op::timing(&c, &kind).unwrap_err().to_string();
+    assert!(e.contains("dram.bandwidth_bytes_per_cycle"), "{e}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// For any op, site class and tile: a fault at the op's last cycle (counted from the origin
+    /// the site's path uses) is accepted in cycle and hybrid mode, one a cycle later is an error
+    /// naming the site, the tile and cycle given and the op's length (it used to report
+    /// nothing corrupted).
+    #[test]
+    fn fault_times_past_the_op_are_errors(kind in any_kind(), class in any::<usize>(), idx in any::<u64>(),
+                                          tile in any::<usize>(), seed in any::<u64>()) {
+        let c = slow(cfg(3, 4, Dataflow::WeightStationary), 8.0, 3);
+        let ins = inputs_for(&kind, seed);
+        let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
+        let t = op::timing(&c, &kind).unwrap();
+        let gemm = matches!(kind, OpKind::Matmul { .. } | OpKind::Conv2d(_));
+        let classes: Vec<SiteClass> = SiteClass::all(&c)
+            .into_iter()
+            .filter(|k| match k.unit {
+                Unit::Mxu | Unit::Acc | Unit::Wbuf => gemm,
+                Unit::Vpu => !gemm,
+                _ => true,
+            })
+            .collect();
+        let class = classes[class % classes.len()];
+        let site = class.site_at(&c, idx % class.bit_count(&c).min(64 * class.width(&c) as u64)).unwrap();
+        let tile = tile % t.tiles.len();
+        let origin = match site.unit {
+            Unit::Mxu | Unit::Vpu => t.tiles[tile].compute_start,
+            _ => t.tiles[tile].origin,
+        };
+        let last = t.total_cycles - 1 - origin;
+        let ok = FaultSchedule::one(FaultEvent::flip(site, tile, last));
+        prop_assert!(op::run(&c, &kind, &refs, ExecMode::CycleLevel, &ok).is_ok());
+        prop_assert!(op::run_hybrid(&c, &kind, &refs, &ok).is_ok());
+        let late = FaultSchedule::one(FaultEvent::flip(site, tile, last + 1));
+        let e = op::run(&c, &kind, &refs, ExecMode::CycleLevel, &late).unwrap_err().to_string();
+        prop_assert_eq!(op::run_hybrid(&c, &kind, &refs, &late).unwrap_err().to_string(), e.clone());
+        let want = format!("cycle {} of tile {tile}", last + 1);
+        prop_assert!(e.contains(&site.to_string()) && e.contains(&want), "{}", e);
+        let end = format!("is after the op {} ends at cycle {}", kind.describe(), t.total_cycles);
+        prop_assert!(e.contains(&end), "{}", e);
+    }
 }

@@ -18,3 +18,30 @@ pub fn faultline_json(args: &[&str]) -> serde_json::Value {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("one JSON object")
 }
+
+/// Runs `faultline ARGS` in the repository root with its address space limited to `bytes`
+/// (`RLIMIT_AS`, on Unix), so that a command which allocates before checking its memory
+/// estimate fails (allocation error) instead of merely running slowly.
+#[allow(dead_code)] // used by the hostile-input tests only
+pub fn faultline_limited(args: &[&str], bytes: u64) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_faultline"));
+    cmd.args(args).current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let limit = libc::rlimit { rlim_cur: bytes as libc::rlim_t, rlim_max: bytes as libc::rlim_t };
+        // SAFETY: runs in the forked child before exec; setrlimit is async-signal-safe and the
+        // closure allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = bytes;
+    cmd.output().expect("run faultline")
+}

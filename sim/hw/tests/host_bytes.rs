@@ -1,0 +1,123 @@
+//! The host-memory estimates (`mxu::gemm_host_bytes`, `op::host_bytes`) bound what a run really
+//! allocates: a counting global allocator records the peak of live heap bytes while a run
+//! generates its operands, runs and compares, and the estimate must be at least that peak (and
+//! not wildly above it, or the `--max-memory` guard would refuse work that fits).
+//!
+//! One test function, so no other test allocates concurrently in this binary.
+
+use faultline_hw::fault::{FaultEvent, FaultSchedule};
+use faultline_hw::mxu::{gemm, gemm_host_bytes};
+use faultline_hw::op::{self, ConvShape, OpKind};
+use faultline_hw::sites::{FaultSite, Register};
+use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
+use faultline_num::Precision;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(by: usize) {
+    let now = LIVE.fetch_add(by, Ordering::SeqCst) + by;
+    PEAK.fetch_max(now, Ordering::SeqCst);
+}
+
+// SAFETY: every call forwards to the system allocator with the caller's arguments; the counters
+// only observe sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        grew(l.size());
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        grew(l.size());
+        unsafe { System.alloc_zeroed(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size(), Ordering::SeqCst);
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        // Counted as alloc-then-free: a moving realloc holds both blocks for a moment.
+        grew(new);
+        LIVE.fetch_sub(l.size(), Ordering::SeqCst);
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Peak live heap bytes above the starting level while `f` runs.
+fn peak(f: impl FnOnce()) -> u64 {
+    let base = LIVE.load(Ordering::SeqCst);
+    PEAK.store(base, Ordering::SeqCst);
+    f();
+    (PEAK.load(Ordering::SeqCst) - base) as u64
+}
+
+fn bits(n: usize, salt: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| ((i.wrapping_mul(2654435761) ^ salt) >> 8) & 0x3f7f).collect()
+}
+
+fn check(what: &str, estimate: u64, used: u64) {
+    assert!(used <= estimate, "{what}: used {used} bytes, estimated {estimate}");
+    // Loose on purpose (the estimate is a bound, and small runs are dominated by fixed costs),
+    // but a bound hundreds of times too high would refuse work that fits.
+    assert!(estimate <= 8 * used + (1 << 20), "{what}: estimated {estimate} bytes, used {used}");
+}
+
+#[test]
+fn estimates_bound_the_peak_of_real_runs() {
+    for df in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
+        let cfg = HwConfig::test_config(8, 8, df, Precision::Bf16Fp32);
+        for (m, k, n) in [(2000, 16, 8), (8, 16, 3000), (64, 300, 64), (1, 1, 1)] {
+            for (mode, fault) in
+                [(ExecMode::Functional, false), (ExecMode::CycleLevel, false), (ExecMode::CycleLevel, true)]
+            {
+                let est = gemm_host_bytes(&cfg, m, k, n, mode, fault).unwrap();
+                let used = peak(|| {
+                    let a = Matrix { rows: m, cols: k, data: bits(m * k, 1) };
+                    let w = Matrix { rows: k, cols: n, data: bits(k * n, 2) };
+                    let f = match fault {
+                        true => FaultSchedule::one(FaultEvent::flip(FaultSite::pe(0, 0, Register::Psum, 30), 0, 3)),
+                        false => FaultSchedule::none(),
+                    };
+                    let res = gemm(&cfg, &a, &w, mode, &f).unwrap();
+                    if fault {
+                        let golden = gemm(&cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none()).unwrap();
+                        std::hint::black_box(golden.out.diff(&res.out));
+                    }
+                });
+                check(&format!("gemm {m}x{k}x{n} {df:?} {mode:?} fault={fault}"), est, used);
+            }
+        }
+    }
+    let cfg = HwConfig::test_config(8, 8, Dataflow::WeightStationary, Precision::Bf16Fp32);
+    let conv = ConvShape { batch: 2, h: 12, w: 12, c_in: 8, c_out: 16, kh: 3, kw: 3, stride: 1, pad: 1 };
+    for kind in [
+        OpKind::Matmul { m: 300, k: 40, n: 30 },
+        OpKind::Conv2d(conv),
+        OpKind::Relu { n: 200_000 },
+        OpKind::Softmax { rows: 300, cols: 70 },
+        OpKind::Adam { n: 50_000, lr: 0.1, b1: 0.9, b2: 0.99, eps: 1e-8, t: 1 },
+    ] {
+        for (mode, hybrid) in
+            [(ExecMode::Functional, false), (ExecMode::CycleLevel, false), (ExecMode::CycleLevel, true)]
+        {
+            let est = op::host_bytes(&cfg, &kind, mode).unwrap().unwrap();
+            let used = peak(|| {
+                let ins: Vec<Vec<u32>> =
+                    kind.input_lens().iter().enumerate().map(|(i, &l)| bits(l, i as u32)).collect();
+                let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
+                let f = FaultSchedule::none();
+                let out =
+                    if hybrid { op::run_hybrid(&cfg, &kind, &refs, &f) } else { op::run(&cfg, &kind, &refs, mode, &f) };
+                std::hint::black_box(out.unwrap());
+            });
+            check(&format!("{} {mode:?} hybrid={hybrid}", kind.describe()), est, used);
+        }
+    }
+}
