@@ -2,29 +2,16 @@
 //! wrong: each case is one line on stderr, exit status 2. Children run with a 2 GiB address
 //! space, so a guard that allocates before it checks fails here instead of passing slowly.
 
+mod common;
+use common::faultline_limited;
 use faultline_train::{idx, npy};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn faultline_limited(args: &[&str]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_faultline"));
-    c.args(args).current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    // SAFETY: setrlimit is async-signal-safe; it only lowers this child's own limit.
-    unsafe {
-        c.pre_exec(|| {
-            let lim = libc::rlimit { rlim_cur: 2 << 30, rlim_max: 2 << 30 };
-            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    c.output().expect("run faultline")
-}
+/// Children run with a 2 GiB address space.
+const LIMIT: u64 = 2 << 30;
 
 fn refused(args: &[&str], want: &str) {
-    let out = faultline_limited(args);
+    let out = faultline_limited(args, LIMIT);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
     assert_eq!(err.lines().count(), 1, "{args:?}: not one line: {err}");
@@ -55,7 +42,7 @@ fn nonfinite_data_and_weights_are_refused_unless_allowed() {
     npy::write_f32(&data.join("x.npy"), &[40, 64], &x).unwrap();
     npy::write_labels(&data.join("y.npy"), &(0..40).map(|i| i % 10).collect::<Vec<_>>()).unwrap();
     refused(&train(MLP, HW, &["--data", s(&data)]), "x.npy: value at index [3, 17] is NaN");
-    let out = faultline_limited(&train(MLP, HW, &["--data", s(&data), "--allow-nonfinite", "--batch", "8"]));
+    let out = faultline_limited(&train(MLP, HW, &["--data", s(&data), "--allow-nonfinite", "--batch", "8"]), LIMIT);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let w = d.path().join("w");
@@ -135,7 +122,7 @@ fn wrong_machines_sizes_and_files_are_refused() {
 fn hand_edited_checkpoints_are_refused() {
     let d = tempfile::tempdir().unwrap();
     let ck = d.path().join("ck");
-    let out = faultline_limited(&train(MLP, HW, &["--save-checkpoint", s(&ck)]));
+    let out = faultline_limited(&train(MLP, HW, &["--save-checkpoint", s(&ck)]), LIMIT);
     assert!(out.status.success());
     let manifest = ck.join("checkpoint.json");
     let good = std::fs::read_to_string(&manifest).unwrap();

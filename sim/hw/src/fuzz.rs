@@ -58,7 +58,7 @@ pub fn edit() -> impl Strategy<Value = Edit> {
 }
 
 /// Byte ranges of the numbers (runs of digits, with a leading `-` and inner `.`/`e`) in `t`.
-fn numbers(t: &[u8]) -> Vec<(usize, usize)> {
+pub fn numbers(t: &[u8]) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < t.len() {
