@@ -64,16 +64,11 @@ fn data_whose_layout_does_not_fit_the_model_is_refused() {
     std::fs::write(d.path().join("train-labels-idx1-ubyte"), idx::encode_idx(&[30], &[1; 30])).unwrap();
     refused(&train(CNN, HW, &["--data", s(d.path())]), "expected samples of shape [8, 8, 1]");
     // A header that claims far more data than the file has.
-    let mut head = b"{'descr': '<f4', 'fortran_order': False, 'shape': (9, 64), }".to_vec();
-    while !(10 + head.len() + 1).is_multiple_of(64) {
-        head.push(b' ');
-    }
-    head.push(b'\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((head.len() as u16).to_le_bytes());
-    bytes.extend(head);
-    bytes.extend([0u8; 2 * 64 * 4]);
-    std::fs::write(d.path().join("x.npy"), bytes).unwrap();
+    // A file cut short: its header claims more data than it holds.
+    let x = d.path().join("x.npy");
+    npy::write_f32(&x, &[9, 64], &[0.0; 9 * 64]).unwrap();
+    let len = std::fs::metadata(&x).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&x).unwrap().set_len(len - 100).unwrap();
     npy::write_labels(&d.path().join("y.npy"), &[0; 9]).unwrap();
     refused(&train(MLP, HW, &["--data", s(d.path())]), "more data than the file");
 }

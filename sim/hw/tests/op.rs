@@ -429,25 +429,8 @@ proptest! {
         let c = slow(cfg(3, 4, Dataflow::WeightStationary), 8.0, 3);
         let ins = inputs_for(&kind, seed);
         let t = op::timing(&c, &kind).unwrap();
-        let gemm = matches!(kind, OpKind::Matmul { .. } | OpKind::Conv2d(_));
-        let classes: Vec<SiteClass> = SiteClass::all(&c)
-            .into_iter()
-            .filter(|k| match k.unit {
-                Unit::Mxu | Unit::Acc | Unit::Wbuf => gemm,
-                Unit::Vpu => !gemm,
-                _ => true,
-            })
-            .collect();
-        let class = classes[class % classes.len()];
-        // Bias memory sites to the first 64 words, where the op's data lives.
-        let n = class.bit_count(&c).min(64 * class.width(&c) as u64);
-        let site = class.site_at(&c, idx % n).unwrap();
-        let tile = tile % t.tiles.len();
+        let (site, tile, origin) = op_site(&c, &kind, &t, class, idx, tile);
         // Inside the op: one after its end is an error (`fault_times_past_the_op_are_errors`).
-        let origin = match site.unit {
-            Unit::Mxu | Unit::Vpu => t.tiles[tile].compute_start,
-            _ => t.tiles[tile].origin,
-        };
         let cyc = cyc % (t.total_cycles - origin);
         let e = if stuck { FaultEvent::stuck(site, true, tile, cyc, 5) } else { FaultEvent::flip(site, tile, cyc) };
         let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
@@ -456,6 +439,35 @@ proptest! {
         let hybrid = op::run_hybrid(&c, &kind, &refs, &f).unwrap();
         prop_assert_eq!(full, hybrid);
     }
+}
+
+/// A site of a class the op uses (picked by `class` and `idx`; memory sites among the first 64
+/// words, where the op's data lives), a tile, and the origin its fault times count from.
+fn op_site(
+    c: &HwConfig,
+    kind: &OpKind,
+    t: &faultline_hw::timing::OpTiming,
+    class: usize,
+    idx: u64,
+    tile: usize,
+) -> (FaultSite, usize, u64) {
+    let gemm = matches!(kind, OpKind::Matmul { .. } | OpKind::Conv2d(_));
+    let classes: Vec<SiteClass> = SiteClass::all(c)
+        .into_iter()
+        .filter(|k| match k.unit {
+            Unit::Mxu | Unit::Acc | Unit::Wbuf => gemm,
+            Unit::Vpu => !gemm,
+            _ => true,
+        })
+        .collect();
+    let class = classes[class % classes.len()];
+    let site = class.site_at(c, idx % class.bit_count(c).min(64 * class.width(c) as u64)).unwrap();
+    let tile = tile % t.tiles.len();
+    let origin = match site.unit {
+        Unit::Mxu | Unit::Vpu => t.tiles[tile].compute_start,
+        _ => t.tiles[tile].origin,
+    };
+    (site, tile, origin)
 }
 
 #[test]
@@ -551,22 +563,7 @@ proptest! {
         let ins = inputs_for(&kind, seed);
         let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
         let t = op::timing(&c, &kind).unwrap();
-        let gemm = matches!(kind, OpKind::Matmul { .. } | OpKind::Conv2d(_));
-        let classes: Vec<SiteClass> = SiteClass::all(&c)
-            .into_iter()
-            .filter(|k| match k.unit {
-                Unit::Mxu | Unit::Acc | Unit::Wbuf => gemm,
-                Unit::Vpu => !gemm,
-                _ => true,
-            })
-            .collect();
-        let class = classes[class % classes.len()];
-        let site = class.site_at(&c, idx % class.bit_count(&c).min(64 * class.width(&c) as u64)).unwrap();
-        let tile = tile % t.tiles.len();
-        let origin = match site.unit {
-            Unit::Mxu | Unit::Vpu => t.tiles[tile].compute_start,
-            _ => t.tiles[tile].origin,
-        };
+        let (site, tile, origin) = op_site(&c, &kind, &t, class, idx, tile);
         let last = t.total_cycles - 1 - origin;
         let ok = FaultSchedule::one(FaultEvent::flip(site, tile, last));
         prop_assert!(op::run(&c, &kind, &refs, ExecMode::CycleLevel, &ok).is_ok());

@@ -19,10 +19,14 @@ pub struct Array {
 /// whose data fits in the file (a header claiming `[10^12]` in a 100-byte file is an error, not
 /// a terabyte allocation).
 fn open(path: &Path) -> Result<NpyFile<std::io::BufReader<std::fs::File>>> {
+    use std::io::Seek;
     let bad = |detail: String| TrainError::Npy { file: path.to_path_buf(), detail };
-    let f = std::fs::File::open(path).map_err(io_err(path))?;
+    let mut f = std::fs::File::open(path).map_err(io_err(path))?;
     let len = f.metadata().map_err(io_err(path))?.len();
-    let npy = NpyFile::new(std::io::BufReader::new(f)).map_err(|e| bad(one_line(&e.to_string())))?;
+    // Read the header unbuffered, so the file position after it is where the data starts.
+    let header = npyz::NpyHeader::from_reader(&mut f).map_err(|e| bad(one_line(&e.to_string())))?;
+    let data_len = len.saturating_sub(f.stream_position().map_err(io_err(path))?);
+    let npy = NpyFile::with_header(header, std::io::BufReader::new(f));
     if npy.order() != npyz::Order::C && npy.shape().len() > 1 {
         return Err(bad("array is in Fortran order; save it with np.ascontiguousarray".into()));
     }
@@ -31,9 +35,9 @@ fn open(path: &Path) -> Result<NpyFile<std::io::BufReader<std::fs::File>>> {
         _ => 1,
     };
     let bytes = npy.shape().iter().try_fold(item, |a, &d| a.checked_mul(d));
-    if bytes.is_none_or(|b| b > len) {
+    if bytes.is_none_or(|b| b > data_len) {
         return Err(bad(format!(
-            "header declares shape {:?} of {item}-byte values, more data than the file's {len} bytes",
+            "header declares shape {:?} of {item}-byte values, more data than the file's {data_len} bytes after the header",
             npy.shape()
         )));
     }

@@ -18,6 +18,11 @@ fn model(name: &str) -> ModelSpec {
     ModelSpec::load(root().join(format!("models/{name}.ron"))).unwrap()
 }
 
+/// A trainer of `spec` on tpu-32x32 with the shipped data and default options.
+fn default_trainer(spec: &ModelSpec) -> Trainer {
+    Trainer::new(spec, &hw(), source::shipped(spec, 1, &Default::default()).unwrap(), TrainOptions::default()).unwrap()
+}
+
 fn hw() -> HwConfig {
     HwConfig::load(root().join("configs/tpu-32x32.ron")).unwrap()
 }
@@ -136,13 +141,7 @@ fn cycle_level_and_functional_training_are_bit_identical() {
 fn static_cycle_estimate_tracks_issued_cycles() {
     for name in ["mlp-digits", "cnn-small", "transformer-tiny"] {
         let spec = model(name);
-        let mut t = Trainer::new(
-            &spec,
-            &hw(),
-            source::shipped(&spec, 1, &Default::default()).unwrap(),
-            TrainOptions::default(),
-        )
-        .unwrap();
+        let mut t = default_trainer(&spec);
         let s = t.run(1, |_, _| Ok(())).unwrap();
         let (issued, estimate) = (s.cycles_per_step as f64, s.estimated_cycles_per_step as f64);
         assert!((issued - estimate).abs() <= 0.1 * issued, "{name}: issued {issued}, estimated {estimate}");
@@ -153,9 +152,7 @@ fn static_cycle_estimate_tracks_issued_cycles() {
 #[test]
 fn mlp_digits_default_run_reaches_ninety_percent() {
     let spec = model("mlp-digits");
-    let mut t =
-        Trainer::new(&spec, &hw(), source::shipped(&spec, 1, &Default::default()).unwrap(), TrainOptions::default())
-            .unwrap();
+    let mut t = default_trainer(&spec);
     let s = t.run(200, |_, _| Ok(())).unwrap();
     assert!(s.test_accuracy >= 0.9, "test accuracy {}", s.test_accuracy);
     assert_eq!(s.losses.len(), 200);
@@ -167,13 +164,7 @@ fn mlp_digits_default_run_reaches_ninety_percent() {
 fn cnn_and_transformer_learn() {
     for name in ["cnn-small", "transformer-tiny"] {
         let spec = model(name);
-        let mut t = Trainer::new(
-            &spec,
-            &hw(),
-            source::shipped(&spec, 1, &Default::default()).unwrap(),
-            TrainOptions::default(),
-        )
-        .unwrap();
+        let mut t = default_trainer(&spec);
         let s = t.run(150, |_, _| Ok(())).unwrap();
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
         let (first, last) = (mean(&s.losses[..5]), mean(&s.losses[s.losses.len() - 5..]));
