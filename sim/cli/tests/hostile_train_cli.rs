@@ -71,6 +71,9 @@ fn data_whose_layout_does_not_fit_the_model_is_refused() {
     std::fs::OpenOptions::new().write(true).open(&x).unwrap().set_len(len - 100).unwrap();
     npy::write_labels(&d.path().join("y.npy"), &[0; 9]).unwrap();
     refused(&train(MLP, HW, &["--data", s(d.path())]), "more data than the file");
+    // A header length of almost 4 GiB in a 20-byte file: refused before it is allocated.
+    std::fs::write(&x, b"\x93NUMPY\x02\x00\xf0\xff\xff\xff{'descr'").unwrap();
+    refused(&train(MLP, HW, &["--data", s(d.path())]), "header declares 4294967280 header bytes, more than");
 }
 
 #[test]

@@ -19,10 +19,25 @@ pub struct Array {
 /// whose data fits in the file (a header claiming `[10^12]` in a 100-byte file is an error, not
 /// a terabyte allocation).
 fn open(path: &Path) -> Result<NpyFile<std::io::BufReader<std::fs::File>>> {
-    use std::io::Seek;
+    use std::io::{Read, Seek};
     let bad = |detail: String| TrainError::Npy { file: path.to_path_buf(), detail };
     let mut f = std::fs::File::open(path).map_err(io_err(path))?;
     let len = f.metadata().map_err(io_err(path))?.len();
+    // The pre-header (magic, version, header length) is checked first: the header length must
+    // fit the file, else npyz would allocate it (up to 4 GiB) before finding the file short.
+    let mut pre = Vec::with_capacity(12);
+    (&mut f).take(12).read_to_end(&mut pre).map_err(io_err(path))?;
+    let declared = match (pre.get(..6), pre.get(6)) {
+        (Some(b"\x93NUMPY"), Some(1)) if pre.len() >= 10 => Some((u64::from(u16::from_le_bytes([pre[8], pre[9]])), 10)),
+        (Some(b"\x93NUMPY"), Some(_)) if pre.len() >= 12 => {
+            Some((u64::from(u32::from_le_bytes([pre[8], pre[9], pre[10], pre[11]])), 12))
+        }
+        _ => None,
+    };
+    if let Some((header_len, _)) = declared.filter(|&(h, pre_len)| h > len.saturating_sub(pre_len)) {
+        return Err(bad(format!("header declares {header_len} header bytes, more than the file's {len} bytes")));
+    }
+    f.rewind().map_err(io_err(path))?;
     // Read the header unbuffered, so the file position after it is where the data starts.
     let header = npyz::NpyHeader::from_reader(&mut f).map_err(|e| bad(one_line(&e.to_string())))?;
     let data_len = len.saturating_sub(f.stream_position().map_err(io_err(path))?);
@@ -256,6 +271,12 @@ mod tests {
         std::fs::write(&p, &bytes).unwrap();
         let e = read_f32(&p).unwrap_err().to_string();
         assert!(e.contains("more data than the file"), "{e}");
+        // So is a header length past the end of the file (npyz would allocate it first).
+        for version in [&b"\x01\x00\xff\xff"[..], b"\x02\x00\xf0\xff\xff\xff", b"\x03\x00\xf0\xff\xff\xff"] {
+            std::fs::write(&p, [&b"\x93NUMPY"[..], version, b"{'descr'"].concat()).unwrap();
+            let e = read_f32(&p).unwrap_err().to_string();
+            assert!(e.contains("header bytes, more than the file's"), "{e}");
+        }
         std::fs::write(&p, b"garbage").unwrap();
         assert!(read_f32(&p).unwrap_err().to_string().contains("not a valid .npy"));
         let e = read_f32(&dir.path().join("nope.npy")).unwrap_err().to_string();
