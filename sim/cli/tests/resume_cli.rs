@@ -189,4 +189,22 @@ fn runs_killed_at_random_moments_resume_to_the_uninterrupted_result() {
     let b = faultline_train::Checkpoint::load(&killed.join("ck")).unwrap();
     assert_eq!(a.state.step, 240);
     assert!(a == b, "seed {seed}, kills {kills:?}: the final state differs");
+    // Byte for byte, too: the final checkpoint's manifest and tensor files.
+    let files = |dir: &Path| -> Vec<(std::ffi::OsString, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_file())
+            .map(|e| (e.file_name(), read(&e.path())))
+            .collect();
+        v.sort();
+        v
+    };
+    let (fa, fb) = (files(&reference.join("ck")), files(&killed.join("ck")));
+    assert!(fa.len() > 1, "{fa:?}");
+    let names = |f: &[(std::ffi::OsString, Vec<u8>)]| f.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&fa), names(&fb), "seed {seed}, kills {kills:?}");
+    for ((name, x), (_, y)) in fa.iter().zip(&fb) {
+        assert!(x == y, "seed {seed}, kills {kills:?}: {name:?} differs from the uninterrupted run's");
+    }
 }
