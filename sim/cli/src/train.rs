@@ -253,12 +253,20 @@ pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
         trainer.data.test.len()
     );
     println!(
-        "cycles/step {} ({}) = {:.1} us at {} MHz; the graph's static estimate is {}",
+        "cycles/step {} ({}) = {:.1} us at {} MHz",
         summary.cycles_per_step,
         phases.join(", "),
         summary.simulated_seconds_per_step * 1e6,
         hw.clock_mhz,
-        summary.estimated_cycles_per_step
+    );
+    let busy = |c: u64| 100.0 * c as f64 / summary.cycles_per_step.max(1) as f64;
+    println!(
+        "{} instructions/step; MXU busy {} cycles ({:.1}%), VPU busy {} cycles ({:.1}%)",
+        summary.instructions_per_step,
+        summary.mxu_cycles_per_step,
+        busy(summary.mxu_cycles_per_step),
+        summary.vpu_cycles_per_step,
+        busy(summary.vpu_cycles_per_step)
     );
     if let Some(p) = &a.trace {
         println!("trace: {}", p.display());

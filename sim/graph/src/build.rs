@@ -63,7 +63,9 @@ impl Builder<'_> {
     fn layer(&mut self, ins: &[NodeIndex]) -> Result<NodeIndex, GraphError> {
         let x = ins[0];
         let xs = self.shape(x);
-        let glorot = |fan_in: usize, fan_out: usize| Init::Uniform { limit: (6.0 / (fan_in + fan_out) as f64).sqrt() };
+        let glorot = |fan_in: usize, fan_out: usize| Init::Uniform {
+            limit: (6.0 / fan_in.saturating_add(fan_out) as f64).sqrt(),
+        };
         match self.layer.op.clone() {
             LayerOp::Dense { units, bias } => {
                 if units == 0 {

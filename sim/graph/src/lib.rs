@@ -2,7 +2,7 @@
 //!
 //! # Using it (what an executor needs)
 //! ```no_run
-//! use faultline_graph::{ModelSpec, OptimizerSpec, TrainGraph, Tensor, reference, lower};
+//! use faultline_graph::{ModelSpec, OptimizerSpec, TrainGraph, Tensor, reference, program};
 //! let spec = ModelSpec::load("models/mlp-digits.ron")?;
 //! let tg = TrainGraph::build(&spec, 32, OptimizerSpec::Sgd { lr: 0.1 })?;
 //! let mut state = tg.initial_state(7);            // params + optimizer state, by name
@@ -14,7 +14,7 @@
 //! let loss = values.get(tg.loss).unwrap().data[0];
 //! tg.apply_updates(&values, &mut state);            // params/state for the next step
 //! let hw = faultline_hw::HwConfig::load("configs/tpu-32x32.ron").unwrap();
-//! let sched = lower::schedule(&tg, &hw);             // cycles per node / phase / step
+//! let sched = program::schedule(&tg, &hw);           // cycles per instruction / node / phase
 //! # Ok::<(), faultline_graph::GraphError>(())
 //! ```
 //! * Walk `tg.graph.indices()` (insertion order is topological) or `tg.topo_order()`; each
@@ -22,9 +22,9 @@
 //!   `Label`, `Step`, `Param`, `OptState`) are bound by node name.
 //! * [`Op`] documents every op's exact semantics; layouts are row-major, images NHWC, matmul
 //!   `[M, K] x [K, N]` with optional transposes (rank 3 = batch of independent matmuls).
-//! * [`lower::lower`] says where a node runs: `HwOp::Gemm` (MXU: every `MatMul`, including
-//!   convolutions after `Im2Col`), `HwOp::Vpu` (elementwise/reductions/im2col gathers), or
-//!   `HwOp::View` (reshapes and placeholders: no work).
+//! * [`Program::step`] lowers the step to machine instructions (GEMMs on the MXU, VPU
+//!   instructions for everything else, reshapes free) over a buffer table; its
+//!   [`Program::schedule`] is the step's cost, and the executor interprets the same program.
 //!
 //! **Architecture invariant:** this crate knows shapes, values in f64 and cycle estimates; it
 //! does not know machine number formats, fault sites or datasets. The executor (`train`) decides
@@ -36,8 +36,8 @@ pub mod autodiff;
 mod build;
 pub mod error;
 pub mod graph;
-pub mod lower;
 pub mod op;
+pub mod program;
 pub mod reference;
 pub mod spec;
 pub mod tensor;
@@ -45,9 +45,9 @@ pub mod train_graph;
 
 pub use error::GraphError;
 pub use graph::{Node, OpGraph};
-pub use lower::{HwOp, StepSchedule};
 pub use op::{Op, Phase, Window};
 pub use petgraph::graph::NodeIndex;
+pub use program::{Program, StepSchedule};
 pub use spec::{LayerOp, LayerSpec, LossSpec, ModelSpec};
 pub use tensor::Tensor;
 pub use train_graph::{Init, OptStateInfo, OptimizerSpec, ParamInfo, TrainGraph};

@@ -2,7 +2,8 @@
 //! nodes follow their formulas; phases and layers are tagged; the schedule adds up.
 
 use faultline_graph::reference::eval;
-use faultline_graph::{lower, GraphError, HwOp, ModelSpec, Op, OptimizerSpec, Phase, Tensor, TrainGraph};
+use faultline_graph::{program, GraphError, ModelSpec, Op, OptimizerSpec, Phase, Tensor, TrainGraph};
+use faultline_hw::isa::Instr;
 use faultline_hw::HwConfig;
 use std::path::{Path, PathBuf};
 
@@ -222,37 +223,64 @@ fn bad_optimizer_and_batch_are_rejected() {
 }
 
 #[test]
-fn schedule_uses_mxu_timing_and_adds_up() {
+fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
+    use faultline_hw::isa::ExecUnit;
     let cfg = HwConfig::load(root().join("configs/tpu-32x32.ron")).unwrap();
     for file in ["mlp-digits.ron", "cnn-small.ron", "transformer-tiny.ron"] {
         let tg = TrainGraph::build(&load(file), 32, SGD).unwrap();
-        let s = lower::schedule(&tg, &cfg);
+        let p = program::Program::step(&tg);
+        let s = p.schedule(&tg.graph, &cfg);
         assert_eq!(s.per_phase.values().sum::<u64>(), s.total_cycles);
         assert_eq!(s.per_layer.values().sum::<u64>(), s.total_cycles);
         let lp: u64 = s.per_layer_phase.values().flat_map(|m| m.values()).sum();
         assert_eq!(lp, s.total_cycles);
         assert_eq!(s.mxu_cycles + s.vpu_cycles, s.total_cycles);
-        for n in &s.nodes {
-            let node = tg.graph.node(n.node);
-            match (&node.op, n.hw) {
-                (Op::MatMul { .. }, HwOp::Gemm { m, k, n: nn, count }) => {
-                    assert_eq!(n.cycles, faultline_hw::mxu::gemm_timing(&cfg.mxu, m, k, nn).total_cycles * count as u64)
+        assert_eq!(s.instrs.iter().map(|c| c.cycles).sum::<u64>(), s.total_cycles);
+        assert_eq!(s.nodes.iter().map(|n| n.instructions).sum::<usize>(), p.instrs.len());
+        for (ins, (tag, cost)) in p.instrs.iter().zip(p.tags.iter().zip(&s.instrs)) {
+            let node = tg.graph.node(tag.node);
+            assert_eq!((tag.phase, tag.layer.as_str()), (node.phase, node.layer.as_str()));
+            match (&node.op, ins) {
+                (Op::MatMul { .. }, Instr::Gemm { m, k, n, .. }) => {
+                    assert_eq!(cost.cycles, faultline_hw::mxu::gemm_timing(&cfg.mxu, *m, *k, *n).total_cycles);
+                    let out = &node.shape;
+                    assert_eq!((*m, *n), (out[out.len() - 2], out[out.len() - 1]), "{}", node.name);
                 }
-                (Op::MatMul { .. }, hw) => panic!("{} lowered to {hw:?}", n.name),
-                (Op::Reshape { .. } | Op::Param | Op::Input | Op::Label | Op::OptState | Op::Step, hw) => {
-                    assert_eq!(hw, HwOp::View)
-                }
-                (_, hw) => assert!(matches!(hw, HwOp::Vpu { .. }), "{} lowered to {hw:?}", n.name),
+                (Op::MatMul { .. }, other) => panic!("{} lowered to {other:?}", node.name),
+                (op, Instr::Vpu { .. }) => assert!(!op.is_placeholder() && !matches!(op, Op::Reshape { .. })),
+                (op, other) => panic!("{op:?} lowered to {other:?}"),
             }
         }
+        // Placeholders and reshapes issue nothing; every other node issues on one unit.
+        for n in &s.nodes {
+            let op = &tg.graph.node(n.node).op;
+            assert!(!op.is_placeholder() && !matches!(op, Op::Reshape { .. }), "{}", n.name);
+            assert_eq!(n.unit == ExecUnit::Mxu, matches!(op, Op::MatMul { .. }), "{}", n.name);
+        }
         assert!(s.per_phase[&Phase::Backward] > 0 && s.per_phase[&Phase::Update] > 0);
-        assert_eq!(s.to_csv().lines().count(), tg.graph.len() + 1);
+        assert_eq!(s.to_csv().lines().count(), s.nodes.len() + 1);
+        // Every step cycle belongs to exactly one instruction.
+        assert_eq!(s.locate(0), Some((0, 0)));
+        assert_eq!(s.locate(s.total_cycles), None);
+        let (i, c) = s.locate(s.total_cycles - 1).unwrap();
+        assert_eq!((i, c + 1), (p.instrs.len() - 1, s.instrs[i].cycles));
     }
-    // The mlp's forward fc1 matmul is a 32 x 64 x 64 GEMM.
+    // The mlp's forward fc1 matmul is one 32 x 64 x 64 GEMM; the transformer's attention
+    // products are one GEMM per batch element.
     let tg = TrainGraph::build(&load("mlp-digits.ron"), 32, SGD).unwrap();
-    let s = lower::schedule(&tg, &cfg);
-    let fc1 = s.nodes.iter().find(|n| n.name == "fc1.matmul").unwrap();
-    assert_eq!(fc1.hw, HwOp::Gemm { m: 32, k: 64, n: 64, count: 1 });
+    let p = program::Program::step(&tg);
+    let fc1 = tg.graph.find("fc1.matmul").unwrap();
+    let gemms: Vec<_> = p.instrs.iter().zip(&p.tags).filter(|(_, t)| t.node == fc1).map(|(i, _)| i).collect();
+    assert!(matches!(gemms[..], [Instr::Gemm { m: 32, k: 64, n: 64, .. }]), "{gemms:?}");
+    let tg = TrainGraph::build(&load("transformer-tiny.ron"), 4, SGD).unwrap();
+    let p = program::Program::step(&tg);
+    for i in tg.graph.indices() {
+        let node = tg.graph.node(i);
+        if matches!(node.op, Op::MatMul { .. }) && node.shape.len() == 3 {
+            let n = p.tags.iter().filter(|t| t.node == i).count();
+            assert_eq!(n, node.shape[0], "{}", node.name);
+        }
+    }
 }
 
 #[test]

@@ -4,6 +4,8 @@
 //! * [`config`]: the hardware description (RON), validated on load.
 //! * [`sites`]: every injectable bit, addressable as a [`sites::FaultSite`] with a stable text form.
 //! * [`mxu`]: the systolic matrix unit, stepped clock by clock, plus its bit-exact functional twin.
+//! * [`isa`]: the instruction set (GEMM, VPU instructions with addressing views) and how one
+//!   instruction executes and what it costs.
 //! * [`fault`]: fault events applied at the clock's commit boundary.
 //! * [`vpu`]: the vector unit (elementwise ops, reductions, optimizer updates), lane registers
 //!   stepped clock by clock, plus its functional twin.
@@ -25,6 +27,7 @@ pub mod error;
 pub mod fault;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
+pub mod isa;
 pub mod matrix;
 pub mod mem;
 pub mod mxu;

@@ -137,6 +137,14 @@ pub enum VpuOp {
     Recip,
     /// `(x) -> 1 / sqrt(x)` (two correct roundings).
     Rsqrt,
+    /// `(x) -> ln(x)` (host libm `f32::ln`, same on both paths).
+    Ln,
+    /// `(t) -> 1 / (1 - beta^t)`: Adam's bias correction for step `t`, computed by the scalar
+    /// function unit in double precision and rounded once to fp32.
+    BiasCorrection {
+        /// The decay factor.
+        beta: f64,
+    },
     /// `(a, b) -> 1.0 if cmp(a, b) else 0.0`
     Compare(Cmp),
     /// `(a, b, x, y) -> x if cmp(a, b) else y`
@@ -188,7 +196,7 @@ impl VpuOp {
     pub fn inputs(&self) -> usize {
         use VpuOp::*;
         match self {
-            Copy | AddScalar(_) | MulScalar(_) | Neg | Relu | Exp | Recip | Rsqrt => 1,
+            Copy | AddScalar(_) | MulScalar(_) | Neg | Relu | Exp | Recip | Rsqrt | Ln | BiasCorrection { .. } => 1,
             ReduceSum { .. } | ReduceMax { .. } => 1,
             Add | Sub | Mul | Max | Min | ReluGrad | Compare(_) | Sgd { .. } => 2,
             Momentum { .. } => 3,
@@ -223,6 +231,8 @@ impl VpuOp {
             Exp => "exp",
             Recip => "recip",
             Rsqrt => "rsqrt",
+            Ln => "ln",
+            BiasCorrection { .. } => "bias_correction",
             Compare(_) => "compare",
             CmpSelect(_) => "cmp_select",
             ReduceSum { .. } => "reduce_sum",
@@ -333,6 +343,8 @@ pub fn lane_op(op: &VpuOp, j: usize, x: [u32; 4]) -> u32 {
         VpuOp::Exp => a.exp(),
         VpuOp::Recip => 1.0 / a,
         VpuOp::Rsqrt => 1.0 / a.sqrt(),
+        VpuOp::Ln => a.ln(),
+        VpuOp::BiasCorrection { beta } => (1.0 / (1.0 - beta.powf(a as f64))) as f32,
         VpuOp::Compare(cmp) => {
             if cmp.eval(a, b) {
                 1.0

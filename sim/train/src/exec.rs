@@ -1,17 +1,19 @@
-//! The executor: runs a training-step graph on the machine, node by node in topological order.
+//! The executor: interprets a training step's [`Program`] on the machine, instruction by
+//! instruction.
 //!
-//! `MatMul` nodes (dense layers, convolutions after im2col, attention products) go through the
-//! MXU ([`faultline_hw::mxu::gemm`]) in the chosen [`ExecMode`], with operands rounded to the
-//! MXU input format; every other node runs as fp32 vector-unit instructions
-//! ([`crate::vector`] lowers each op onto [`faultline_hw::vpu`]) in the same mode. Placeholders are
-//! bound by node name from the batch and the [`ModelState`]; after the step every `next` node's
-//! value is written back into the state.
+//! The step graph is lowered once ([`Program::step`], and [`Program::forward`] for evaluation);
+//! every instruction runs through [`faultline_hw::isa::execute`] in the chosen [`ExecMode`]
+//! (GEMMs on the MXU with operands rounded to the MXU input format, everything else as fp32 VPU
+//! instructions). Placeholder buffers are filled by node name from the batch and the
+//! [`ModelState`]; after the step every `next` node's value is written back into the state.
+//! The cycles a step issues are, instruction for instruction, its program's schedule.
 
 use crate::error::{shape_str, Result, TrainError};
 use crate::state::{ModelState, Tensor32};
-use crate::vector::Vpu;
-use faultline_graph::{NodeIndex, Op, OpGraph, Phase, TrainGraph};
-use faultline_hw::{mxu, ExecMode, FaultSchedule, HwConfig, Matrix, Unit};
+use faultline_graph::program::{Program, Role, StepSchedule};
+use faultline_graph::{NodeIndex, Phase, TrainGraph};
+use faultline_hw::isa::{self, Instr};
+use faultline_hw::{ExecMode, FaultSchedule, HwConfig};
 use faultline_num::{f32_to_bf16_bits, NumFormat};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -79,63 +81,51 @@ pub struct StepOutput {
     pub loss: f32,
     /// The model output `[batch, outputs]` (logits or predictions).
     pub output: Vec<f32>,
-    /// Hardware operations each computing node issued, in execution order.
-    pub ops: Vec<NodeOps>,
-}
-
-impl StepOutput {
-    /// Total GEMMs issued to the MXU.
-    pub fn gemms(&self) -> usize {
-        self.ops.iter().filter(|o| o.unit == Unit::Mxu).map(|o| o.count).sum()
-    }
-
-    /// Total VPU instructions issued.
-    pub fn vpu_instructions(&self) -> usize {
-        self.ops.iter().filter(|o| o.unit == Unit::Vpu).map(|o| o.count).sum()
-    }
-
-    /// Machine cycles of everything issued, operation after operation (MXU and VPU do not
-    /// overlap in this executor).
-    pub fn cycles(&self) -> u64 {
-        self.ops.iter().map(|o| o.cycles).sum()
-    }
-
-    /// [`StepOutput::cycles`] split by the phase of the issuing node (every phase present).
-    pub fn phase_cycles(&self, g: &OpGraph) -> BTreeMap<String, u64> {
-        let mut m: BTreeMap<String, u64> = Phase::ALL.iter().map(|p| (p.name().to_string(), 0)).collect();
-        for o in &self.ops {
-            *m.entry(g.node(o.node).phase.name().to_string()).or_default() += o.cycles;
-        }
-        m
-    }
-}
-
-/// The hardware operations of one node: `count` GEMMs (MXU) or VPU instructions, numbered
-/// `0..count` in issue order for [`NodeFault::op`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeOps {
-    /// The node.
-    pub node: NodeIndex,
-    /// `Mxu` or `Vpu`.
-    pub unit: Unit,
-    /// Operations issued.
-    pub count: usize,
-    /// Cycles of those operations, as issued one after another (the same in every mode).
+    /// Instructions issued.
+    pub instructions: usize,
+    /// Machine cycles of everything issued, instruction after instruction (the program's
+    /// schedule: the same in every mode).
     pub cycles: u64,
+    /// [`StepOutput::cycles`] split by the phase of the issuing node (every phase present).
+    pub phase_cycles: BTreeMap<String, u64>,
+    /// What an injected fault did to its instruction's outputs (`None` without injection).
+    pub effect: Option<Effect>,
 }
 
-/// A fault injected into one hardware operation of one node during a step. That operation
-/// runs cycle-level with `faults` (sites of its unit, times relative to its own schedule);
-/// everything else runs in the executor's mode, which is exact by the bit-exact-twin invariant.
+/// A fault injected into one instruction of a step: that instruction runs cycle-level with
+/// `faults` (sites of its unit, times relative to its own schedule); everything else runs in
+/// the executor's mode, which is exact by the bit-exact-twin invariant.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NodeFault {
-    /// The node whose operation is hit.
-    pub node: NodeIndex,
-    /// Which of the node's operations (see [`NodeOps`]): the GEMM of a rank-3 group, or the
-    /// VPU instruction, in issue order.
-    pub op: usize,
+pub struct Injection {
+    /// Index of the instruction in the step's [`Program`].
+    pub instr: usize,
     /// The fault events.
     pub faults: FaultSchedule,
+}
+
+/// The effect of an injected fault on the outputs of the instruction it hit, against the same
+/// instruction run without the fault.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effect {
+    /// The instruction.
+    pub instr: usize,
+    /// The buffer it writes (its first output): the first tensor a fault can corrupt.
+    pub buffer: String,
+    /// Output words it writes.
+    pub elements: usize,
+    /// Output words whose bits differ from the fault-free run.
+    pub corrupted: usize,
+    /// Largest `|faulty - golden|` over corrupted words (infinite if either is not finite).
+    pub max_abs_error: f64,
+    /// Largest `|faulty - golden| / |golden|` over corrupted words (infinite for golden 0).
+    pub max_rel_error: f64,
+}
+
+impl Effect {
+    /// The fault never left the hardware: every output bit equals the fault-free run's.
+    pub fn masked(&self) -> bool {
+        self.corrupted == 0
+    }
 }
 
 /// Host bytes one step of `tg` needs, estimated from its shapes alone (checked arithmetic;
@@ -151,21 +141,21 @@ pub fn host_bytes(tg: &TrainGraph) -> Option<u64> {
     all.checked_add(largest.checked_mul(8)?)?.checked_mul(4)
 }
 
-/// Runs a [`TrainGraph`] on one machine configuration in one mode.
+/// Runs a [`TrainGraph`]'s programs on one machine configuration in one mode.
 #[derive(Debug, Clone)]
 pub struct Executor {
     /// The step graph.
     pub tg: TrainGraph,
     /// The machine, with the MXU set to `format` inputs and fp32 accumulation.
     pub hw: HwConfig,
-    /// Functional or cycle-level MXU execution (bit-identical results).
+    /// Functional or cycle-level execution (bit-identical results).
     pub mode: ExecMode,
     /// MXU input format.
     pub format: MxuFormat,
-    /// Nodes the model output depends on, in execution order (a forward-only pass).
-    forward: Vec<NodeIndex>,
-    /// Every node in execution order.
-    order: Vec<NodeIndex>,
+    /// The whole step, lowered once.
+    step: Program,
+    /// The forward pass (nodes the model output depends on), lowered once.
+    fwd: Program,
 }
 
 impl Executor {
@@ -174,19 +164,19 @@ impl Executor {
         let mut hw = hw.clone();
         hw.mxu.input_format = format.input();
         hw.mxu.acc_format = NumFormat::Fp32;
-        let order = tg.topo_order().map_err(|e| TrainError::Model(e.to_string()))?;
-        let g = &tg.graph;
-        let mut needed = vec![false; g.len()];
-        needed[tg.output.index()] = true;
-        for &i in order.iter().rev() {
-            if needed[i.index()] {
-                for j in &g.node(i).inputs {
-                    needed[j.index()] = true;
-                }
-            }
-        }
-        let forward = order.iter().copied().filter(|i| needed[i.index()]).collect();
-        Ok(Executor { tg, hw, mode, format, forward, order })
+        tg.topo_order().map_err(|e| TrainError::Model(e.to_string()))?;
+        let (step, fwd) = (Program::step(&tg), Program::forward(&tg));
+        Ok(Executor { tg, hw, mode, format, step, fwd })
+    }
+
+    /// The step's program (what [`Executor::step`] interprets).
+    pub fn program(&self) -> &Program {
+        &self.step
+    }
+
+    /// The step program's schedule on this machine: the cycles [`Executor::step`] issues.
+    pub fn schedule(&self) -> StepSchedule {
+        self.step.schedule(&self.tg.graph, &self.hw)
     }
 
     /// Batch size of the graph.
@@ -210,62 +200,70 @@ impl Executor {
         self.step_with_fault(state, x, labels, None)
     }
 
-    /// [`Executor::step`] with an optional fault in one hardware operation. Errors (and leaves
-    /// `state` untouched) if the fault names an operation the node does not issue.
+    /// [`Executor::step`] with an optional fault in one instruction. Errors (and leaves
+    /// `state` untouched) if the injection names no instruction of the step or a fault the
+    /// instruction's unit cannot take.
     pub fn step_with_fault(
         &self,
         state: &mut ModelState,
         x: &[f32],
         labels: &[u32],
-        fault: Option<&NodeFault>,
+        fault: Option<&Injection>,
     ) -> Result<StepOutput> {
-        let mut vals = self.bind(state, x, Some(labels))?;
-        let ops = self.run(&self.order, &mut vals, fault)?;
-        let loss = vals[self.tg.loss.index()].as_ref().and_then(|v| v.first().copied()).unwrap_or(f32::NAN);
-        let output = vals[self.tg.output.index()].clone().unwrap_or_default();
+        let p = &self.step;
+        let mut bufs = self.bind(p, state, x, Some(labels))?;
+        let mut out = run_program(&self.hw, self.mode, p, &mut bufs, fault)?;
+        let value = |bufs: &mut [Vec<u32>], i: NodeIndex| -> Vec<f32> {
+            let b = p.buffer_of(i).expect("kept nodes have buffers");
+            std::mem::take(&mut bufs[b.index()]).into_iter().map(f32::from_bits).collect()
+        };
+        out.loss = value(&mut bufs, self.tg.loss).first().copied().unwrap_or(f32::NAN);
+        out.output = value(&mut bufs, self.tg.output);
         let g = &self.tg.graph;
         let writes =
             self.tg.params.iter().map(|p| (&p.name, p.next)).chain(self.tg.opt_state.iter().map(|s| (&s.name, s.next)));
         for (name, next) in writes {
-            let data = vals[next.index()].take().expect("every node was executed");
+            let data = value(&mut bufs, next);
             state.tensors.insert(name.clone(), Tensor32 { shape: g.node(next).shape.clone(), data });
         }
         state.step += 1;
-        Ok(StepOutput { loss, output, ops })
+        Ok(out)
     }
 
-    /// The model output for a batch of inputs, running only the nodes it depends on.
+    /// The model output for a batch of inputs, running only the forward program.
     pub fn forward(&self, state: &ModelState, x: &[f32]) -> Result<StepOutput> {
-        let mut vals = self.bind(state, x, None)?;
-        let ops = self.run(&self.forward, &mut vals, None)?;
-        let output = vals[self.tg.output.index()].take().unwrap_or_default();
-        Ok(StepOutput { loss: f32::NAN, output, ops })
+        let p = &self.fwd;
+        let mut bufs = self.bind(p, state, x, None)?;
+        let mut out = run_program(&self.hw, self.mode, p, &mut bufs, None)?;
+        let b = p.buffer_of(self.tg.output).expect("the forward program computes the output");
+        out.output = std::mem::take(&mut bufs[b.index()]).into_iter().map(f32::from_bits).collect();
+        Ok(out)
     }
 
-    /// Values of the placeholders; everything else `None` until run.
-    fn bind(&self, state: &ModelState, x: &[f32], labels: Option<&[u32]>) -> Result<Vec<Option<Vec<f32>>>> {
+    /// The program's buffers with the placeholders filled; everything else empty until written.
+    fn bind(&self, p: &Program, state: &ModelState, x: &[f32], labels: Option<&[u32]>) -> Result<Vec<Vec<u32>>> {
         let g = &self.tg.graph;
-        let mut vals: Vec<Option<Vec<f32>>> = vec![None; g.len()];
-        for i in g.indices() {
-            let node = g.node(i);
-            let numel: usize = node.shape.iter().product();
-            let v = match node.op {
-                Op::Input => {
-                    if x.len() != numel {
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        let mut bufs = vec![Vec::new(); p.buffers.len()];
+        for (b, buf) in p.buffers.iter().enumerate() {
+            let node = g.node(buf.node);
+            bufs[b] = match buf.role {
+                Role::Input => {
+                    if x.len() != buf.len {
                         return Err(TrainError::Shape {
                             file: "<batch input>".into(),
-                            expected: format!("{} values {}", numel, shape_str(&node.shape)),
+                            expected: format!("{} values {}", buf.len, shape_str(&node.shape)),
                             found: format!("{} values", x.len()),
                         });
                     }
-                    x.to_vec()
+                    bits(x)
                 }
-                Op::Label => match labels {
-                    Some(l) => one_hot(l, &node.shape)?,
-                    None => vec![0.0; numel],
+                Role::Label => match labels {
+                    Some(l) => bits(&one_hot(l, &node.shape)?),
+                    None => vec![0; buf.len],
                 },
-                Op::Step => vec![(state.step + 1) as f32; numel],
-                Op::Param | Op::OptState => {
+                Role::Step => vec![((state.step + 1) as f32).to_bits(); buf.len],
+                Role::Param | Role::OptState => {
                     let t = state
                         .tensors
                         .get(&node.name)
@@ -277,115 +275,107 @@ impl Executor {
                             found: shape_str(&t.shape),
                         });
                     }
-                    t.data.clone()
+                    bits(&t.data)
                 }
-                _ => continue,
+                Role::Value | Role::Temp => continue,
             };
-            vals[i.index()] = Some(v);
         }
-        Ok(vals)
+        Ok(bufs)
     }
+}
 
-    /// Executes `nodes` in order; returns the hardware operations each node issued.
-    fn run(
-        &self,
-        nodes: &[NodeIndex],
-        vals: &mut [Option<Vec<f32>>],
-        fault: Option<&NodeFault>,
-    ) -> Result<Vec<NodeOps>> {
-        let g = &self.tg.graph;
-        let mut ops = Vec::new();
-        let mut vpu = Vpu::new(&self.hw, self.mode);
-        for &i in nodes {
-            let node = g.node(i);
-            if node.op.is_placeholder() {
-                continue;
-            }
-            let ins: Vec<(&[f32], &[usize])> = node
-                .inputs
-                .iter()
-                .map(|j| {
-                    (
-                        vals[j.index()].as_deref().expect("inputs run before their consumers"),
-                        g.node(*j).shape.as_slice(),
-                    )
-                })
-                .collect();
-            let here = fault.filter(|f| f.node == i);
-            let (out, unit, count, cycles) = match node.op {
-                Op::MatMul { trans_a, trans_b } => {
-                    let (out, n, cycles) = self.matmul(ins[0], ins[1], trans_a, trans_b, here)?;
-                    (out, Unit::Mxu, n, cycles)
-                }
-                ref op => {
-                    let (base, base_cycles) = (vpu.instructions, vpu.cycles);
-                    if let Some(f) = here {
-                        vpu.arm(base + f.op as u64, f.faults.clone());
-                    }
-                    let out = vpu.apply(op, &ins, &node.shape)?.expect("non-placeholder, non-matmul op");
-                    vpu.disarm();
-                    (out, Unit::Vpu, (vpu.instructions - base) as usize, vpu.cycles - base_cycles)
-                }
-            };
-            if let Some(f) = here {
-                if f.op >= count {
-                    return Err(TrainError::Config(format!(
-                        "fault targets operation {} of node `{}`, which issues {count} {} operation(s)",
-                        f.op,
-                        node.name,
-                        if unit == Unit::Mxu { "MXU" } else { "VPU" }
-                    )));
-                }
-            }
-            debug_assert_eq!(out.len(), node.shape.iter().product::<usize>(), "{}", node.name);
-            vals[i.index()] = Some(out);
-            if count > 0 {
-                ops.push(NodeOps { node: i, unit, count, cycles });
-            }
+/// Interprets `p` on `hw` in `mode` over `bufs` (one per buffer of `p`, placeholders filled,
+/// the rest empty), with an optional injection; the loss and output of the result are left
+/// empty for the caller to read from `bufs` (released buffers are emptied as the program goes).
+pub fn run_program(
+    hw: &HwConfig,
+    mode: ExecMode,
+    p: &Program,
+    bufs: &mut [Vec<u32>],
+    fault: Option<&Injection>,
+) -> Result<StepOutput> {
+    if let Some(f) = fault {
+        if f.instr >= p.instrs.len() {
+            return Err(TrainError::Config(format!(
+                "fault targets instruction {}, but the step has {} instructions (0..{})",
+                f.instr,
+                p.instrs.len(),
+                p.instrs.len()
+            )));
         }
-        if let Some(f) = fault {
-            if !nodes.contains(&f.node) || g.node(f.node).op.is_placeholder() {
-                return Err(TrainError::Config(format!(
-                    "fault targets node {:?}, which issues no hardware operation",
-                    f.node
-                )));
-            }
-        }
-        Ok(ops)
     }
+    let none = FaultSchedule::none();
+    let mut phase_cycles: BTreeMap<String, u64> = Phase::ALL.iter().map(|p| (p.name().to_string(), 0)).collect();
+    let (mut cycles, mut effect) = (0u64, None);
+    for (i, ins) in p.instrs.iter().enumerate() {
+        // A destination filled in parts (batched GEMMs, per-sample reductions) is sized first.
+        for d in ins.writes() {
+            let len = p.buffers[d.index()].len;
+            if bufs[d.index()].is_empty() && ins.out_len() != len {
+                bufs[d.index()] = vec![0; len];
+            }
+        }
+        let c = match fault.filter(|f| f.instr == i) {
+            Some(f) => {
+                let (c, e) = inject(hw, p, i, bufs, &f.faults)?;
+                effect = Some(e);
+                c
+            }
+            None => isa::execute(hw, ins, bufs, mode, &none)?,
+        };
+        cycles = cycles.saturating_add(c);
+        *phase_cycles.entry(p.tags[i].phase.name().to_string()).or_default() += c;
+        for r in &p.release[i] {
+            bufs[r.index()] = Vec::new();
+        }
+    }
+    Ok(StepOutput { loss: f32::NAN, output: Vec::new(), instructions: p.instrs.len(), cycles, phase_cycles, effect })
+}
 
-    /// `op(A) * op(B)` on the MXU, rank 2 or a rank-3 batch of independent GEMMs.
-    fn matmul(
-        &self,
-        a: (&[f32], &[usize]),
-        b: (&[f32], &[usize]),
-        ta: bool,
-        tb: bool,
-        fault: Option<&NodeFault>,
-    ) -> Result<(Vec<f32>, usize, u64)> {
-        let r = a.1.len();
-        let groups = if r == 3 { a.1[0] } else { 1 };
-        let (ar, ac, br, bc) = (a.1[r - 2], a.1[r - 1], b.1[r - 2], b.1[r - 1]);
-        let (m, k) = if ta { (ac, ar) } else { (ar, ac) };
-        let n = if tb { br } else { bc };
-        let f = self.format;
-        let mut out = Vec::with_capacity(groups * m * n);
-        let mut cycles = 0;
-        for gi in 0..groups {
-            let sa = &a.0[gi * ar * ac..(gi + 1) * ar * ac];
-            let sb = &b.0[gi * br * bc..(gi + 1) * br * bc];
-            // Transposes are data movement (the DMA/UB layout), not arithmetic: exact.
-            let am = Matrix::from_fn(m, k, |i, p| f.encode(if ta { sa[p * ac + i] } else { sa[i * ac + p] }));
-            let bm = Matrix::from_fn(k, n, |p, j| f.encode(if tb { sb[j * bc + p] } else { sb[p * bc + j] }));
-            let res = match fault.filter(|f| f.op == gi) {
-                Some(f) => mxu::gemm(&self.hw, &am, &bm, ExecMode::CycleLevel, &f.faults)?,
-                None => mxu::gemm(&self.hw, &am, &bm, self.mode, &FaultSchedule::none())?,
-            };
-            out.extend(res.out.data.iter().map(|&bits| f32::from_bits(bits)));
-            cycles += res.stats.total_cycles;
-        }
-        Ok((out, groups, cycles))
+/// Runs instruction `i` with `faults` at cycle level, and without them functionally, and
+/// reports the difference (the faulty outputs are what the step goes on with).
+fn inject(
+    hw: &HwConfig,
+    p: &Program,
+    i: usize,
+    bufs: &mut [Vec<u32>],
+    faults: &FaultSchedule,
+) -> Result<(u64, Effect)> {
+    let ins = &p.instrs[i];
+    let dests = ins.writes();
+    let before: Vec<Vec<u32>> = dests.iter().map(|d| bufs[d.index()].clone()).collect();
+    isa::execute(hw, ins, bufs, ExecMode::Functional, &FaultSchedule::none())?;
+    let mut golden = Vec::with_capacity(dests.len());
+    for (d, b) in dests.iter().zip(before) {
+        golden.push(std::mem::replace(&mut bufs[d.index()], b));
     }
+    let c = isa::execute(hw, ins, bufs, ExecMode::CycleLevel, faults)?;
+    let offsets = match ins {
+        Instr::Gemm { out, .. } => vec![out.offset],
+        Instr::Vpu { outs, .. } => outs.iter().map(|d| d.offset).collect(),
+    };
+    let len = ins.out_len();
+    let mut e = Effect {
+        instr: i,
+        buffer: p.buffers[dests[0].index()].name.clone(),
+        elements: len * dests.len(),
+        corrupted: 0,
+        max_abs_error: 0.0,
+        max_rel_error: 0.0,
+    };
+    for ((d, g), off) in dests.iter().zip(&golden).zip(offsets) {
+        let f = &bufs[d.index()];
+        for (&gb, &fb) in g[off..off + len].iter().zip(&f[off..off + len]) {
+            if gb != fb {
+                let (gv, fv) = (f32::from_bits(gb) as f64, f32::from_bits(fb) as f64);
+                let abs = if gv.is_finite() && fv.is_finite() { (fv - gv).abs() } else { f64::INFINITY };
+                e.corrupted += 1;
+                e.max_abs_error = e.max_abs_error.max(abs);
+                e.max_rel_error = e.max_rel_error.max(abs / gv.abs());
+            }
+        }
+    }
+    Ok((c, e))
 }
 
 /// One-hot rows for class labels; errors if a label does not fit the output width.

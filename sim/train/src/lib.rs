@@ -1,8 +1,9 @@
 //! Training on the simulated accelerator: the executor half of Faultline.
 //!
-//! * [`exec`]: runs a step graph on the machine, `MatMul` on the MXU (bf16 or fp32 inputs,
-//!   fp32 accumulate), everything else on the VPU ([`vector`] lowers each op to VPU
-//!   instructions), in `Functional` or `CycleLevel` mode with identical bits.
+//! * [`exec`]: interprets a step's program (`faultline_graph::Program`: GEMMs on the MXU with
+//!   bf16 or fp32 inputs and fp32 accumulation, everything else as VPU instructions) in
+//!   `Functional` or `CycleLevel` mode with identical bits, with an optional fault injected
+//!   into one instruction and its effect on that instruction's outputs reported.
 //! * [`trainer`]: the loop (batches, steps, evaluation on the held-out split, per-step
 //!   records, summary), optimizer choice and run options.
 //! * [`state`]: parameters and optimizer state, initialised from a seed or `.npy` files.
@@ -23,10 +24,9 @@
 //! ```
 //!
 //! **Architecture invariant:** this crate decides how graph values map onto machine formats
-//! and registers; it knows no fault models or campaigns. A step's cycles are those of the GEMMs
-//! and VPU instructions it issues, from the machine's schedules, so they are the same in every
-//! mode; values never depend on mode. The graph's static estimate (`faultline_graph::lower`) is
-//! kept alongside and tested to stay within 10% of them.
+//! and registers; it knows no fault models or campaigns. A step's cycles are those of the
+//! instructions it issues, from the machine's schedules, so they are the same in every mode and
+//! equal, instruction for instruction, to the program's schedule; values never depend on mode.
 
 #![warn(missing_docs)]
 
@@ -42,12 +42,11 @@ pub mod state;
 pub mod synth;
 pub mod trace;
 pub mod trainer;
-pub mod vector;
 
 pub use checkpoint::{Checkpoint, DataIdentity, RunIdentity};
 pub use dataset::{Batcher, BatcherState, Dataset, Split};
 pub use error::{Result, TrainError};
-pub use exec::{Executor, MxuFormat, NodeFault, NodeOps, StepOutput};
+pub use exec::{Effect, Executor, Injection, MxuFormat, StepOutput};
 pub use state::{ModelState, Tensor32};
 pub use trace::{RunDescription, TraceWriter};
 pub use trainer::{InitWeights, OptimizerKind, StepRecord, Summary, TrainOptions, Trainer, MAX_STEPS};

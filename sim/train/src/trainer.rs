@@ -6,7 +6,7 @@ use crate::dataset::{Batcher, Dataset, Split};
 use crate::error::{Result, TrainError};
 use crate::exec::{accuracy, Executor, MxuFormat};
 use crate::state::ModelState;
-use faultline_graph::{lower, ModelSpec, OptimizerSpec, StepSchedule, TrainGraph};
+use faultline_graph::{program, ModelSpec, OptimizerSpec, StepSchedule, TrainGraph};
 use faultline_hw::matrix::bits_checksum;
 use faultline_hw::{ExecMode, HwConfig};
 use faultline_num::NumFormat;
@@ -161,8 +161,8 @@ pub struct Trainer {
     pub data: Split,
     /// Run settings.
     pub options: TrainOptions,
-    /// The graph's static cycle estimate of one step (per node, phase and layer), for planning
-    /// and reports; the records carry the cycles of what was actually issued.
+    /// The step program's schedule (per instruction, node, phase and layer): exactly the
+    /// cycles each step issues.
     pub schedule: StepSchedule,
     /// FNV-1a of the model definition (part of the run's identity).
     model_digest: u64,
@@ -210,7 +210,7 @@ impl Trainer {
                 hw.mxu.acc_format.name()
             )));
         }
-        let schedule = lower::schedule(&tg, hw);
+        let schedule = program::schedule(&tg, hw);
         let state = match &options.init {
             InitWeights::Seed => ModelState::from_seed(&tg, options.seed),
             InitWeights::NpyDir(dir) => ModelState::from_npy_dir(&tg, dir, options.allow_nonfinite)?,
@@ -271,8 +271,8 @@ impl Trainer {
             loss: out.loss as f64,
             train_accuracy: accuracy(&out.output, &y, self.exec.outputs()),
             test_accuracy,
-            cycles: out.cycles(),
-            phase_cycles: out.phase_cycles(&self.exec.tg.graph),
+            cycles: out.cycles,
+            phase_cycles: out.phase_cycles,
         })
     }
 
@@ -387,8 +387,12 @@ pub struct Summary {
     pub phase_cycles: BTreeMap<String, u64>,
     /// Simulated seconds per step at the machine's clock.
     pub simulated_seconds_per_step: f64,
-    /// The graph's static estimate of a step's cycles ([`Trainer::schedule`]).
-    pub estimated_cycles_per_step: u64,
+    /// Instructions per step (the step program's length).
+    pub instructions_per_step: usize,
+    /// Cycles per step the MXU is busy ([`Trainer::schedule`]).
+    pub mxu_cycles_per_step: u64,
+    /// Cycles per step the VPU is busy ([`Trainer::schedule`]).
+    pub vpu_cycles_per_step: u64,
     /// Loss of every step of this invocation, in order.
     pub losses: Vec<f64>,
     /// Host wall-clock seconds of the run.
@@ -445,7 +449,9 @@ impl Trainer {
             cycles_per_step: issued.0,
             phase_cycles: issued.1,
             simulated_seconds_per_step: issued.0 as f64 / (self.exec.hw.clock_mhz * 1e6),
-            estimated_cycles_per_step: self.schedule.total_cycles,
+            instructions_per_step: self.schedule.instrs.len(),
+            mxu_cycles_per_step: self.schedule.mxu_cycles,
+            vpu_cycles_per_step: self.schedule.vpu_cycles,
             losses,
             wall_seconds: t0.elapsed().as_secs_f64(),
         })

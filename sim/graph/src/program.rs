@@ -1,0 +1,709 @@
+//! The one lowering: a step graph becomes a [`Program`] of machine instructions
+//! ([`faultline_hw::isa::Instr`]) over a buffer table, and its [`StepSchedule`] is the cost of
+//! exactly those instructions. The executor (`train`) interprets the same program, so what is
+//! costed is what is executed.
+//!
+//! # How ops lower
+//! * `MatMul` -> one [`Instr::Gemm`] per product (rank 3: one per batch element, reading and
+//!   writing at that element's offset); transposes are the operand's read order.
+//! * Every other computing op -> a sequence of fp32 VPU instructions. Broadcasts (a row vector
+//!   over leading dimensions, a per-row scalar across a row) are operand address patterns
+//!   ([`View`]); im2col and repeats are `Copy` instructions through the lanes; col2im is the sum
+//!   of one gathered tap per kernel offset. Op constants (`1/D`, learning rate, decay factors)
+//!   are instruction immediates rounded once to fp32. Compositions: `x / s` is
+//!   `x * recip(s)`, `sqrt(v)` is `recip(rsqrt(v))`, `tanh(u) = 1 - 2 / (exp(2u) + 1)`; the
+//!   loss's log-sum-exp uses the VPU's `ln`, Adam's bias corrections its `bias_correction`.
+//! * `Reshape` -> nothing: its buffer is its input's.
+//! * Placeholders -> buffers the caller fills before the step (input, labels, step counter,
+//!   parameters, optimizer state).
+//!
+//! No value of the step is computed anywhere but in an instruction.
+//!
+//! # Schedule
+//! Instructions issue one after another in program order (no MXU/VPU overlap yet); each costs
+//! [`faultline_hw::isa::cycles`], the unit's own schedule.
+
+use crate::op::{Op, Phase, Window};
+use crate::train_graph::TrainGraph;
+use crate::{NodeIndex, OpGraph};
+use faultline_hw::isa::{self, BufId, Dest, ExecUnit, Instr, MatOperand, Operand, View};
+use faultline_hw::vpu::{Axis, VpuOp};
+use faultline_hw::HwConfig;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// What a buffer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Role {
+    /// The batch's features (filled by the caller).
+    Input,
+    /// The batch's targets (filled by the caller).
+    Label,
+    /// The 1-based step counter (filled by the caller).
+    Step,
+    /// A parameter (filled from the model state).
+    Param,
+    /// Optimizer state (filled from the model state).
+    OptState,
+    /// A node's value.
+    Value,
+    /// An intermediate of a node's instruction sequence.
+    Temp,
+}
+
+/// One entry of the buffer table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Buffer {
+    /// Name: the node's name, or `<node>#<k>` for the `k`-th intermediate of a node.
+    pub name: String,
+    /// Words (fp32 values).
+    pub len: usize,
+    /// What it holds.
+    pub role: Role,
+    /// The node it belongs to.
+    #[serde(skip)]
+    pub node: NodeIndex,
+}
+
+/// Where an instruction came from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Tag {
+    /// The graph node it computes (part of).
+    #[serde(skip)]
+    pub node: NodeIndex,
+    /// The node's phase.
+    pub phase: Phase,
+    /// The node's layer.
+    pub layer: String,
+}
+
+/// A lowered step: instructions in issue order, each tagged, over a buffer table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
+    /// The instructions, in issue order.
+    pub instrs: Vec<Instr>,
+    /// `tags[i]` says which node, phase and layer `instrs[i]` belongs to.
+    pub tags: Vec<Tag>,
+    /// Every buffer the program uses.
+    pub buffers: Vec<Buffer>,
+    /// `release[i]`: buffers no instruction after `i` reads and the caller does not keep; an
+    /// interpreter may free them once `instrs[i]` has run.
+    pub release: Vec<Vec<BufId>>,
+    /// The buffer of each node's value (`None` for nodes outside the program).
+    node_buf: Vec<Option<BufId>>,
+}
+
+impl Program {
+    /// Lowers `nodes` of `g` (in execution order, placeholders included) to a program. The
+    /// values of `keep` stay available after the last instruction; every other buffer is
+    /// released after its last reader.
+    pub fn lower(g: &OpGraph, nodes: &[NodeIndex], keep: &[NodeIndex]) -> Program {
+        let mut b = Builder {
+            g,
+            p: Program {
+                instrs: Vec::new(),
+                tags: Vec::new(),
+                buffers: Vec::new(),
+                release: Vec::new(),
+                node_buf: vec![None; g.len()],
+            },
+            node: NodeIndex::new(0),
+            temps: 0,
+        };
+        for &i in nodes {
+            b.node(i);
+        }
+        let mut p = b.p;
+        let kept: Vec<BufId> = keep.iter().filter_map(|&k| p.node_buf[k.index()]).collect();
+        let mut last = vec![None; p.buffers.len()];
+        for (i, ins) in p.instrs.iter().enumerate() {
+            for buf in ins.reads().into_iter().chain(ins.writes()) {
+                last[buf.index()] = Some(i);
+            }
+        }
+        p.release = vec![Vec::new(); p.instrs.len()];
+        for (buf, l) in last.iter().enumerate() {
+            let id = BufId(buf as u32);
+            if let (Some(i), false) = (l, kept.contains(&id)) {
+                p.release[*i].push(id);
+            }
+        }
+        p
+    }
+
+    /// The whole step of `tg`: every node, keeping the loss, the model output and every
+    /// parameter's and optimizer-state tensor's next value.
+    pub fn step(tg: &TrainGraph) -> Program {
+        let keep: Vec<NodeIndex> = [tg.loss, tg.output]
+            .into_iter()
+            .chain(tg.params.iter().map(|p| p.next))
+            .chain(tg.opt_state.iter().map(|s| s.next))
+            .collect();
+        Program::lower(&tg.graph, &tg.graph.indices().collect::<Vec<_>>(), &keep)
+    }
+
+    /// The forward pass of `tg`: only the nodes the model output depends on, keeping the output.
+    pub fn forward(tg: &TrainGraph) -> Program {
+        let g = &tg.graph;
+        let mut needed = vec![false; g.len()];
+        needed[tg.output.index()] = true;
+        for i in g.indices().collect::<Vec<_>>().into_iter().rev() {
+            if needed[i.index()] {
+                for j in &g.node(i).inputs {
+                    needed[j.index()] = true;
+                }
+            }
+        }
+        let nodes: Vec<NodeIndex> = g.indices().filter(|i| needed[i.index()]).collect();
+        Program::lower(g, &nodes, &[tg.output])
+    }
+
+    /// The buffer holding node `i`'s value, if the program computes or binds it.
+    pub fn buffer_of(&self, i: NodeIndex) -> Option<BufId> {
+        self.node_buf.get(i.index()).copied().flatten()
+    }
+
+    /// The program's cost on `cfg`: instructions back to back, each at its unit's schedule.
+    pub fn schedule(&self, g: &OpGraph, cfg: &HwConfig) -> StepSchedule {
+        let mut s = StepSchedule {
+            hw: cfg.name.clone(),
+            clock_mhz: cfg.clock_mhz,
+            instrs: Vec::with_capacity(self.instrs.len()),
+            nodes: Vec::new(),
+            per_phase: Phase::ALL.iter().map(|&p| (p, 0)).collect(),
+            per_layer: BTreeMap::new(),
+            per_layer_phase: BTreeMap::new(),
+            mxu_cycles: 0,
+            vpu_cycles: 0,
+            total_cycles: 0,
+        };
+        for (ins, tag) in self.instrs.iter().zip(&self.tags) {
+            let c = isa::cycles(cfg, ins);
+            s.instrs.push(InstrCost { start: s.total_cycles, cycles: c });
+            match ins.unit() {
+                ExecUnit::Mxu => s.mxu_cycles = s.mxu_cycles.saturating_add(c),
+                ExecUnit::Vpu => s.vpu_cycles = s.vpu_cycles.saturating_add(c),
+            }
+            *s.per_phase.entry(tag.phase).or_default() += c;
+            *s.per_layer.entry(tag.layer.clone()).or_default() += c;
+            *s.per_layer_phase.entry(tag.layer.clone()).or_default().entry(tag.phase).or_default() += c;
+            match s.nodes.last_mut() {
+                Some(n) if n.node == tag.node => {
+                    n.instructions += 1;
+                    n.cycles += c;
+                }
+                _ => {
+                    let node = g.node(tag.node);
+                    s.nodes.push(NodeCost {
+                        node: tag.node,
+                        name: node.name.clone(),
+                        layer: node.layer.clone(),
+                        phase: node.phase,
+                        op: node.op.name(),
+                        unit: ins.unit(),
+                        instructions: 1,
+                        start: s.total_cycles,
+                        cycles: c,
+                    })
+                }
+            }
+            s.total_cycles = s.total_cycles.saturating_add(c);
+        }
+        s
+    }
+}
+
+/// Emits a node's instructions.
+struct Builder<'g> {
+    g: &'g OpGraph,
+    p: Program,
+    /// The node being lowered.
+    node: NodeIndex,
+    /// Intermediates allocated for it so far.
+    temps: usize,
+}
+
+fn w(b: BufId) -> Operand {
+    Operand::whole(b)
+}
+
+fn per_row(b: BufId, cols: usize) -> Operand {
+    Operand::view(b, View::PerRow { cols })
+}
+
+fn image4(s: &[usize]) -> [usize; 4] {
+    [s[0], s[1], s[2], s[3]]
+}
+
+const GELU_C: f64 = 0.797_884_560_802_865_4; // sqrt(2/pi)
+const GELU_A: f64 = 0.044715;
+
+impl Builder<'_> {
+    fn buffer(&mut self, name: String, len: usize, role: Role) -> BufId {
+        let id = BufId(self.p.buffers.len() as u32);
+        self.p.buffers.push(Buffer { name, len, role, node: self.node });
+        id
+    }
+
+    /// A new intermediate of `len` words for the current node.
+    fn temp(&mut self, len: usize) -> BufId {
+        self.temps += 1;
+        let name = format!("{}#{}", self.g.node(self.node).name, self.temps);
+        self.buffer(name, len, Role::Temp)
+    }
+
+    fn emit(&mut self, ins: Instr) {
+        let node = self.g.node(self.node);
+        self.p.instrs.push(ins);
+        self.p.tags.push(Tag { node: self.node, phase: node.phase, layer: node.layer.clone() });
+    }
+
+    /// `op` on `n` elements of `ins`, into a new intermediate.
+    fn vpu(&mut self, op: VpuOp, ins: Vec<Operand>, n: usize) -> BufId {
+        let mut instr = Instr::Vpu { op, n, ins, outs: vec![] };
+        let out = self.temp(instr.out_len());
+        if let Instr::Vpu { outs, .. } = &mut instr {
+            outs.push(Dest::whole(out));
+        }
+        self.emit(instr);
+        out
+    }
+
+    fn bin(&mut self, op: VpuOp, a: Operand, b: Operand, n: usize) -> BufId {
+        self.vpu(op, vec![a, b], n)
+    }
+    fn add(&mut self, a: BufId, b: BufId, n: usize) -> BufId {
+        self.bin(VpuOp::Add, w(a), w(b), n)
+    }
+    fn sub(&mut self, a: BufId, b: BufId, n: usize) -> BufId {
+        self.bin(VpuOp::Sub, w(a), w(b), n)
+    }
+    fn mul(&mut self, a: BufId, b: BufId, n: usize) -> BufId {
+        self.bin(VpuOp::Mul, w(a), w(b), n)
+    }
+    fn un(&mut self, op: VpuOp, a: BufId, n: usize) -> BufId {
+        self.vpu(op, vec![w(a)], n)
+    }
+    fn muls(&mut self, a: BufId, s: f64, n: usize) -> BufId {
+        self.un(VpuOp::MulScalar(s as f32), a, n)
+    }
+    fn adds(&mut self, a: BufId, s: f64, n: usize) -> BufId {
+        self.un(VpuOp::AddScalar(s as f32), a, n)
+    }
+    fn row_sum(&mut self, x: BufId, cols: usize, n: usize) -> BufId {
+        self.un(VpuOp::ReduceSum { cols, axis: Axis::Row }, x, n)
+    }
+    fn row_max(&mut self, x: BufId, cols: usize, n: usize) -> BufId {
+        self.un(VpuOp::ReduceMax { cols, axis: Axis::Row }, x, n)
+    }
+    /// `x - s` with `s` one scalar per row of `c`.
+    fn sub_rows(&mut self, x: BufId, s: BufId, c: usize, n: usize) -> BufId {
+        self.bin(VpuOp::Sub, w(x), per_row(s, c), n)
+    }
+    /// `x * s` with `s` one scalar per row of `c`.
+    fn mul_rows(&mut self, x: BufId, s: BufId, c: usize, n: usize) -> BufId {
+        self.bin(VpuOp::Mul, w(x), per_row(s, c), n)
+    }
+
+    /// `1 - 2 / (exp(2u) + 1)`: saturates to ±1 without overflow trouble.
+    fn tanh(&mut self, u: BufId, n: usize) -> BufId {
+        let u2 = self.muls(u, 2.0, n);
+        let e = self.un(VpuOp::Exp, u2, n);
+        let e1 = self.adds(e, 1.0, n);
+        let r = self.un(VpuOp::Recip, e1, n);
+        let m = self.muls(r, -2.0, n);
+        self.adds(m, 1.0, n)
+    }
+
+    fn softmax(&mut self, x: BufId, c: usize, n: usize) -> BufId {
+        let m = self.row_max(x, c, n);
+        let s = self.sub_rows(x, m, c, n);
+        let e = self.un(VpuOp::Exp, s, n);
+        let se = self.row_sum(e, c, n);
+        let r = self.un(VpuOp::Recip, se, n / c);
+        self.mul_rows(e, r, c, n)
+    }
+
+    /// `(x - mean, 1 / sqrt(var + eps))` per row of `d`.
+    fn centre_and_inv_std(&mut self, x: BufId, d: usize, eps: f64, n: usize) -> (BufId, BufId) {
+        let rows = n / d;
+        let s = self.row_sum(x, d, n);
+        let mean = self.muls(s, 1.0 / d as f64, rows);
+        let xc = self.sub_rows(x, mean, d, n);
+        let sq = self.mul(xc, xc, n);
+        let ss = self.row_sum(sq, d, n);
+        let var = self.muls(ss, 1.0 / d as f64, rows);
+        let ve = self.adds(var, eps, rows);
+        let inv = self.un(VpuOp::Rsqrt, ve, rows);
+        (xc, inv)
+    }
+
+    /// `(x^2, sqrt(2/pi) * (x + 0.044715 x^3))` for GELU and its derivative.
+    fn gelu_arg(&mut self, x: BufId, n: usize) -> (BufId, BufId) {
+        let x2 = self.mul(x, x, n);
+        let x3 = self.mul(x2, x, n);
+        let ax3 = self.muls(x3, GELU_A, n);
+        let inner = self.add(x, ax3, n);
+        (x2, self.muls(inner, GELU_C, n))
+    }
+
+    /// Lowers node `i` and records its value's buffer.
+    fn node(&mut self, i: NodeIndex) {
+        let g = self.g;
+        let node = g.node(i);
+        self.node = i;
+        self.temps = 0;
+        let role = match node.op {
+            Op::Input => Some(Role::Input),
+            Op::Label => Some(Role::Label),
+            Op::Step => Some(Role::Step),
+            Op::Param => Some(Role::Param),
+            Op::OptState => Some(Role::OptState),
+            _ => None,
+        };
+        let numel: usize = node.shape.iter().product();
+        if let Some(role) = role {
+            let b = self.buffer(node.name.clone(), numel, role);
+            self.p.node_buf[i.index()] = Some(b);
+            return;
+        }
+        let input =
+            |k: usize| self.p.node_buf[node.inputs[k].index()].expect("inputs are lowered before their consumers");
+        let shape = |k: usize| g.node(node.inputs[k]).shape.as_slice();
+        let ins: Vec<BufId> = (0..node.inputs.len()).map(input).collect();
+        let (x, y) = (ins.first().copied(), ins.get(1).copied());
+        let xs = node.inputs.first().map(|_| shape(0)).unwrap_or(&[]);
+        let nx: usize = xs.iter().product();
+        let last = *xs.last().unwrap_or(&1);
+        let (x, y) = (x.unwrap_or(BufId(0)), y.unwrap_or(BufId(0)));
+        let out = match &node.op {
+            Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState => unreachable!("placeholders return above"),
+            Op::Reshape { .. } => x,
+            Op::MatMul { trans_a, trans_b } => self.matmul(x, shape(0), y, shape(1), *trans_a, *trans_b, &node.shape),
+            Op::Im2Col { window } => self.vpu(
+                VpuOp::Copy,
+                vec![Operand::view(x, View::Im2Col { window: *window, image: image4(xs) })],
+                numel,
+            ),
+            Op::Col2Im { window, image } => self.col2im(x, *window, image4(image)),
+            Op::BiasAdd => {
+                self.bin(VpuOp::Add, w(x), Operand::view(y, View::Cycle { len: shape(1).iter().product() }), nx)
+            }
+            Op::RowScale => {
+                self.bin(VpuOp::Mul, w(x), Operand::view(y, View::Cycle { len: shape(1).iter().product() }), nx)
+            }
+            Op::Add => self.add(x, y, nx),
+            Op::Mul => self.mul(x, y, nx),
+            Op::Scale { factor } => self.muls(x, *factor, nx),
+            Op::SumToShape { shape } => {
+                self.un(VpuOp::ReduceSum { cols: shape.iter().product(), axis: Axis::Col }, x, nx)
+            }
+            Op::Relu => self.un(VpuOp::Relu, x, nx),
+            Op::ReluGrad => self.bin(VpuOp::ReluGrad, w(x), w(y), nx),
+            Op::Gelu => {
+                let (_, u) = self.gelu_arg(x, nx);
+                let t = self.tanh(u, nx);
+                let t1 = self.adds(t, 1.0, nx);
+                let hx = self.muls(x, 0.5, nx);
+                self.mul(hx, t1, nx)
+            }
+            Op::GeluGrad => {
+                // dy * (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2))
+                let (x2, u) = self.gelu_arg(x, nx);
+                let t = self.tanh(u, nx);
+                let t1 = self.adds(t, 1.0, nx);
+                let left = self.muls(t1, 0.5, nx);
+                let tt = self.mul(t, t, nx);
+                let ntt = self.muls(tt, -1.0, nx);
+                let sech2 = self.adds(ntt, 1.0, nx);
+                let p = self.muls(x2, 3.0 * GELU_A, nx);
+                let p1 = self.adds(p, 1.0, nx);
+                let hx = self.muls(x, 0.5 * GELU_C, nx);
+                let r1 = self.mul(sech2, p1, nx);
+                let right = self.mul(hx, r1, nx);
+                let d = self.add(left, right, nx);
+                self.mul(y, d, nx)
+            }
+            Op::Softmax => self.softmax(x, last, nx),
+            Op::SoftmaxGrad => {
+                let p = self.mul(y, x, nx);
+                let s = self.row_sum(p, last, nx);
+                let d = self.sub_rows(y, s, last, nx);
+                self.mul(x, d, nx)
+            }
+            Op::LayerNorm { eps } => {
+                let (xc, inv) = self.centre_and_inv_std(x, last, *eps, nx);
+                self.mul_rows(xc, inv, last, nx)
+            }
+            Op::LayerNormGrad { eps } => {
+                let d = last;
+                let rows = nx / d;
+                let (xc, inv) = self.centre_and_inv_std(x, d, *eps, nx);
+                let yn = self.mul_rows(xc, inv, d, nx);
+                let sdy = self.row_sum(y, d, nx);
+                let mdy = self.muls(sdy, 1.0 / d as f64, rows);
+                let dyy = self.mul(y, yn, nx);
+                let sdyy = self.row_sum(dyy, d, nx);
+                let mdyy = self.muls(sdyy, 1.0 / d as f64, rows);
+                let a = self.sub_rows(y, mdy, d, nx);
+                let b = self.mul_rows(yn, mdyy, d, nx);
+                let t = self.sub(a, b, nx);
+                self.mul_rows(t, inv, d, nx)
+            }
+            Op::MeanPool => {
+                let (n, t, d) = (xs[0], xs[1], xs[2]);
+                let s = self.temp(n * d);
+                for ni in 0..n {
+                    self.emit(Instr::Vpu {
+                        op: VpuOp::ReduceSum { cols: d, axis: Axis::Col },
+                        n: t * d,
+                        ins: vec![Operand { buf: x, offset: ni * t * d, view: View::Whole }],
+                        outs: vec![Dest { buf: s, offset: ni * d }],
+                    });
+                }
+                self.muls(s, 1.0 / t as f64, n * d)
+            }
+            Op::MeanPoolGrad { len } => {
+                let v = self.muls(x, 1.0 / *len as f64, nx);
+                self.vpu(VpuOp::Copy, vec![Operand::view(v, View::RepeatRows { d: xs[1], t: *len })], numel)
+            }
+            Op::SoftmaxCrossEntropy => {
+                // -(1/N) sum y * (z - max - ln(sum exp(z - max)))
+                let (z, c) = (x, last);
+                let rows = nx / c;
+                let m = self.row_max(z, c, nx);
+                let s = self.sub_rows(z, m, c, nx);
+                let e = self.un(VpuOp::Exp, s, nx);
+                let se = self.row_sum(e, c, nx);
+                let lse = self.un(VpuOp::Ln, se, rows);
+                let logp = self.sub_rows(s, lse, c, nx);
+                let t = self.mul(y, logp, nx);
+                let total = self.row_sum(t, nx, nx);
+                self.muls(total, -1.0 / rows as f64, 1)
+            }
+            Op::SoftmaxCrossEntropyGrad => {
+                let p = self.softmax(x, last, nx);
+                let sy = self.row_sum(y, last, nx);
+                let t = self.mul_rows(p, sy, last, nx);
+                let d = self.sub(t, y, nx);
+                self.muls(d, 1.0 / (nx / last) as f64, nx)
+            }
+            Op::Mse => {
+                let d = self.sub(x, y, nx);
+                let sq = self.mul(d, d, nx);
+                let s = self.row_sum(sq, nx, nx);
+                self.muls(s, 1.0 / nx as f64, 1)
+            }
+            Op::MseGrad => {
+                let d = self.sub(x, y, nx);
+                self.muls(d, 2.0 / nx as f64, nx)
+            }
+            Op::SgdUpdate { lr } => self.bin(VpuOp::Sgd { lr: *lr as f32 }, w(x), w(y), nx),
+            Op::MomentumVelocity { momentum } => {
+                let mv = self.muls(x, *momentum, nx);
+                self.add(mv, y, nx)
+            }
+            Op::AdamMoment { beta } => {
+                let a = self.muls(x, *beta, nx);
+                let b = self.muls(y, 1.0 - beta, nx);
+                self.add(a, b, nx)
+            }
+            Op::AdamSecondMoment { beta } => {
+                let a = self.muls(x, *beta, nx);
+                let gg = self.mul(y, y, nx);
+                let b = self.muls(gg, 1.0 - beta, nx);
+                self.add(a, b, nx)
+            }
+            Op::AdamUpdate { lr, beta1, beta2, eps } => {
+                // p - lr * (m * c1) / (sqrt(v * c2) + eps), c = 1 / (1 - beta^t)
+                let (v, t) = (ins[2], ins[3]);
+                let one = |b: BufId| Operand::view(b, View::Cycle { len: 1 });
+                let c1 = self.un(VpuOp::BiasCorrection { beta: *beta1 }, t, 1);
+                let mh = self.bin(VpuOp::Mul, w(y), one(c1), nx);
+                let c2 = self.un(VpuOp::BiasCorrection { beta: *beta2 }, t, 1);
+                let vh = self.bin(VpuOp::Mul, w(v), one(c2), nx);
+                let rs = self.un(VpuOp::Rsqrt, vh, nx);
+                let sq = self.un(VpuOp::Recip, rs, nx);
+                let den = self.adds(sq, *eps, nx);
+                let rd = self.un(VpuOp::Recip, den, nx);
+                let q = self.mul(mh, rd, nx);
+                let step = self.muls(q, *lr, nx);
+                self.sub(x, step, nx)
+            }
+        };
+        // The node's value is its last intermediate (a reshape's is its input's): name it.
+        let buf = &mut self.p.buffers[out.index()];
+        if buf.node == i && buf.role == Role::Temp {
+            buf.name = node.name.clone();
+            buf.role = Role::Value;
+        }
+        self.p.node_buf[i.index()] = Some(out);
+    }
+
+    /// `op(A) * op(B)`: one GEMM, or one per batch element for rank 3.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(&mut self, a: BufId, sa: &[usize], b: BufId, sb: &[usize], ta: bool, tb: bool, out: &[usize]) -> BufId {
+        let r = sa.len();
+        let groups = if r == 3 { sa[0] } else { 1 };
+        let (ar, ac, br, bc) = (sa[r - 2], sa[r - 1], sb[r - 2], sb[r - 1]);
+        let (m, k) = if ta { (ac, ar) } else { (ar, ac) };
+        let n = if tb { br } else { bc };
+        let c = self.temp(out.iter().product());
+        for gi in 0..groups {
+            self.emit(Instr::Gemm {
+                a: MatOperand { buf: a, offset: gi * ar * ac, transposed: ta },
+                b: MatOperand { buf: b, offset: gi * br * bc, transposed: tb },
+                out: Dest { buf: c, offset: gi * m * n },
+                m,
+                k,
+                n,
+            });
+        }
+        c
+    }
+
+    /// col2im: the image-shaped contributions of each kernel offset, summed in offset order.
+    fn col2im(&mut self, cols: BufId, window: Window, image: [usize; 4]) -> BufId {
+        let n: usize = image.iter().product();
+        let tap = |t: usize| Operand::view(cols, View::Col2ImTap { window, image, tap: t });
+        let taps = window.kh * window.kw;
+        if taps == 1 {
+            return self.vpu(VpuOp::Copy, vec![tap(0)], n);
+        }
+        let mut acc = self.bin(VpuOp::Add, tap(0), tap(1), n);
+        for t in 2..taps {
+            acc = self.bin(VpuOp::Add, w(acc), tap(t), n);
+        }
+        acc
+    }
+}
+
+/// Cost of one instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct InstrCost {
+    /// First cycle (step-relative).
+    pub start: u64,
+    /// Cycles.
+    pub cycles: u64,
+}
+
+/// Cost of one node: the instructions it lowered to, which issue consecutively.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeCost {
+    /// The node.
+    #[serde(skip)]
+    pub node: NodeIndex,
+    /// Node name.
+    pub name: String,
+    /// Layer.
+    pub layer: String,
+    /// Phase.
+    pub phase: Phase,
+    /// Op name.
+    pub op: &'static str,
+    /// The unit of its instructions.
+    pub unit: ExecUnit,
+    /// Instructions.
+    pub instructions: usize,
+    /// First cycle (step-relative).
+    pub start: u64,
+    /// Cycles.
+    pub cycles: u64,
+}
+
+/// Timing of one training step: the schedule of its program's instructions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepSchedule {
+    /// Hardware config name.
+    pub hw: String,
+    /// Clock in MHz (for [`StepSchedule::seconds`]).
+    pub clock_mhz: f64,
+    /// Every instruction, in issue order.
+    pub instrs: Vec<InstrCost>,
+    /// Every node that issues instructions, in execution order.
+    pub nodes: Vec<NodeCost>,
+    /// Cycles per phase.
+    pub per_phase: BTreeMap<Phase, u64>,
+    /// Cycles per layer.
+    pub per_layer: BTreeMap<String, u64>,
+    /// Cycles per layer and phase (layers with no work in a phase are absent).
+    pub per_layer_phase: BTreeMap<String, BTreeMap<Phase, u64>>,
+    /// Cycles spent on the MXU.
+    pub mxu_cycles: u64,
+    /// Cycles spent on the VPU.
+    pub vpu_cycles: u64,
+    /// Cycles of the whole step.
+    pub total_cycles: u64,
+}
+
+/// The schedule of `tg`'s whole step program on `cfg`.
+pub fn schedule(tg: &TrainGraph, cfg: &HwConfig) -> StepSchedule {
+    Program::step(tg).schedule(&tg.graph, cfg)
+}
+
+impl StepSchedule {
+    /// Wall time of the step at the configured clock.
+    pub fn seconds(&self) -> f64 {
+        self.total_cycles as f64 / (self.clock_mhz * 1e6)
+    }
+
+    /// The instruction issuing at step cycle `cycle` and the cycle within it, or `None` past
+    /// the step's end.
+    pub fn locate(&self, cycle: u64) -> Option<(usize, u64)> {
+        let i = self.instrs.partition_point(|c| c.start <= cycle).checked_sub(1)?;
+        let c = self.instrs[i];
+        (cycle - c.start < c.cycles).then_some((i, cycle - c.start))
+    }
+
+    /// One CSV row per node: `name,layer,phase,op,unit,instructions,start,cycles`.
+    pub fn to_csv(&self) -> String {
+        let mut out = String::from("name,layer,phase,op,unit,instructions,start,cycles\n");
+        for n in &self.nodes {
+            out += &format!(
+                "{},{},{},{},{},{},{},{}\n",
+                n.name,
+                n.layer,
+                n.phase,
+                n.op,
+                n.unit.name(),
+                n.instructions,
+                n.start,
+                n.cycles
+            );
+        }
+        out
+    }
+}
+
+impl fmt::Display for StepSchedule {
+    /// A summary: per-phase and per-layer cycles and the total.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pct = |c: u64| if self.total_cycles == 0 { 0.0 } else { 100.0 * c as f64 / self.total_cycles as f64 };
+        writeln!(f, "step schedule on {} ({} MHz)", self.hw, self.clock_mhz)?;
+        writeln!(f, "{:<12} {:>12} {:>7}", "phase", "cycles", "share")?;
+        for (p, &c) in &self.per_phase {
+            writeln!(f, "{:<12} {:>12} {:>6.1}%", p.name(), c, pct(c))?;
+        }
+        writeln!(
+            f,
+            "{:<12} {:>12} {:>7} {:>10} {:>10} {:>10}",
+            "layer", "cycles", "share", "forward", "backward", "update"
+        )?;
+        for (l, &c) in &self.per_layer {
+            let ph = |p: Phase| self.per_layer_phase.get(l).and_then(|m| m.get(&p)).copied().unwrap_or(0);
+            writeln!(
+                f,
+                "{:<12} {:>12} {:>6.1}% {:>10} {:>10} {:>10}",
+                l,
+                c,
+                pct(c),
+                ph(Phase::Forward),
+                ph(Phase::Backward),
+                ph(Phase::Update)
+            )?;
+        }
+        writeln!(f, "mxu {} cycles, vpu {} cycles", self.mxu_cycles, self.vpu_cycles)?;
+        write!(f, "total {} cycles = {:.3} us", self.total_cycles, self.seconds() * 1e6)
+    }
+}

@@ -1,0 +1,435 @@
+//! The instruction set: what a program asks the machine to do, and how one instruction executes.
+//!
+//! A program (built by `graph::program`) is a list of [`Instr`]s over a table of buffers, each
+//! buffer a flat vector of fp32 words named by a [`BufId`]. Every value a training step computes
+//! is computed by an instruction, so every value can be faulted:
+//!
+//! * [`Instr::Gemm`]: one matrix multiply on the MXU (TPUv1's *read weights* + *matrix
+//!   multiply*). Operands are read as fp32 words and rounded to the MXU's input format by its
+//!   input converter; the result is the accumulator format (fp32). Transposed operands are read
+//!   in transposed order (a layout choice of the load path, exact).
+//! * [`Instr::Vpu`]: one vector-unit instruction ([`crate::vpu::VpuOp`]) on `n` elements (TPUv1's
+//!   *activate*, extended with reductions, the transcendental functions training needs and the
+//!   fused optimizer updates). Each input is an [`Operand`]: a buffer read through an address
+//!   pattern ([`View`]) so that broadcasts, per-row scalars, repeats and im2col/col2im gathers
+//!   are addressing, not arithmetic. Data movement that must produce a new tensor (im2col, a
+//!   repeat) is a `Copy` through the lanes, so it costs cycles and its lane registers are sites.
+//!
+//! [`cycles`] is an instruction's cost from the unit's own schedule; [`execute`] runs it in an
+//! [`ExecMode`] and reports the same cycles. Costing a program and executing it therefore agree
+//! by construction.
+//!
+//! Buffers live on the host in this version (the memory path, DMA and SRAM residency of a
+//! program's buffers are the next step of the machine rework); instruction semantics do not
+//! depend on where a buffer lives.
+
+use crate::error::HwError;
+use crate::fault::FaultSchedule;
+use crate::matrix::Matrix;
+use crate::vpu::{self, VpuOp};
+use crate::{mxu, ExecMode, HwConfig};
+use faultline_num::{f32_to_bf16_bits, NumFormat};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// Window geometry of a convolution (square stride and zero padding on all four sides).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Window {
+    /// Kernel height.
+    pub kh: usize,
+    /// Kernel width.
+    pub kw: usize,
+    /// Stride in both directions (>= 1).
+    pub stride: usize,
+    /// Zero padding on each side.
+    pub padding: usize,
+}
+
+impl Window {
+    /// Output (height, width) for an input of `h x w`, or `None` if the kernel does not fit.
+    pub fn output_hw(&self, h: usize, w: usize) -> Option<(usize, usize)> {
+        let pad = self.padding.checked_mul(2)?;
+        let (ph, pw) = (h.checked_add(pad)?, w.checked_add(pad)?);
+        if self.kh == 0 || self.kw == 0 || self.stride == 0 || ph < self.kh || pw < self.kw {
+            return None;
+        }
+        Some(((ph - self.kh) / self.stride + 1, (pw - self.kw) / self.stride + 1))
+    }
+
+    /// Walks the im2col layout of an NHWC image of shape `img = [N, H, W, C]`: calls
+    /// `f(row, offset, src)` for every im2col row (output pixel, row-major over N, OH, OW) and
+    /// kernel offset (`offset = kh_i * KW + kw_j`, outer loop `kh_i`) that lands inside the
+    /// image, in that order, with `src` the image offset of channel 0. Entry `(row, col)` of the
+    /// im2col matrix, `col = offset * C + c`, is image element `src + c`; entries not visited
+    /// are padding (zero). The one definition of the im2col layout.
+    pub fn for_each_im2col_pixel(&self, img: &[usize], mut f: impl FnMut(usize, usize, usize)) {
+        let (n, h, wd, c) = (img[0], img[1], img[2], img[3]);
+        let Some((oh, ow)) = self.output_hw(h, wd) else { return };
+        for b in 0..n {
+            for y0 in 0..oh {
+                for x0 in 0..ow {
+                    let row = (b * oh + y0) * ow + x0;
+                    for i in 0..self.kh {
+                        let Some(y) = (y0 * self.stride + i).checked_sub(self.padding).filter(|&y| y < h) else {
+                            continue;
+                        };
+                        for j in 0..self.kw {
+                            let Some(x) = (x0 * self.stride + j).checked_sub(self.padding).filter(|&x| x < wd) else {
+                                continue;
+                            };
+                            f(row, i * self.kw + j, ((b * h + y) * wd + x) * c);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Index of a buffer in a program's buffer table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BufId(pub u32);
+
+impl BufId {
+    /// The table index.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// The address pattern through which an operand reads its buffer: element `e` of the operand
+/// (`0 <= e < n`) is the buffer word given below, counted from the operand's offset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum View {
+    /// Word `e`.
+    Whole,
+    /// Word `e / cols`: a per-row scalar repeated across each row of `cols`.
+    PerRow {
+        /// Row length of the operand.
+        cols: usize,
+    },
+    /// Word `e % len`: a row vector of `len` repeated over the leading dimensions.
+    Cycle {
+        /// Length of the repeated vector.
+        len: usize,
+    },
+    /// `[N, D] -> [N, T, D]`: word `(e / (T*D)) * D + e % D`.
+    RepeatRows {
+        /// Row length `D`.
+        d: usize,
+        /// Repeats `T`.
+        t: usize,
+    },
+    /// The im2col matrix `[N*OH*OW, KH*KW*C]` of an NHWC image (zero in the padding).
+    Im2Col {
+        /// Kernel window.
+        window: Window,
+        /// Image shape `[N, H, W, C]`.
+        image: [usize; 4],
+    },
+    /// Image-shaped `[N, H, W, C]`: for kernel offset `tap`, the im2col entry (of a `cols`
+    /// buffer `[N*OH*OW, KH*KW*C]`) that was copied from each pixel at that offset, zero where
+    /// that offset copied nothing. Col2im is the sum of these over the taps.
+    Col2ImTap {
+        /// Kernel window.
+        window: Window,
+        /// Image shape `[N, H, W, C]`.
+        image: [usize; 4],
+        /// Kernel offset `kh_i * KW + kw_j`.
+        tap: usize,
+    },
+}
+
+impl View {
+    /// Buffer words (past the operand's offset) the view reads for an operand of `n` elements.
+    pub fn span(&self, n: usize) -> usize {
+        match *self {
+            View::Whole => n,
+            View::PerRow { cols } => n.div_ceil(cols.max(1)),
+            View::Cycle { len } => len.min(n),
+            View::RepeatRows { t, .. } => n / t.max(1),
+            View::Im2Col { image, .. } => image.iter().product(),
+            View::Col2ImTap { window, image, .. } => {
+                let (oh, ow) = window.output_hw(image[1], image[2]).unwrap_or((0, 0));
+                image[0] * oh * ow * window.kh * window.kw * image[3]
+            }
+        }
+    }
+
+    /// The `n` operand words read from `src` (which starts at the operand's offset).
+    pub fn gather<'a>(&self, src: &'a [u32], n: usize) -> Cow<'a, [u32]> {
+        match *self {
+            View::Whole => Cow::Borrowed(&src[..n]),
+            View::PerRow { cols } => {
+                Cow::Owned(src[..n / cols].iter().flat_map(|&s| std::iter::repeat_n(s, cols)).collect())
+            }
+            View::Cycle { len } => Cow::Owned(src[..len].iter().copied().cycle().take(n).collect()),
+            View::RepeatRows { d, t } => Cow::Owned(
+                src[..n / t].chunks(d).flat_map(|row| std::iter::repeat_n(row, t).flatten().copied()).collect(),
+            ),
+            View::Im2Col { window, image } => {
+                let (oh, ow) = window.output_hw(image[1], image[2]).unwrap_or((0, 0));
+                let c = image[3];
+                let cols = window.kh * window.kw * c;
+                let mut out = vec![0u32; image[0] * oh * ow * cols];
+                window.for_each_im2col_pixel(&image, |row, off, from| {
+                    let dst = row * cols + off * c;
+                    out[dst..dst + c].copy_from_slice(&src[from..from + c]);
+                });
+                Cow::Owned(out)
+            }
+            View::Col2ImTap { window, image, tap } => {
+                let c = image[3];
+                let cols = window.kh * window.kw * c;
+                let mut out = vec![0u32; image.iter().product()];
+                window.for_each_im2col_pixel(&image, |row, off, to| {
+                    if off == tap {
+                        let from = row * cols + off * c;
+                        out[to..to + c].copy_from_slice(&src[from..from + c]);
+                    }
+                });
+                Cow::Owned(out)
+            }
+        }
+    }
+}
+
+/// An instruction input: a buffer, a word offset into it, and the address pattern.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Operand {
+    /// The buffer read.
+    pub buf: BufId,
+    /// First word.
+    pub offset: usize,
+    /// Address pattern from there.
+    pub view: View,
+}
+
+impl Operand {
+    /// The whole buffer from word 0.
+    pub fn whole(buf: BufId) -> Operand {
+        Operand { buf, offset: 0, view: View::Whole }
+    }
+    /// `buf` from word 0 through `view`.
+    pub fn view(buf: BufId, view: View) -> Operand {
+        Operand { buf, offset: 0, view }
+    }
+}
+
+/// An instruction output: `n` consecutive words of a buffer from `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dest {
+    /// The buffer written.
+    pub buf: BufId,
+    /// First word.
+    pub offset: usize,
+}
+
+impl Dest {
+    /// `buf` from word 0.
+    pub fn whole(buf: BufId) -> Dest {
+        Dest { buf, offset: 0 }
+    }
+}
+
+/// A GEMM operand: a row-major matrix in a buffer from `offset`, read transposed if set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatOperand {
+    /// The buffer read.
+    pub buf: BufId,
+    /// First word.
+    pub offset: usize,
+    /// Stored transposed (`[cols][rows]` of the logical matrix).
+    pub transposed: bool,
+}
+
+/// Which unit an instruction occupies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ExecUnit {
+    /// The matrix unit.
+    Mxu,
+    /// The vector unit.
+    Vpu,
+}
+
+impl ExecUnit {
+    /// Lower-case name: `mxu` or `vpu`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ExecUnit::Mxu => "mxu",
+            ExecUnit::Vpu => "vpu",
+        }
+    }
+}
+
+/// One machine instruction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Instr {
+    /// `out[M][N] = A[M][K] * B[K][N]` on the MXU; operands rounded to the MXU input format.
+    Gemm {
+        /// `A` (`[M][K]`, or `[K][M]` if transposed).
+        a: MatOperand,
+        /// `B` (`[K][N]`, or `[N][K]` if transposed).
+        b: MatOperand,
+        /// Where the `M x N` result goes.
+        out: Dest,
+        /// Rows of the result.
+        m: usize,
+        /// Reduction length.
+        k: usize,
+        /// Columns of the result.
+        n: usize,
+    },
+    /// One VPU instruction on `n` elements: one operand per input of `op`, one destination per
+    /// output (reductions write one word per row or column).
+    Vpu {
+        /// The operation.
+        op: VpuOp,
+        /// Elements read per input.
+        n: usize,
+        /// Inputs.
+        ins: Vec<Operand>,
+        /// Outputs.
+        outs: Vec<Dest>,
+    },
+}
+
+impl Instr {
+    /// The unit the instruction runs on.
+    pub fn unit(&self) -> ExecUnit {
+        match self {
+            Instr::Gemm { .. } => ExecUnit::Mxu,
+            Instr::Vpu { .. } => ExecUnit::Vpu,
+        }
+    }
+
+    /// Short name: `gemm` or the VPU op's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Instr::Gemm { .. } => "gemm",
+            Instr::Vpu { op, .. } => op.name(),
+        }
+    }
+
+    /// Words written to each destination.
+    pub fn out_len(&self) -> usize {
+        match self {
+            Instr::Gemm { m, n, .. } => m * n,
+            Instr::Vpu { op, n, .. } => match *op {
+                VpuOp::ReduceSum { cols, axis } | VpuOp::ReduceMax { cols, axis } => match axis {
+                    vpu::Axis::Row => n / cols.max(1),
+                    vpu::Axis::Col => cols,
+                },
+                _ => *n,
+            },
+        }
+    }
+
+    /// Buffers the instruction reads.
+    pub fn reads(&self) -> Vec<BufId> {
+        match self {
+            Instr::Gemm { a, b, .. } => vec![a.buf, b.buf],
+            Instr::Vpu { ins, .. } => ins.iter().map(|o| o.buf).collect(),
+        }
+    }
+
+    /// Buffers the instruction writes.
+    pub fn writes(&self) -> Vec<BufId> {
+        match self {
+            Instr::Gemm { out, .. } => vec![out.buf],
+            Instr::Vpu { outs, .. } => outs.iter().map(|d| d.buf).collect(),
+        }
+    }
+}
+
+/// Cycles of `instr` on `cfg`, from the unit's schedule (the same in every mode, and what
+/// [`execute`] reports). Saturates at `u64::MAX` for shapes whose count does not fit.
+pub fn cycles(cfg: &HwConfig, instr: &Instr) -> u64 {
+    match instr {
+        Instr::Gemm { m, k, n, .. } => mxu::gemm_timing(&cfg.mxu, *m, *k, *n).total_cycles,
+        Instr::Vpu { op, n, .. } => vpu::timing(cfg, op, *n).cycles,
+    }
+}
+
+/// Rounds an fp32 word to the MXU's input format (the MXU's input converter).
+fn to_input(format: NumFormat, bits: u32) -> u32 {
+    match format {
+        NumFormat::Fp32 => bits,
+        NumFormat::Bf16 => f32_to_bf16_bits(f32::from_bits(bits)),
+        other => other.f64_to_bits(f32::from_bits(bits) as f64),
+    }
+}
+
+/// Executes `instr` on `cfg` in `mode`, reading and writing `bufs` (one word vector per buffer;
+/// an empty destination buffer written from word 0 receives the output vector whole, so a
+/// caller sizes a buffer first only when instructions fill it in parts). `faults` (sites of the
+/// instruction's unit, times relative to its own schedule as in [`crate::mxu`] and
+/// [`crate::vpu`]) need [`ExecMode::CycleLevel`]. Returns the instruction's cycles.
+pub fn execute(
+    cfg: &HwConfig,
+    instr: &Instr,
+    bufs: &mut [Vec<u32>],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> Result<u64, HwError> {
+    let missing = |what: &str, b: BufId, need: usize, have: usize| HwError::Shape {
+        op: instr.name().to_string(),
+        detail: format!("{what} buffer {} holds {have} words, the instruction needs {need}", b.0),
+    };
+    match instr {
+        Instr::Gemm { a, b, out, m, k, n } => {
+            let (m, k, n) = (*m, *k, *n);
+            let fmt = cfg.mxu.input_format;
+            let src = |o: &MatOperand, rows: usize, cols: usize| -> Result<Matrix, HwError> {
+                let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
+                if s.len() < rows * cols {
+                    return Err(missing("operand", o.buf, o.offset + rows * cols, o.offset + s.len()));
+                }
+                Ok(if o.transposed {
+                    Matrix::from_fn(rows, cols, |i, p| to_input(fmt, s[p * rows + i]))
+                } else {
+                    Matrix::from_fn(rows, cols, |i, p| to_input(fmt, s[i * cols + p]))
+                })
+            };
+            let (am, bm) = (src(a, m, k)?, src(b, k, n)?);
+            let res = mxu::gemm(cfg, &am, &bm, mode, faults)?;
+            write(bufs, *out, res.out.data, m * n)
+                .map_err(|have| missing("output", out.buf, out.offset + m * n, have))?;
+            Ok(res.stats.total_cycles)
+        }
+        Instr::Vpu { op, n, ins, outs } => {
+            let n = *n;
+            let mut inputs = Vec::with_capacity(ins.len());
+            for o in ins {
+                let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
+                let need = o.view.span(n);
+                if s.len() < need {
+                    return Err(missing("operand", o.buf, o.offset + need, o.offset + s.len()));
+                }
+                inputs.push(o.view.gather(s, n));
+            }
+            let refs: Vec<&[u32]> = inputs.iter().map(|c| c.as_ref()).collect();
+            let res = vpu::run(cfg, *op, &refs, mode, faults)?;
+            drop(inputs);
+            let len = instr.out_len();
+            for (d, v) in outs.iter().zip(res.out) {
+                write(bufs, *d, v, len).map_err(|have| missing("output", d.buf, d.offset + len, have))?;
+            }
+            Ok(res.stats.cycles)
+        }
+    }
+}
+
+/// Writes `v` (`len` words) at `d`; moves it in when it is the whole of an empty buffer.
+/// `Err(words held)` if the buffer is too short.
+fn write(bufs: &mut [Vec<u32>], d: Dest, v: Vec<u32>, len: usize) -> Result<(), usize> {
+    let buf = &mut bufs[d.buf.index()];
+    if buf.is_empty() && d.offset == 0 {
+        *buf = v;
+        return Ok(());
+    }
+    let have = buf.len();
+    let dst = buf.get_mut(d.offset..d.offset + len).ok_or(have)?;
+    dst.copy_from_slice(&v[..len]);
+    Ok(())
+}
