@@ -87,9 +87,12 @@ fn usage_error(e: clap::Error) -> ! {
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         e.exit();
     }
-    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-        // `faultline` alone: the help is the most useful answer, but it is still a usage error.
-        let _ = e.print();
+    if matches!(e.kind(), ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand) {
+        // `faultline` alone (clap would print the whole help to stderr) or with global flags
+        // only: one line, naming the commands.
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let names: Vec<&str> = cmd.get_subcommands().map(|s| s.get_name()).filter(|n| *n != "help").collect();
+        eprintln!("error: no command given (one of: {}); see `faultline --help`", names.join(", "));
         std::process::exit(2);
     }
     let text = e.render().to_string();
