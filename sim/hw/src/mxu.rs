@@ -30,11 +30,60 @@
 //! `S_f + k + i` moving right; `W[k][n0+j]` enters column `j` at `S_f + k + j` moving down; PE
 //! `(i, j)` sees both at `S_f + k + i + j`. After the last MAC (`S_f + K-1 + R-1 + C-1`) the
 //! array drains for R cycles: partial sums shift down one row per cycle into the accumulators
-//! (zeros shift in, clearing the array for the next fold). As in SCALE-Sim's OS model:
+//! (zeros shift in, clearing the array for the next fold); the next fold starts after the drain:
 //!
 //! ```text
 //! S_f = f * (K + 2R + C - 2),   total_cycles = F * (K + 2R + C - 2)
 //! ```
+//!
+//! What the totals count: cycles from the first operand entering the array (WS: fold 0's first
+//! weight row, one cycle before its first activation) to the last accumulator write, inclusive.
+//! WS folds pipeline, so only the last fold's fill and drain show: with `M >= R` and full
+//! tiles, `total = 1 + F*M + (R-1) + (C-1) + 1` (weight lead, streaming, partial sums down the
+//! rows, skew across the columns, accumulator capture); with `M < R` each fold after the first
+//! waits `R - M` cycles for its weights. OS folds do not overlap: each pays `K` streaming,
+//! `(R-1) + (C-1)` skew and `R` drain. Memory (DMA, SRAM ports) is not counted here; see
+//! [`crate::timing`].
+//!
+//! # Compared with SCALE-Sim
+//!
+//! These are not SCALE-Sim's formulas. SCALE-Sim v2 (scalesim-project/scale-sim-v2 at
+//! 22f88b1, 2025-02-25) builds per-fold demand matrices, one row per cycle
+//! (`scalesim/compute/systolic_compute_{ws,os,is}.py`), and its "Total Cycles" is the 0-based
+//! index of the last row (`scalesim/memory/double_buffered_scratchpad_mem.py`, line 209:
+//! `total_cycles = ofmap_serviced_cycles[-1]`), plus memory stalls, which are 0 in its default
+//! `CALC` bandwidth mode (`read_buffer_estimate_bw.py` line 96). Every fold is padded to the
+//! full `R x C` and folds never overlap. Per fold:
+//!
+//! ```text
+//! OS: K + (R-1) + (C-1)        total = ceil(M/R)*ceil(N/C) * (K + R + C - 2) - 1
+//! WS: R + M + (R-1) + (C-1)    total = ceil(K/R)*ceil(N/C) * (M + 2R + C - 2) - 1
+//! IS: R + N + (R-1) + (C-1)    total = ceil(K/R)*ceil(M/C) * (N + 2R + C - 2) - 1   (no IS here)
+//! ```
+//!
+//! (OS: `systolic_compute_os.py` lines 224, 271, 316 and 341-370 (the `T-1` prefix before the
+//! `R` output rows), skewed by `skew_matrix`, which adds `cols - 1` rows; WS:
+//! `systolic_compute_ws.py` lines 181-212 (an `R`-row weight-load prefix), 226 and 284.)
+//! Checked by running SCALE-Sim on several GEMM shapes on 32x32 and 8x4 arrays. Term by term:
+//!
+//! | term | Faultline | SCALE-Sim |
+//! |---|---|---|
+//! | folds, streaming | WS `ceil(K/R)*ceil(N/C)` of `M`; OS `ceil(M/R)*ceil(N/C)` of `K` | same |
+//! | WS weight load | `R`/fold, double-buffered: exposed 1 before fold 0, `R - M`/fold if `M < R` | `R`/fold, serial |
+//! | fill/skew | WS once, `(R-1) + (nc_f-1)` of the fold ending last; OS `(R-1) + (C-1)`/fold | `(R-1) + (C-1)`/fold |
+//! | OS drain | `R`/fold after the last MAC | none: outputs are written within the fold's rows |
+//! | ragged tiles | full-array latencies; the WS tail uses the real width `nc` | padded to `R x C` |
+//! | counted as | a count (last accumulator write + 1) | the last cycle's index (count - 1) |
+//! | memory | not counted here | stall cycles (0 in `CALC` mode) |
+//!
+//! Why: Faultline double-buffers weights (TPU-style) and so pipelines WS folds; SCALE-Sim loads
+//! weights before each fold and never overlaps folds; Faultline's OS shifts the finished sums
+//! out through the array (`R` cycles), SCALE-Sim places the output writes inside the fold's
+//! `K + R + C - 2` rows, the last one on the last MAC's cycle.
+//!
+//! Example, `M = K = N = 64` on 32x32 (`F = 4`): WS here `1 + 4*64 + 31 + 31 + 1 = 320`,
+//! SCALE-Sim `4 * 158 - 1 = 631`; OS here `4 * 158 = 632`, SCALE-Sim `4 * 126 - 1 = 503`
+//! (OS differs by `F*R + 1` for every non-empty shape).
 //!
 //! Ragged folds use the physical array: unused rows/columns carry `valid = 0` and zero weights,
 //! so latencies are those of the full array. A PE whose incoming activation is not valid passes
