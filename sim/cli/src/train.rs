@@ -40,8 +40,9 @@ pub struct TrainArgs {
     /// Hardware config (RON), e.g. configs/tpu-32x32.ron.
     #[arg(long)]
     pub config: PathBuf,
-    /// Train until this many steps are done in all (a resumed run continues to it).
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=MAX_STEPS))]
+    /// Train until this many steps are done in all (a resumed run continues to it, so it must be
+    /// past the checkpoint's step).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=MAX_STEPS))]
     pub steps: u64,
     /// Minibatch size [default: 32].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
@@ -127,8 +128,14 @@ pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
     };
     let id = ck.as_ref().map(|c| &c.run);
     let start_step = ck.as_ref().map_or(0, |c| c.state.step);
-    if start_step > a.steps {
-        bail!("the checkpoint is at step {start_step}, past --steps {}: --steps is the total to reach", a.steps);
+    // Nothing to train is an error, not a summary of no steps (whose losses would be NaN).
+    if start_step >= a.steps {
+        let rel = if start_step > a.steps { "past" } else { "already at" };
+        bail!(
+            "the checkpoint is at step {start_step}, {rel} --steps {}: nothing to train; --steps is the total \
+             to reach, so pass a larger value to continue",
+            a.steps
+        );
     }
     let seed = inherit("--seed", a.seed, id.map(|r| r.seed), 1)?;
     let batch = inherit("--batch", a.batch, id.map(|r| r.batch as u64), 32)? as usize;

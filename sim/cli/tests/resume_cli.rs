@@ -108,6 +108,50 @@ fn resuming_with_the_same_trace_continues_it_byte_for_byte() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not the trace of the checkpoint's run"));
 }
 
+/// Nothing to train is a one-line error, with or without --json, not a summary of no steps
+/// (`loss NaN -> NaN, cycles/step 0`, exit 0); a refused resume leaves the run's files alone.
+#[test]
+fn nothing_to_train_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let (ck, t) = (d.path().join("ck"), d.path().join("t.jsonl"));
+    ok(train(&["--steps", "4", "--save-checkpoint", s(&ck), "--trace", s(&t)]));
+    let files = |dir: &Path| -> Vec<(std::ffi::OsString, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| (e.file_name(), std::fs::read(e.path()).unwrap()))
+            .collect();
+        v.sort();
+        v
+    };
+    let (before, trace) = (files(&ck), std::fs::read(&t).unwrap());
+    let resume = ["--resume", s(&ck), "--save-checkpoint", s(&ck), "--trace", s(&t)];
+    for (steps, want) in [
+        ("0", "invalid value '0' for '--steps <STEPS>': 0 is not in 1..=16777216"),
+        ("4", "the checkpoint is at step 4, already at --steps 4: nothing to train; --steps is the total to reach"),
+        ("3", "the checkpoint is at step 4, past --steps 3: nothing to train; --steps is the total to reach"),
+    ] {
+        for json in [false, true] {
+            let mut args = vec!["--steps", steps];
+            if steps != "0" {
+                args.extend(resume);
+            }
+            if json {
+                args.push("--json");
+            }
+            let out = train(&args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.starts_with("error: ") && err.lines().count() == 1 && err.contains(want), "{args:?}: {err}");
+            assert!(out.stdout.is_empty(), "{args:?}: {}", String::from_utf8_lossy(&out.stdout));
+        }
+    }
+    assert!(files(&ck) == before, "a refused resume changed the checkpoint");
+    assert!(std::fs::read(&t).unwrap() == trace, "a refused resume changed the trace");
+    // One step more is fine.
+    ok(train(&["--steps", "5", "--resume", s(&ck)]));
+}
+
 #[test]
 fn a_torn_checkpoint_is_refused_with_a_hint() {
     let d = tempfile::tempdir().unwrap();
@@ -178,8 +222,12 @@ fn runs_killed_at_random_moments_resume_to_the_uninterrupted_result() {
     }
     use std::os::unix::process::ExitStatusExt;
     assert!(kills.iter().any(|(_, st)| st.signal() == Some(9)), "no run was killed mid-way: {kills:?}");
+    // The same command once more finishes the run; if a run above already did, it is refused
+    // as having nothing to train.
     let out = spawn(has_checkpoint(&killed.join("ck"))).wait_with_output().unwrap();
-    assert!(out.status.success(), "seed {seed}: {}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let done = out.status.code() == Some(2) && err.contains("the checkpoint is at step 240, already at --steps 240");
+    assert!(out.status.success() || done, "seed {seed}: {err}");
     let read = |p: &Path| std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     assert!(
         read(&reference.join("t.jsonl")) == read(&killed.join("t.jsonl")),
