@@ -67,8 +67,21 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
-    fn checkpoint_manifests_never_panic(edits in prop::collection::vec(edit(), 1..4)) {
+    fn checkpoint_manifests_never_panic(edits in prop::collection::vec(edit(), 1..4),
+                                        random in prop::collection::vec(any::<u8>(), 0..400),
+                                        use_random in any::<bool>()) {
         thread_local!(static CK: tempfile::TempDir = checkpoint_dir());
+        if use_random {
+            // Random bytes as the manifest file, read as `--resume` reads it (not UTF-8 included),
+            // beside no tensor files: nothing loads.
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("checkpoint.json"), &random).unwrap();
+            let e = Checkpoint::load(dir.path()).map(|_| ()).unwrap_err();
+            prop_assert!(!e.to_string().contains('\n'), "multi-line error: {e}");
+            let e = Checkpoint::load_newest(dir.path(), |_, _| ()).map(|_| ()).unwrap_err();
+            prop_assert!(!e.to_string().contains('\n'), "multi-line error: {e}");
+            return Ok(());
+        }
         CK.with(|d| -> Result<(), TestCaseError> {
             let text = std::fs::read_to_string(d.path().join("checkpoint.json")).unwrap();
             let mutated = apply(&text, &edits);
