@@ -24,7 +24,7 @@
 //! depend on where a buffer lives.
 
 use crate::error::HwError;
-use crate::fault::FaultSchedule;
+use crate::fault::{FaultSchedule, FaultTime};
 use crate::matrix::Matrix;
 use crate::vpu::{self, VpuOp};
 use crate::{mxu, ExecMode, HwConfig};
@@ -351,13 +351,50 @@ pub fn cycles(cfg: &HwConfig, instr: &Instr) -> u64 {
     }
 }
 
-/// Rounds an fp32 word to the MXU's input format (the MXU's input converter).
-fn to_input(format: NumFormat, bits: u32) -> u32 {
-    match format {
-        NumFormat::Fp32 => bits,
-        NumFormat::Bf16 => f32_to_bf16_bits(f32::from_bits(bits)),
-        other => other.f64_to_bits(f32::from_bits(bits) as f64),
+/// Where cycle `cycle` of `instr` (counted from the instruction's first cycle) falls in its
+/// unit's tiles: the last MXU fold (GEMM) or VPU vector that started at or before it, and the
+/// offset from that tile's origin, as a [`FaultTime`] the unit's fault hook takes. `None` past
+/// the instruction's end, or before the first fold of a GEMM starts (no MXU register holds an
+/// operand yet).
+pub fn fault_time(cfg: &HwConfig, instr: &Instr, cycle: u64) -> Result<Option<FaultTime>, HwError> {
+    if cycle >= cycles(cfg, instr) {
+        return Ok(None);
     }
+    Ok(match instr {
+        Instr::Gemm { m, k, n, .. } => {
+            let s = mxu::Schedule::new(&cfg.mxu, *m, *k, *n)?;
+            let tile = s.folds.partition_point(|f| f.start <= cycle);
+            tile.checked_sub(1).map(|t| FaultTime { tile: t, cycle: cycle - s.folds[t].start })
+        }
+        Instr::Vpu { op, n, .. } => {
+            let v = vpu::vector_at(cfg, op, *n, cycle)?;
+            let origin = vpu::issue_cycle(cfg, op, *n, v)?;
+            Some(FaultTime { tile: usize::try_from(v).unwrap_or(usize::MAX), cycle: cycle - origin })
+        }
+    })
+}
+
+/// The `rows x cols` matrix stored at the front of `s` (transposed: stored `[cols][rows]`), with
+/// every fp32 word rounded to the MXU's input format by its input converter.
+fn load_matrix(format: NumFormat, s: &[u32], rows: usize, cols: usize, transposed: bool) -> Matrix {
+    fn gather(s: &[u32], rows: usize, cols: usize, transposed: bool, f: impl Fn(u32) -> u32) -> Vec<u32> {
+        if !transposed {
+            return s[..rows * cols].iter().map(|&x| f(x)).collect();
+        }
+        let mut data = vec![0u32; rows * cols];
+        for (p, src) in s[..rows * cols].chunks_exact(rows).enumerate() {
+            for (i, &x) in src.iter().enumerate() {
+                data[i * cols + p] = f(x);
+            }
+        }
+        data
+    }
+    let data = match format {
+        NumFormat::Fp32 => gather(s, rows, cols, transposed, |x| x),
+        NumFormat::Bf16 => gather(s, rows, cols, transposed, |x| f32_to_bf16_bits(f32::from_bits(x))),
+        other => gather(s, rows, cols, transposed, |x| other.f64_to_bits(f32::from_bits(x) as f64)),
+    };
+    Matrix { rows, cols, data }
 }
 
 /// Executes `instr` on `cfg` in `mode`, reading and writing `bufs` (one word vector per buffer;
@@ -385,11 +422,7 @@ pub fn execute(
                 if s.len() < rows * cols {
                     return Err(missing("operand", o.buf, o.offset + rows * cols, o.offset + s.len()));
                 }
-                Ok(if o.transposed {
-                    Matrix::from_fn(rows, cols, |i, p| to_input(fmt, s[p * rows + i]))
-                } else {
-                    Matrix::from_fn(rows, cols, |i, p| to_input(fmt, s[i * cols + p]))
-                })
+                Ok(load_matrix(fmt, s, rows, cols, o.transposed))
             };
             let (am, bm) = (src(a, m, k)?, src(b, k, n)?);
             let res = mxu::gemm(cfg, &am, &bm, mode, faults)?;

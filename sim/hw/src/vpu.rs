@@ -311,7 +311,7 @@ pub fn min_f32(a: f32, b: f32) -> f32 {
 
 /// Output `j` of an elementwise/optimizer op on one lane's operands (fp32 bits in, canonical
 /// fp32 bits out). Both execution modes call exactly this function.
-#[inline]
+#[inline(always)]
 pub fn lane_op(op: &VpuOp, j: usize, x: [u32; 4]) -> u32 {
     let [a, b, c, d] = x.map(f32::from_bits);
     let r = match *op {
@@ -431,6 +431,21 @@ pub fn timing(cfg: &HwConfig, op: &VpuOp, n: usize) -> VpuStats {
         elements: n as u64,
         utilization: 0.0,
     })
+}
+
+/// The cycle (from the op's first issue) at which vector `v` of `op` on `n` elements issues:
+/// its fault origin.
+pub fn issue_cycle(cfg: &HwConfig, op: &VpuOp, n: usize, v: u64) -> Result<u64, HwError> {
+    Ok(VpuSchedule::new(cfg, op, n.max(1))?.issue(v))
+}
+
+/// The last vector of `op` on `n` elements issued at or before `cycle` (cycles from the op's
+/// first issue): the vector a fault at that cycle is reported against.
+pub fn vector_at(cfg: &HwConfig, op: &VpuOp, n: usize, cycle: u64) -> Result<u64, HwError> {
+    let s = VpuSchedule::new(cfg, op, n.max(1))?;
+    let v =
+        (cycle / s.stride.max(1)).saturating_mul(s.group).saturating_add((cycle % s.stride.max(1)).min(s.group - 1));
+    Ok(v.min(s.vectors.saturating_sub(1)))
 }
 
 /// For an elementwise/optimizer op on `n` elements: the cycle (from the op's first issue) at
@@ -573,20 +588,7 @@ fn tree_stages(k: usize) -> u32 {
 fn functional(cfg: &HwConfig, op: &VpuOp, inputs: &[&[u32]], n: usize) -> Vec<Vec<u32>> {
     let l = cfg.vpu.lanes;
     match op.reduction() {
-        None => {
-            let k = op.outputs();
-            let mut out = vec![vec![0u32; n]; k];
-            for e in 0..n {
-                let mut x = [0u32; 4];
-                for (i, inp) in inputs.iter().enumerate() {
-                    x[i] = inp[e];
-                }
-                for (j, o) in out.iter_mut().enumerate() {
-                    o[e] = lane_op(op, j, x);
-                }
-            }
-            out
-        }
+        None => elementwise(op, inputs, n),
         Some((cols, Axis::Col, is_max)) => {
             let x = inputs[0];
             let rows = n / cols;
@@ -618,6 +620,42 @@ fn functional(cfg: &HwConfig, op: &VpuOp, inputs: &[&[u32]], n: usize) -> Vec<Ve
             }
             vec![out]
         }
+    }
+}
+
+/// The functional twin of an elementwise/optimizer op: [`lane_op`] on every element. The op is
+/// matched once and [`lane_op`] inlined with it as a constant, so each arm compiles to a tight
+/// loop over the elements (same function, same bits; several times faster than dispatching
+/// per element).
+fn elementwise(op: &VpuOp, inputs: &[&[u32]], n: usize) -> Vec<Vec<u32>> {
+    #[inline(always)]
+    fn each(op: &VpuOp, inputs: &[&[u32]], n: usize) -> Vec<Vec<u32>> {
+        let get = |i: usize| inputs.get(i).copied().unwrap_or(&[]);
+        let (a, b, c, d) = (get(0), get(1), get(2), get(3));
+        let at = |v: &[u32], e: usize| v.get(e).copied().unwrap_or(0);
+        (0..op.outputs())
+            .map(|j| match op.inputs() {
+                1 => a[..n].iter().map(|&x| lane_op(op, j, [x, 0, 0, 0])).collect(),
+                2 => a[..n].iter().zip(&b[..n]).map(|(&x, &y)| lane_op(op, j, [x, y, 0, 0])).collect(),
+                _ => (0..n).map(|e| lane_op(op, j, [a[e], at(b, e), at(c, e), at(d, e)])).collect(),
+            })
+            .collect()
+    }
+    use VpuOp::*;
+    match *op {
+        Copy => each(&Copy, inputs, n),
+        Add => each(&Add, inputs, n),
+        Sub => each(&Sub, inputs, n),
+        Mul => each(&Mul, inputs, n),
+        AddScalar(s) => each(&AddScalar(s), inputs, n),
+        MulScalar(s) => each(&MulScalar(s), inputs, n),
+        Relu => each(&Relu, inputs, n),
+        ReluGrad => each(&ReluGrad, inputs, n),
+        Exp => each(&Exp, inputs, n),
+        Recip => each(&Recip, inputs, n),
+        Rsqrt => each(&Rsqrt, inputs, n),
+        Sgd { lr } => each(&Sgd { lr }, inputs, n),
+        _ => each(op, inputs, n),
     }
 }
 

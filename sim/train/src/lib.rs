@@ -4,6 +4,8 @@
 //!   bf16 or fp32 inputs and fp32 accumulation, everything else as VPU instructions) in
 //!   `Functional` or `CycleLevel` mode with identical bits, with an optional fault injected
 //!   into one instruction and its effect on that instruction's outputs reported.
+//! * [`inject`]: faults on the training clock (step, cycle within the step), resolved to the
+//!   instruction, fold or vector they hit, with the effect on that instruction's outputs.
 //! * [`trainer`]: the loop (batches, steps, evaluation on the held-out split, per-step
 //!   records, summary), optimizer choice and run options.
 //! * [`state`]: parameters and optimizer state, initialised from a seed or `.npy` files.
@@ -36,6 +38,7 @@ pub mod digits;
 pub mod error;
 pub mod exec;
 pub mod idx;
+pub mod inject;
 pub mod npy;
 pub mod source;
 pub mod state;
@@ -47,6 +50,7 @@ pub use checkpoint::{Checkpoint, DataIdentity, RunIdentity};
 pub use dataset::{Batcher, BatcherState, Dataset, Split};
 pub use error::{Result, TrainError};
 pub use exec::{Effect, Executor, Injection, MxuFormat, StepOutput};
+pub use inject::{InjectionReport, StepFault};
 pub use state::{ModelState, Tensor32};
 pub use trace::{RunDescription, TraceWriter};
 pub use trainer::{InitWeights, OptimizerKind, StepRecord, Summary, TrainOptions, Trainer, MAX_STEPS};

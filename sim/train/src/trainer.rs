@@ -5,6 +5,7 @@ use crate::checkpoint::{Checkpoint, DataIdentity, RunIdentity};
 use crate::dataset::{Batcher, Dataset, Split};
 use crate::error::{Result, TrainError};
 use crate::exec::{accuracy, Executor, MxuFormat};
+use crate::inject::{self, InjectionReport, StepFault};
 use crate::state::ModelState;
 use faultline_graph::{program, ModelSpec, OptimizerSpec, StepSchedule, TrainGraph};
 use faultline_hw::matrix::bits_checksum;
@@ -146,6 +147,10 @@ pub struct StepRecord {
     pub cycles: u64,
     /// Cycles per phase: `forward`, `backward`, `update`.
     pub phase_cycles: BTreeMap<String, u64>,
+    /// The fault injected in this step, where it landed and what it did (absent in fault-free
+    /// steps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub injection: Option<InjectionReport>,
 }
 
 /// A model being trained on one machine with one dataset.
@@ -166,6 +171,8 @@ pub struct Trainer {
     pub schedule: StepSchedule,
     /// FNV-1a of the model definition (part of the run's identity).
     model_digest: u64,
+    /// Faults to inject, at most one per step ([`Trainer::set_faults`]).
+    faults: Vec<StepFault>,
 }
 
 /// FNV-1a of a value's JSON form: a digest of a model or machine definition.
@@ -225,7 +232,31 @@ impl Trainer {
             )));
         }
         let batcher = Batcher::new(data.train.len(), options.batch, options.seed)?;
-        Ok(Trainer { exec, state, batcher, data, options, schedule, model_digest: json_digest(spec) })
+        Ok(Trainer {
+            exec,
+            state,
+            batcher,
+            data,
+            options,
+            schedule,
+            model_digest: json_digest(spec),
+            faults: Vec::new(),
+        })
+    }
+
+    /// Faults to inject in the coming steps, at most one per step; each is checked against the
+    /// step program now (site, unit, cycle), so a bad one fails before any training.
+    pub fn set_faults(&mut self, faults: Vec<StepFault>) -> Result<()> {
+        for (i, f) in faults.iter().enumerate() {
+            if let Some(g) = faults[..i].iter().find(|g| g.step == f.step) {
+                return Err(TrainError::Config(format!(
+                    "faults `{g}` and `{f}` strike the same step; inject at most one fault per step"
+                )));
+            }
+            inject::resolve(&self.exec, &self.schedule, f)?;
+        }
+        self.faults = faults;
+        Ok(())
     }
 
     /// Everything that defines this run (what a checkpoint must match to be resumed here).
@@ -261,7 +292,16 @@ impl Trainer {
         }
         let idx = self.batcher.next_indices();
         let (x, y) = self.data.train.gather(&idx);
-        let out = self.exec.step(&mut self.state, &x, &y)?;
+        let planned = self.faults.iter().find(|f| f.step == self.state.step + 1);
+        let (injection, report) = match planned {
+            Some(f) => {
+                let (i, r) = inject::resolve(&self.exec, &self.schedule, f)?;
+                (i, Some(r))
+            }
+            None => (None, None),
+        };
+        let out = self.exec.step_with_fault(&mut self.state, &x, &y, injection.as_ref())?;
+        let injection = report.map(|r| inject::complete(r, out.effect.as_ref()));
         let step = self.state.step;
         let every = self.options.eval_every;
         let due = every > 0 && step.is_multiple_of(every);
@@ -273,6 +313,7 @@ impl Trainer {
             test_accuracy,
             cycles: out.cycles,
             phase_cycles: out.phase_cycles,
+            injection,
         })
     }
 

@@ -1,0 +1,243 @@
+//! Faults on a training run's clock: a bit of a named site, struck at (training step, cycle
+//! within the step).
+//!
+//! A [`StepFault`] is written `KIND:SITE@step=S,cycle=C` (a stuck-at adds `,for=N`, its cycles),
+//! e.g. `flip:mxu.pe[31][0].psum[30]@step=5,cycle=400`. The step's program schedule says which
+//! instruction issues at that cycle ([`faultline_graph::StepSchedule::locate`]) and
+//! [`faultline_hw::isa::fault_time`] which fold or vector of it; that instruction runs at cycle
+//! level with the fault, and its effect on the instruction's outputs is reported
+//! ([`InjectionReport`]). A fault on a unit that is idle at that cycle (the MXU while a VPU
+//! instruction runs, or before a GEMM's first fold) is masked: every GEMM and VPU instruction
+//! loads its operand registers afresh, so an idle register's upset is overwritten before use.
+//!
+//! Training values do not yet pass through the memories, so training faults target `mxu.*` and
+//! `vpu.*` sites; a stuck-at acts within the instruction it starts in.
+
+use crate::error::{Result, TrainError};
+use crate::exec::{Effect, Executor, Injection};
+use faultline_graph::{Phase, StepSchedule};
+use faultline_hw::isa::{self, ExecUnit};
+use faultline_hw::{FaultEvent, FaultSchedule, FaultSite, Unit};
+use faultline_num::BitFault;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// The text form of a [`StepFault`], with examples, as quoted in parse errors.
+pub const STEP_FAULT_FORM: &str = "KIND:SITE@step=S,cycle=C[,for=N] with KIND flip, stuck0 or stuck1 and \
+    for=N (cycles, >= 1) for stuck-ats only, e.g. flip:mxu.pe[31][0].psum[30]@step=5,cycle=400 or \
+    stuck1:vpu.lane[3].out[30]@step=2,cycle=1000,for=50";
+
+/// One fault in a training run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepFault {
+    /// Flip or stuck-at.
+    pub kind: BitFault,
+    /// The bit.
+    pub site: FaultSite,
+    /// Training step (1-based) it strikes in.
+    pub step: u64,
+    /// Cycle within that step, from the step's first instruction.
+    pub cycle: u64,
+    /// Cycles a stuck-at stays active (>= 1; 1 for a flip).
+    pub duration: u64,
+}
+
+impl fmt::Display for StepFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}@step={},cycle={}", self.kind, self.site, self.step, self.cycle)?;
+        if self.kind != BitFault::Flip {
+            write!(f, ",for={}", self.duration)?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for StepFault {
+    type Err = TrainError;
+    fn from_str(s: &str) -> Result<StepFault> {
+        let bad = |why: String| TrainError::Config(format!("bad fault `{s}`: {why}; expected {STEP_FAULT_FORM}"));
+        let (what, when) = s.split_once('@').ok_or_else(|| bad("no `@`".into()))?;
+        let (kind, site) = what.split_once(':').ok_or_else(|| bad("no `:` after the kind".into()))?;
+        let kind: BitFault = kind.parse().map_err(|e: faultline_num::FaultKindParseError| bad(e.to_string()))?;
+        let site: FaultSite = site.parse().map_err(|e: faultline_hw::HwError| bad(e.to_string()))?;
+        let (mut step, mut cycle, mut duration) = (None, None, None);
+        for part in when.split(',') {
+            let (key, value) = part.split_once('=').ok_or_else(|| bad(format!("`{part}` is not key=value")))?;
+            let v: u64 = value.parse().map_err(|_| bad(format!("`{value}` is not a plain decimal number")))?;
+            let slot = match key {
+                "step" => &mut step,
+                "cycle" => &mut cycle,
+                "for" => &mut duration,
+                _ => return Err(bad(format!("unknown key `{key}` (step, cycle, for)"))),
+            };
+            if slot.replace(v).is_some() {
+                return Err(bad(format!("`{key}` given twice")));
+            }
+        }
+        let step = step.filter(|&s| s >= 1).ok_or_else(|| bad("`step` (>= 1) is required".into()))?;
+        let cycle = cycle.ok_or_else(|| bad("`cycle` is required".into()))?;
+        let duration = match (kind, duration) {
+            (BitFault::Flip, None) => 1,
+            (BitFault::Flip, Some(_)) => return Err(bad("a flip acts once and takes no `for`".into())),
+            (_, Some(d)) if d >= 1 => d,
+            (_, _) => return Err(bad("a stuck-at needs `for=N` cycles, N >= 1".into())),
+        };
+        Ok(StepFault { kind, site, step, cycle, duration })
+    }
+}
+
+/// Where a [`StepFault`] landed in its step, and what it did to the instruction it hit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InjectionReport {
+    /// The fault, in its text form.
+    pub fault: String,
+    /// Index of the instruction issuing at the fault's cycle.
+    pub instr: usize,
+    /// That instruction's name (`gemm`, or the VPU op).
+    pub op: String,
+    /// The graph node it computes (part of).
+    pub node: String,
+    /// The node's phase.
+    pub phase: Phase,
+    /// The node's layer.
+    pub layer: String,
+    /// Whether the faulted site's unit is running that instruction (else the fault is masked).
+    pub unit_busy: bool,
+    /// The fold (GEMM) or vector (VPU) the cycle falls in, when the unit is busy.
+    pub tile: Option<usize>,
+    /// Cycle from that tile's origin.
+    pub tile_cycle: Option<u64>,
+    /// Output words of the instruction.
+    pub elements: usize,
+    /// Output words whose bits differ from the fault-free run (0: masked inside the hardware).
+    pub corrupted: usize,
+    /// Largest absolute error among them.
+    pub max_abs_error: f64,
+    /// Largest relative error among them.
+    pub max_rel_error: f64,
+    /// The buffer (tensor) the instruction writes: the first one the fault can corrupt.
+    pub buffer: String,
+}
+
+impl InjectionReport {
+    /// The fault never left the hardware.
+    pub fn masked(&self) -> bool {
+        self.corrupted == 0
+    }
+}
+
+impl fmt::Display for InjectionReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = match (self.tile, self.tile_cycle) {
+            (Some(t), Some(c)) => format!("tile {t}, cycle {c}"),
+            _ => "its unit idle".into(),
+        };
+        write!(
+            f,
+            "{} -> instruction {} ({} of {}, {} phase, layer {}; {at}): ",
+            self.fault, self.instr, self.op, self.node, self.phase, self.layer
+        )?;
+        if self.masked() {
+            write!(f, "masked in hardware ({} outputs bit-identical)", self.elements)
+        } else {
+            write!(
+                f,
+                "{} of {} outputs of `{}` corrupted, max abs error {:.3e}, max rel error {:.3e}",
+                self.corrupted, self.elements, self.buffer, self.max_abs_error, self.max_rel_error
+            )
+        }
+    }
+}
+
+/// Resolves `f` against the step program of `exec` (with schedule `sched`): the injection to
+/// run, or `None` when the site's unit is idle at that cycle, plus the report's placement part
+/// (effect fields zero until [`complete`] fills them).
+pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(Option<Injection>, InjectionReport)> {
+    let bad = |why: String| TrainError::Config(format!("fault `{f}`: {why}"));
+    let unit = match f.site.unit {
+        Unit::Mxu => ExecUnit::Mxu,
+        Unit::Vpu => ExecUnit::Vpu,
+        other => {
+            return Err(bad(format!(
+                "`{}` sites are not reachable during training yet (training values do not pass through \
+                 the memories, DMA or sequencer); training faults target mxu.* and vpu.* sites",
+                other.name()
+            )))
+        }
+    };
+    f.site.validate(&exec.hw)?;
+    let (instr, local) = sched
+        .locate(f.cycle)
+        .ok_or_else(|| bad(format!("cycle {} is after the step ends at cycle {}", f.cycle, sched.total_cycles)))?;
+    let p = exec.program();
+    let ins = &p.instrs[instr];
+    let tag = &p.tags[instr];
+    let time = if ins.unit() == unit { isa::fault_time(&exec.hw, ins, local)? } else { None };
+    let report = InjectionReport {
+        fault: f.to_string(),
+        instr,
+        op: ins.name().to_string(),
+        node: exec.tg.graph.node(tag.node).name.clone(),
+        phase: tag.phase,
+        layer: tag.layer.clone(),
+        unit_busy: time.is_some(),
+        tile: time.map(|t| t.tile),
+        tile_cycle: time.map(|t| t.cycle),
+        elements: ins.out_len() * ins.writes().len(),
+        corrupted: 0,
+        max_abs_error: 0.0,
+        max_rel_error: 0.0,
+        buffer: p.buffers[ins.writes()[0].index()].name.clone(),
+    };
+    let injection = time.map(|at| {
+        // A stuck-at acts within the instruction it starts in.
+        let left = isa::cycles(&exec.hw, ins) - local;
+        let event = FaultEvent { site: f.site, kind: f.kind, at, duration: f.duration.min(left).max(1) };
+        Injection { instr, faults: FaultSchedule::one(event) }
+    });
+    Ok((injection, report))
+}
+
+/// Fills the effect fields of a report from what the executor measured.
+pub fn complete(mut report: InjectionReport, effect: Option<&Effect>) -> InjectionReport {
+    if let Some(e) = effect {
+        report.elements = e.elements;
+        report.corrupted = e.corrupted;
+        report.max_abs_error = e.max_abs_error;
+        report.max_rel_error = e.max_rel_error;
+        report.buffer = e.buffer.clone();
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_form_parses_prints_and_refuses_what_it_should() {
+        let f: StepFault = "flip:mxu.pe[31][0].psum[30]@step=5,cycle=400".parse().unwrap();
+        assert_eq!((f.kind, f.step, f.cycle, f.duration), (BitFault::Flip, 5, 400, 1));
+        assert_eq!(f.to_string(), "flip:mxu.pe[31][0].psum[30]@step=5,cycle=400");
+        let g: StepFault = "stuck1:vpu.lane[3].out[30]@cycle=7,step=2,for=50".parse().unwrap();
+        assert_eq!(g.to_string(), "stuck1:vpu.lane[3].out[30]@step=2,cycle=7,for=50");
+        assert_eq!(g.to_string().parse::<StepFault>().unwrap(), g);
+        for (text, why) in [
+            ("flip:mxu.pe[0][0].psum[3]", "no `@`"),
+            ("flip:mxu.pe[0][0].psum[3]@step=0,cycle=1", "`step` (>= 1)"),
+            ("flip:mxu.pe[0][0].psum[3]@step=1", "`cycle` is required"),
+            ("flip:mxu.pe[0][0].psum[3]@step=1,cycle=2,for=3", "takes no `for`"),
+            ("stuck0:mxu.pe[0][0].psum[3]@step=1,cycle=2", "needs `for=N`"),
+            ("stuck0:mxu.pe[0][0].psum[3]@step=1,cycle=2,for=0", "needs `for=N`"),
+            ("flip:mxu.pe[0][0].psum[3]@step=1,step=2,cycle=1", "given twice"),
+            ("flip:mxu.pe[0][0].psum[3]@step=1,tile=2", "unknown key `tile`"),
+            ("flip:mxu.pe[0][0].psum[3]@step=1,cycle=-2", "plain decimal"),
+            ("zap:mxu.pe[0][0].psum[3]@step=1,cycle=2", "unknown fault kind"),
+            ("flip:mxu.pe[0][0].nope[3]@step=1,cycle=2", "nope"),
+        ] {
+            let e = text.parse::<StepFault>().unwrap_err().to_string();
+            assert!(e.contains(why) && !e.contains('\n'), "{text}: {e}");
+        }
+    }
+}

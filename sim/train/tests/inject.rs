@@ -1,0 +1,144 @@
+//! Faults on the training clock reach every MXU and VPU site class: for each class there is a
+//! cycle of a training step at which a flip of one of its bits corrupts exactly the output of
+//! the instruction running then (the predicted tensor), and a cycle at which its unit is idle
+//! and the same flip is masked in hardware (the step's result is bit-identical to golden).
+
+use faultline_graph::ModelSpec;
+use faultline_hw::isa::{ExecUnit, Instr};
+use faultline_hw::sites::SiteKind;
+use faultline_hw::{Dataflow, FaultSite, HwConfig, Register, SiteClass, Unit};
+use faultline_train::{inject, source, ModelState, StepFault, TrainOptions, Trainer};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn trainer(dataflow: Dataflow) -> Trainer {
+    let spec = ModelSpec::load(root().join("models/mlp-digits.ron")).unwrap();
+    let mut hw = HwConfig::load(root().join("configs/tpu-8x8.ron")).unwrap();
+    hw.mxu.dataflow = dataflow;
+    let data = source::shipped(&spec, 1, &Default::default()).unwrap();
+    Trainer::new(&spec, &hw, data, TrainOptions { batch: 8, eval_every: 0, ..TrainOptions::default() }).unwrap()
+}
+
+/// One step from `t`'s state with fault `f`: the report, and the state after the step with the
+/// loss's bits.
+fn faulty_step(t: &Trainer, f: &StepFault, x: &[f32], y: &[u32]) -> (inject::InjectionReport, (ModelState, u32)) {
+    let (injection, report) = inject::resolve(&t.exec, &t.schedule, f).unwrap();
+    let mut s = t.state.clone();
+    let out = t.exec.step_with_fault(&mut s, x, y, injection.as_ref()).unwrap();
+    (inject::complete(report, out.effect.as_ref()), (s, out.loss.to_bits()))
+}
+
+/// The bit to flip: the exponent's top bit of a float register, bit 0 of a one-bit one.
+fn bit(class: SiteClass, cfg: &HwConfig) -> u32 {
+    let w = class.width(cfg);
+    if w > 1 {
+        w - 2
+    } else {
+        0
+    }
+}
+
+#[test]
+fn every_mxu_and_vpu_class_is_live_in_a_step_and_masked_when_its_unit_is_idle() {
+    for dataflow in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
+        let t = trainer(dataflow);
+        let hw = &t.exec.hw;
+        let p = t.exec.program();
+        let idx: Vec<usize> = t.batcher.clone().next_indices();
+        let (x, y) = t.data.train.gather(&idx);
+        let mut state = t.state.clone();
+        let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
+        let golden = (state, loss);
+        let first = |pred: &dyn Fn(&Instr) -> bool| (0..p.instrs.len()).find(|&i| pred(&p.instrs[i])).unwrap();
+        let gemm = first(&|i| matches!(i, Instr::Gemm { .. }));
+        let vpu2 = first(&|i| matches!(i, Instr::Vpu { ins, .. } if ins.len() == 2));
+        let reduce = first(&|i| i.name().starts_with("reduce"));
+        for class in SiteClass::all(hw) {
+            if !matches!(class.unit, Unit::Mxu | Unit::Vpu) || class.kind() != SiteKind::FlipFlop {
+                continue;
+            }
+            // A middle row: the digits' first pixels (array row 0 in the first folds) are mostly 0,
+            // which masks operand faults there.
+            let site = match class.unit {
+                Unit::Mxu => FaultSite::pe(hw.mxu.rows / 2, 0, class.register, bit(class, hw)),
+                _ => FaultSite::lane(0, class.register, bit(class, hw)),
+            };
+            // Operand registers c and d feed only three- and four-input instructions (the fused
+            // optimizer ops), which training graphs do not issue: they are dead in training.
+            let dead_in_training = matches!(class.register, Register::OpC | Register::OpD);
+            let target = match (class.unit, class.register) {
+                (Unit::Mxu, _) => gemm,
+                (_, Register::LaneAcc) => reduce,
+                _ => vpu2,
+            };
+            let start = t.schedule.instrs[target].start;
+            let cycles = t.schedule.instrs[target].cycles;
+            let live = (0..cycles).find_map(|c| {
+                let f = StepFault { kind: faultline_num::BitFault::Flip, site, step: 1, cycle: start + c, duration: 1 };
+                let (r, s) = faulty_step(&t, &f, &x, &y);
+                assert!(r.unit_busy && r.instr == target, "{class}: {r}");
+                (!r.masked()).then_some((r, s))
+            });
+            match (live, dead_in_training) {
+                (Some((r, s)), false) => {
+                    let out = p.instrs[target].writes()[0];
+                    assert_eq!(r.buffer, p.buffers[out.index()].name, "{class}: {r}");
+                    assert!(r.corrupted >= 1 && r.corrupted <= r.elements, "{class}: {r}");
+                    if class.register == Register::Psum {
+                        assert_eq!(r.corrupted, 1, "a psum flip corrupts one output: {r}");
+                    }
+                    assert!(s != golden, "{class}: the corruption must reach the step's state or loss: {r}");
+                }
+                (None, true) => {}
+                (live, dead) => panic!("{class} ({dataflow:?}): live {:?}, expected dead: {dead}", live.map(|l| l.0)),
+            }
+            // Dead time: the unit is idle (the other unit's instruction is running).
+            let idle = (0..p.instrs.len())
+                .find(|&i| p.instrs[i].unit() != if class.unit == Unit::Mxu { ExecUnit::Mxu } else { ExecUnit::Vpu })
+                .unwrap();
+            let f = StepFault {
+                kind: faultline_num::BitFault::Flip,
+                site,
+                step: 1,
+                cycle: t.schedule.instrs[idle].start,
+                duration: 1,
+            };
+            let (r, s) = faulty_step(&t, &f, &x, &y);
+            assert!(!r.unit_busy && r.masked(), "{class}: {r}");
+            assert!(s == golden, "{class}: an idle-unit fault changed the step: {r}");
+        }
+    }
+}
+
+/// Faults through the trainer: the record of the faulted step carries the report, the others
+/// none; a bad fault is refused before training; two in one step are refused.
+#[test]
+fn trainer_injects_on_its_clock_and_refuses_bad_faults() {
+    let mut t = trainer(Dataflow::WeightStationary);
+    let f: StepFault = "flip:mxu.pe[0][0].psum[30]@step=2,cycle=10".parse().unwrap();
+    t.set_faults(vec![f]).unwrap();
+    let r1 = t.step().unwrap();
+    let r2 = t.step().unwrap();
+    assert!(r1.injection.is_none());
+    let rep = r2.injection.unwrap();
+    assert_eq!((rep.instr, rep.op.as_str()), (0, "gemm"), "{rep}");
+    let json = serde_json::to_string(&r1).unwrap();
+    assert!(!json.contains("injection"), "fault-free records keep the landed schema: {json}");
+    let end = t.schedule.total_cycles;
+    for (text, why) in [
+        ("flip:ub.word[0][3]@step=3,cycle=0".to_string(), "not reachable during training".to_string()),
+        (format!("flip:mxu.pe[0][0].psum[30]@step=3,cycle={end}"), format!("ends at cycle {end}")),
+        ("flip:mxu.pe[9][0].psum[30]@step=3,cycle=0".into(), "pe[9][0]".into()),
+    ] {
+        let e = t.set_faults(vec![text.parse().unwrap()]).unwrap_err().to_string();
+        assert!(e.contains(&why), "{text}: {e}");
+    }
+    let twice = vec![
+        "flip:mxu.pe[0][0].psum[30]@step=3,cycle=0".parse().unwrap(),
+        "flip:mxu.pe[0][1].psum[30]@step=3,cycle=5".parse().unwrap(),
+    ];
+    assert!(t.set_faults(twice).unwrap_err().to_string().contains("same step"));
+}
