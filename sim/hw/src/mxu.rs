@@ -525,23 +525,35 @@ fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix) -> Matrix {
         Dataflow::WeightStationary => s.rows,
         Dataflow::OutputStationary => k,
     };
-    let mut tmp = vec![F::Value::default(); n];
+    // Outputs are computed in blocks of `B` columns whose partial sums stay in registers while
+    // `k` runs (the same per-output sequence of operations; only the loop nest differs).
+    const B: usize = 16;
     for mi in 0..m {
+        let arow = &av[mi * k..(mi + 1) * k];
         let orow = &mut out[mi * n..(mi + 1) * n];
-        for k0 in (0..k).step_by(chunk) {
-            tmp.fill(F::Value::default());
-            for ki in k0..(k0 + chunk).min(k) {
-                let x = av[mi * k + ki];
-                let wrow = &wv[ki * n..(ki + 1) * n];
-                for (t, &y) in tmp.iter_mut().zip(wrow) {
-                    *t = F::mac_value(*t, x, y);
+        for j0 in (0..n).step_by(B) {
+            let jb = (n - j0).min(B);
+            for k0 in (0..k).step_by(chunk) {
+                let mut acc = [F::Value::default(); B];
+                for (ki, &x) in arow.iter().enumerate().take((k0 + chunk).min(k)).skip(k0) {
+                    let wrow = &wv[ki * n + j0..ki * n + j0 + jb];
+                    if let Ok(w) = <&[F::Value; B]>::try_from(wrow) {
+                        for t in 0..B {
+                            acc[t] = F::mac_value(acc[t], x, w[t]);
+                        }
+                    } else {
+                        for (a, &y) in acc.iter_mut().zip(wrow) {
+                            *a = F::mac_value(*a, x, y);
+                        }
+                    }
                 }
-            }
-            if k0 == 0 {
-                orow.copy_from_slice(&tmp);
-            } else {
-                for (o, &t) in orow.iter_mut().zip(&tmp) {
-                    *o = F::add_value(*o, t);
+                let o = &mut orow[j0..j0 + jb];
+                if k0 == 0 {
+                    o.copy_from_slice(&acc[..jb]);
+                } else {
+                    for (o, &t) in o.iter_mut().zip(&acc) {
+                        *o = F::add_value(*o, t);
+                    }
                 }
             }
         }
