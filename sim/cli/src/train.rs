@@ -10,7 +10,8 @@ use faultline_num::NumFormat;
 use faultline_train::source::{self, LoadOptions};
 use faultline_train::trace::Invocation;
 use faultline_train::{
-    Checkpoint, InitWeights, MxuFormat, OptimizerKind, RunDescription, TraceWriter, TrainOptions, Trainer, MAX_STEPS,
+    Checkpoint, InitWeights, MxuFormat, OptimizerKind, RunDescription, StepFault, TraceWriter, TrainOptions, Trainer,
+    MAX_STEPS,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt;
@@ -92,6 +93,12 @@ pub struct TrainArgs {
     /// checkpoint left it.
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// Inject a fault at a (step, cycle within the step) of the run, e.g.
+    /// 'flip:mxu.pe[31][0].psum[30]@step=5,cycle=400' or
+    /// 'stuck1:vpu.lane[3].out[30]@step=2,cycle=1000,for=50' (repeatable, one per step; MXU and
+    /// VPU sites). Where it lands and what it corrupts is printed and recorded in the trace.
+    #[arg(long = "inject", value_name = "FAULT", conflicts_with_all = ["resume", "save_checkpoint"])]
+    pub inject: Vec<String>,
     /// Print the final summary as JSON (and no progress bar).
     #[arg(long)]
     pub json: bool,
@@ -187,6 +194,11 @@ pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
     if let (Some(c), Some(dir)) = (ck, &a.resume) {
         trainer.restore(c, dir)?;
     }
+    let faults: Vec<StepFault> = a.inject.iter().map(|f| f.parse()).collect::<Result<_, _>>()?;
+    if let Some(f) = faults.iter().find(|f| f.step > a.steps) {
+        bail!("fault `{f}` strikes step {}, after the run's last step {}", f.step, a.steps);
+    }
+    trainer.set_faults(faults)?;
     let mut trace = match &a.trace {
         Some(p) => {
             let w = if a.resume.is_some() { TraceWriter::resume(p, start_step)? } else { TraceWriter::create(p)? };
@@ -234,6 +246,9 @@ pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
         return Ok(());
+    }
+    for r in &summary.injections {
+        println!("fault: {r}");
     }
     let phases: Vec<String> = faultline_graph::Phase::ALL
         .iter()

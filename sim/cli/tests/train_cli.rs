@@ -101,3 +101,64 @@ fn default_run_reproduces_the_shipped_example_trace() {
     }
     assert_eq!(got, want);
 }
+
+/// `--inject`: a fault on the training clock is placed, reported on stdout and in the trace of
+/// its step only; the run's other steps before it equal the golden run's; a flip in an update
+/// instruction's result that makes a weight huge ends in NaN losses (the trace keeps going).
+#[test]
+fn injected_faults_are_placed_reported_and_propagate() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, inject: Option<&str>| {
+        let trace = dir.path().join(name);
+        let mut args = BASE.to_vec();
+        args.extend(["--steps", "8", "--trace", trace.to_str().unwrap()]);
+        if let Some(f) = inject {
+            args.extend(["--inject", f]);
+        }
+        let out = faultline(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<serde_json::Value> =
+            std::fs::read_to_string(&trace).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        (String::from_utf8(out.stdout).unwrap(), lines)
+    };
+    let (_, golden) = run("golden.jsonl", None);
+    let (stdout, psum) = run("psum.jsonl", Some("flip:mxu.pe[31][0].psum[30]@step=5,cycle=100"));
+    assert!(
+        stdout.contains("fault: flip:mxu.pe[31][0].psum[30]@step=5,cycle=100 -> instruction 0 (gemm of fc1.matmul")
+            && stdout.contains("1 of 2048 outputs of `fc1.matmul` corrupted"),
+        "{stdout}"
+    );
+    assert_eq!(psum[..4], golden[..4], "steps before the fault are golden");
+    let rep = &psum[4]["injection"];
+    assert_eq!((rep["instr"].as_u64(), rep["corrupted"].as_u64()), (Some(0), Some(1)), "{rep}");
+    assert!(psum.iter().enumerate().all(|(i, r)| (i == 4) == r.get("injection").is_some()));
+    assert!(psum[4]["loss"].as_f64().unwrap() > 1e30, "a 2^64-times psum reaches the loss: {}", psum[4]);
+
+    // An fc1 weight made ~6e37 by a flip in the SGD update's result: the next forward pass
+    // overflows, and every loss after it is NaN (null in JSON).
+    let (stdout, nan) = run("nan.jsonl", Some("flip:vpu.lane[3].out[30]@step=5,cycle=2100"));
+    assert!(stdout.contains("(sgd of fc1.weight.next, update phase, layer fc1"), "{stdout}");
+    assert_eq!(
+        nan[..5].iter().map(|r| &r["loss"]).collect::<Vec<_>>(),
+        golden[..5].iter().map(|r| &r["loss"]).collect::<Vec<_>>()
+    );
+    assert!(
+        nan[6..].iter().all(|r| r["loss"].is_null()),
+        "{:?}",
+        nan[6..].iter().map(|r| &r["loss"]).collect::<Vec<_>>()
+    );
+
+    for (args, why) in [
+        (vec!["--inject", "flip:ub.word[0][3]@step=1,cycle=0"], "not reachable during training"),
+        (vec!["--inject", "flip:mxu.pe[0][0].psum[30]@step=9,cycle=0", "--steps", "8"], "after the run's last step 8"),
+        (vec!["--inject", "flip:mxu.pe[0][0].psum[30]@0:5"], "expected KIND:SITE@step=S,cycle=C"),
+        (vec!["--inject", "flip:mxu.pe[0][0].psum[30]@step=1,cycle=0", "--resume", "x"], "cannot be used with"),
+    ] {
+        let mut a = BASE.to_vec();
+        a.extend(args);
+        let out = faultline(&a);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(why) && err.trim().lines().count() == 1, "{why}: {err}");
+    }
+}

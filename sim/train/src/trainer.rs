@@ -436,6 +436,9 @@ pub struct Summary {
     pub vpu_cycles_per_step: u64,
     /// Loss of every step of this invocation, in order.
     pub losses: Vec<f64>,
+    /// What each injected fault did ([`Trainer::set_faults`]), in step order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub injections: Vec<InjectionReport>,
     /// Host wall-clock seconds of the run.
     pub wall_seconds: f64,
 }
@@ -456,9 +459,11 @@ impl Trainer {
         let mut losses = Vec::new();
         let mut test_accuracy = None;
         let mut issued = (0, BTreeMap::new());
+        let mut injections = Vec::new();
         for _ in 0..steps {
             let r = self.step()?;
             losses.push(r.loss);
+            injections.extend(r.injection.clone());
             issued = (r.cycles, r.phase_cycles.clone());
             test_accuracy = r.test_accuracy;
             on_step(self, &r)?;
@@ -494,6 +499,7 @@ impl Trainer {
             mxu_cycles_per_step: self.schedule.mxu_cycles,
             vpu_cycles_per_step: self.schedule.vpu_cycles,
             losses,
+            injections,
             wall_seconds: t0.elapsed().as_secs_f64(),
         })
     }
