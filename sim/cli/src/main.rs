@@ -10,6 +10,7 @@ use faultline_hw::budget::HostMemory;
 mod args;
 mod gemm;
 mod op;
+mod program;
 mod sites;
 mod train;
 
@@ -56,6 +57,9 @@ enum Command {
     Op(op::OpArgs),
     /// Train a model on the simulated machine; report loss, accuracy and cycles per step.
     Train(train::TrainArgs),
+    /// List the instructions one training step lowers to, their schedule, and the step's
+    /// injection space (without running it).
+    Program(program::ProgramArgs),
 }
 
 /// Prints an error as one line with its causes (`error: a: b`) and exits with status 2, instead
@@ -137,5 +141,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sites(a) => sites::run(a),
         Command::Op(a) => op::run(a, &mem),
         Command::Train(a) => train::run(a, &mem),
+        Command::Program(a) => program::run(a, &mem),
     }
 }

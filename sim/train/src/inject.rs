@@ -211,6 +211,55 @@ pub fn complete(mut report: InjectionReport, effect: Option<&Effect>) -> Injecti
     report
 }
 
+/// The (bit, cycle) space of one site class during one training step, from the program alone.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassSpace {
+    /// The class, e.g. `mxu.pe[*][*].psum`.
+    pub class: String,
+    /// Bits in the class.
+    pub bits: u64,
+    /// Instructions of the step that run on the class's unit.
+    pub instructions: usize,
+    /// Cycles of the step in which the unit runs one of them.
+    pub busy_cycles: u64,
+    /// `bits * busy_cycles`: the (bit, cycle) pairs a uniform sampler draws from.
+    pub bit_cycles: u128,
+    /// `bits * (step cycles - busy_cycles)`: pairs with the unit idle, masked without running.
+    pub idle_bit_cycles: u128,
+}
+
+/// The injection space of a step of `exec` (schedule `sched`): for every MXU and VPU
+/// flip-flop class, its bits and the cycles its unit is busy, so a campaign can sample
+/// (bit, cycle) uniformly over the busy part and count the idle part as masked. Listed without
+/// running a step.
+pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSpace> {
+    let p = exec.program();
+    let busy = |u: ExecUnit| -> (usize, u64) {
+        let n = p.instrs.iter().filter(|i| i.unit() == u).count();
+        (n, if u == ExecUnit::Mxu { sched.mxu_cycles } else { sched.vpu_cycles })
+    };
+    faultline_hw::SiteClass::all(&exec.hw)
+        .into_iter()
+        .filter_map(|c| {
+            let unit = match c.unit {
+                Unit::Mxu => ExecUnit::Mxu,
+                Unit::Vpu => ExecUnit::Vpu,
+                _ => return None,
+            };
+            let (instructions, busy_cycles) = busy(unit);
+            let bits = c.bit_count(&exec.hw);
+            Some(ClassSpace {
+                class: c.pattern(),
+                bits,
+                instructions,
+                busy_cycles,
+                bit_cycles: bits as u128 * busy_cycles as u128,
+                idle_bit_cycles: bits as u128 * (sched.total_cycles - busy_cycles) as u128,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

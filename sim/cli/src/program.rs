@@ -1,0 +1,143 @@
+//! `faultline program`: the instructions one training step lowers to, with their schedule, the
+//! units' busy cycles and the step's injection space, without running anything.
+
+use anyhow::Result;
+use clap::Args;
+use faultline_graph::{ModelSpec, TrainGraph};
+use faultline_hw::budget::HostMemory;
+use faultline_hw::isa::Instr;
+use faultline_hw::HwConfig;
+use faultline_train::{inject, source, OptimizerKind, TrainOptions, Trainer};
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// Arguments of `faultline program`.
+#[derive(Args, Debug)]
+pub struct ProgramArgs {
+    /// Model file (RON), e.g. models/mlp-digits.ron.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Hardware config (RON), e.g. configs/tpu-32x32.ron.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Minibatch size.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+    pub batch: u64,
+    /// Optimizer: sgd, momentum or adam.
+    #[arg(long, default_value = "sgd")]
+    pub optimizer: String,
+    /// Print one JSON object (instructions, schedule, injection space) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Row {
+    index: usize,
+    start: u64,
+    cycles: u64,
+    unit: &'static str,
+    op: &'static str,
+    shape: String,
+    node: String,
+    phase: &'static str,
+    layer: String,
+    writes: String,
+}
+
+#[derive(Serialize)]
+struct Report {
+    model: String,
+    hw: String,
+    batch: usize,
+    optimizer: String,
+    cycles_per_step: u64,
+    mxu_busy_cycles: u64,
+    vpu_busy_cycles: u64,
+    instructions: Vec<Row>,
+    injection_space: Vec<inject::ClassSpace>,
+}
+
+/// Runs the command.
+pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
+    let spec = ModelSpec::load(&a.model)?;
+    let hw = HwConfig::load(&a.config)?;
+    let optimizer: OptimizerKind = a.optimizer.parse()?;
+    let batch = a.batch as usize;
+    let tg = TrainGraph::build(&spec, batch, optimizer.spec(None))?;
+    mem.check(&format!("lowering `{}` with batch {batch}", spec.name), faultline_train::exec::host_bytes(&tg))?;
+    // The trainer only for its executor and schedule (nothing runs); its data is the shipped set.
+    let data = source::shipped(&spec, 1, mem)?;
+    let options = TrainOptions { batch, optimizer, eval_every: 0, ..TrainOptions::default() };
+    let t = Trainer::from_graph(&spec, tg, &hw, data, options)?;
+    let (p, s, g) = (t.exec.program(), &t.schedule, &t.exec.tg.graph);
+    let rows: Vec<Row> = p
+        .instrs
+        .iter()
+        .zip(&p.tags)
+        .zip(&s.instrs)
+        .enumerate()
+        .map(|(index, ((ins, tag), cost))| Row {
+            index,
+            start: cost.start,
+            cycles: cost.cycles,
+            unit: ins.unit().name(),
+            op: ins.name(),
+            shape: match ins {
+                Instr::Gemm { m, k, n, .. } => format!("{m}x{k}x{n}"),
+                Instr::Vpu { n, .. } => n.to_string(),
+            },
+            node: g.node(tag.node).name.clone(),
+            phase: tag.phase.name(),
+            layer: tag.layer.clone(),
+            writes: ins.writes().iter().map(|b| p.buffers[b.index()].name.clone()).collect::<Vec<_>>().join(","),
+        })
+        .collect();
+    let report = Report {
+        model: spec.name.clone(),
+        hw: hw.name.clone(),
+        batch,
+        optimizer: a.optimizer.clone(),
+        cycles_per_step: s.total_cycles,
+        mxu_busy_cycles: s.mxu_cycles,
+        vpu_busy_cycles: s.vpu_cycles,
+        instructions: rows,
+        injection_space: inject::space(&t.exec, s),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "{} (batch {batch}, {}) on {}: {} instructions, {} cycles per step",
+        report.model,
+        report.optimizer,
+        report.hw,
+        report.instructions.len(),
+        report.cycles_per_step
+    );
+    println!(
+        "{:>4} {:>7} {:>6}  {:<4} {:<15} {:>10}  {:<8} {:<10} {:<26} writes",
+        "#", "start", "cycles", "unit", "op", "shape", "phase", "layer", "node"
+    );
+    for r in &report.instructions {
+        println!(
+            "{:>4} {:>7} {:>6}  {:<4} {:<15} {:>10}  {:<8} {:<10} {:<26} {}",
+            r.index, r.start, r.cycles, r.unit, r.op, r.shape, r.phase, r.layer, r.node, r.writes
+        );
+    }
+    let pct = |c: u64| 100.0 * c as f64 / report.cycles_per_step.max(1) as f64;
+    println!(
+        "busy: MXU {} cycles ({:.1}%), VPU {} cycles ({:.1}%)",
+        report.mxu_busy_cycles,
+        pct(report.mxu_busy_cycles),
+        report.vpu_busy_cycles,
+        pct(report.vpu_busy_cycles)
+    );
+    println!("injection space of one step (bit x cycle pairs; idle-unit pairs are masked without running):");
+    println!("{:<26} {:>8} {:>12} {:>16} {:>16}", "class", "bits", "busy cycles", "busy bit-cycles", "idle bit-cycles");
+    for c in &report.injection_space {
+        println!("{:<26} {:>8} {:>12} {:>16} {:>16}", c.class, c.bits, c.busy_cycles, c.bit_cycles, c.idle_bit_cycles);
+    }
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! `faultline program`: the listing is the program a training step runs (its cycles are what
+//! `train` reports per step) and its injection space covers every MXU and VPU class.
+
+mod common;
+use common::{faultline, faultline_json};
+
+#[test]
+fn program_lists_what_train_runs() {
+    for (model, config) in [("mlp-digits", "tpu-32x32"), ("cnn-small", "tpu-8x8"), ("transformer-tiny", "tpu-128x128")]
+    {
+        let (m, c) = (format!("models/{model}.ron"), format!("configs/{config}.ron"));
+        let p = faultline_json(&[
+            "program",
+            "--model",
+            &m,
+            "--config",
+            &c,
+            "--batch",
+            "8",
+            "--optimizer",
+            "adam",
+            "--json",
+        ]);
+        let t = faultline_json(&[
+            "train",
+            "--model",
+            &m,
+            "--config",
+            &c,
+            "--batch",
+            "8",
+            "--optimizer",
+            "adam",
+            "--steps",
+            "1",
+            "--json",
+        ]);
+        assert_eq!(p["cycles_per_step"], t["cycles_per_step"], "{model} on {config}");
+        let rows = p["instructions"].as_array().unwrap();
+        assert_eq!(rows.len() as u64, t["instructions_per_step"].as_u64().unwrap());
+        let mut next = 0;
+        for r in rows {
+            assert_eq!(r["start"].as_u64().unwrap(), next, "instructions issue back to back: {r}");
+            next += r["cycles"].as_u64().unwrap();
+        }
+        assert_eq!(next, p["cycles_per_step"].as_u64().unwrap());
+        let busy = |u: &str| rows.iter().filter(|r| r["unit"] == u).map(|r| r["cycles"].as_u64().unwrap()).sum::<u64>();
+        assert_eq!(
+            (busy("mxu"), busy("vpu")),
+            (p["mxu_busy_cycles"].as_u64().unwrap(), p["vpu_busy_cycles"].as_u64().unwrap())
+        );
+        let classes: Vec<&str> =
+            p["injection_space"].as_array().unwrap().iter().map(|c| c["class"].as_str().unwrap()).collect();
+        assert!(classes.contains(&"mxu.pe[*][*].psum") && classes.contains(&"vpu.lane[*].out"), "{classes:?}");
+        assert!(classes.iter().all(|c| c.starts_with("mxu.") || c.starts_with("vpu.")), "{classes:?}");
+    }
+    let out = faultline(&["program", "--model", "models/mlp-digits.ron", "--config", "configs/tpu-32x32.ron"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("34 instructions, 2178 cycles per step") && text.contains("ln"), "{text}");
+}
