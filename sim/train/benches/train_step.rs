@@ -1,28 +1,46 @@
-//! `train_step`: one training step of mlp-digits (batch 32, bf16 MXU, sgd) on tpu-32x32, in
-//! functional and cycle-level mode; the throughput line is steps per second.
+//! `train_step`: one training step of mlp-digits (batch 32, bf16 MXU, sgd) on tpu-32x32 in
+//! functional and cycle-level mode, and in functional mode with one fault (the hit GEMM at cycle
+//! level: a hybrid step); restoring a `TrainState` snapshot, as a campaign trial does. The
+//! throughput line of the step benchmarks is steps per second.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use faultline_graph::ModelSpec;
 use faultline_hw::{ExecMode, HwConfig};
-use faultline_train::{source, TrainOptions, Trainer};
+use faultline_train::{source, StepFault, TrainOptions, Trainer};
 use std::hint::black_box;
 use std::path::Path;
 
-fn train_step(c: &mut Criterion) {
+fn trainer(mode: ExecMode) -> Trainer {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let spec = ModelSpec::load(root.join("models/mlp-digits.ron")).expect("model");
     let hw = HwConfig::load(root.join("configs/tpu-32x32.ron")).expect("config");
     let data = source::shipped(&spec, 1, &Default::default()).expect("data");
+    let options = TrainOptions { mode, eval_every: 0, ..TrainOptions::default() };
+    Trainer::new(&spec, &hw, data, options).expect("trainer")
+}
+
+fn train_step(c: &mut Criterion) {
     let mut group = c.benchmark_group("train_step");
     // One element = one step, so criterion's throughput line reads in steps per second.
     group.throughput(Throughput::Elements(1));
     for (name, mode) in
         [("mlp-digits/functional", ExecMode::Functional), ("mlp-digits/cycle-level", ExecMode::CycleLevel)]
     {
-        let options = TrainOptions { mode, eval_every: 0, ..TrainOptions::default() };
-        let mut t = Trainer::new(&spec, &hw, data.clone(), options).expect("trainer");
+        let mut t = trainer(mode);
         group.bench_function(name, |b| b.iter(|| black_box(t.step().expect("step").loss)));
     }
+    // A psum flip in the forward fc1 GEMM (instruction 0): a snapshot restored, then the step
+    // replayed with the fault, as a campaign trial does.
+    let mut t = trainer(ExecMode::Functional);
+    let snap = t.snapshot();
+    let fault: StepFault = "flip:mxu.pe[31][0].psum[30]@step=1,cycle=100".parse().expect("fault");
+    group.bench_function("mlp-digits/hybrid-one-fault", |b| {
+        b.iter(|| {
+            t.restore_snapshot(&snap);
+            black_box(t.step_with(Some(&fault)).expect("step").loss)
+        })
+    });
+    group.bench_function("mlp-digits/restore-snapshot", |b| b.iter(|| t.restore_snapshot(black_box(&snap))));
     group.finish();
 }
 

@@ -53,4 +53,4 @@ pub use exec::{Effect, Executor, Injection, MxuFormat, StepOutput};
 pub use inject::{InjectionReport, StepFault};
 pub use state::{ModelState, Tensor32};
 pub use trace::{RunDescription, TraceWriter};
-pub use trainer::{InitWeights, OptimizerKind, StepRecord, Summary, TrainOptions, Trainer, MAX_STEPS};
+pub use trainer::{InitWeights, OptimizerKind, StepRecord, Summary, TrainOptions, TrainState, Trainer, MAX_STEPS};

@@ -153,6 +153,17 @@ pub struct StepRecord {
     pub injection: Option<InjectionReport>,
 }
 
+/// Everything a step changes: parameters, optimizer state and step counter, and the batch
+/// order. Cloning and restoring it is cheap (the model's tensors and a permutation), so a
+/// campaign trial restores a snapshot instead of re-training to the injection step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainState {
+    /// Parameters, optimizer state, step counter.
+    pub model: ModelState,
+    /// Data order.
+    pub batcher: Batcher,
+}
+
 /// A model being trained on one machine with one dataset.
 #[derive(Debug, Clone)]
 pub struct Trainer {
@@ -281,9 +292,35 @@ impl Trainer {
         }
     }
 
-    /// Runs one training step; records test accuracy on steps that are multiples of
-    /// `eval_every` (so a record never depends on where an invocation stopped).
+    /// Runs one training step, with the fault [`Trainer::set_faults`] planned for it if any;
+    /// records test accuracy on steps that are multiples of `eval_every` (so a record never
+    /// depends on where an invocation stopped).
     pub fn step(&mut self) -> Result<StepRecord> {
+        let planned = self.faults.iter().find(|f| f.step == self.state.step + 1).copied();
+        self.step_with(planned.as_ref())
+    }
+
+    /// The training state: what a trial restores before replaying a step with a fault.
+    pub fn snapshot(&self) -> TrainState {
+        TrainState { model: self.state.clone(), batcher: self.batcher.clone() }
+    }
+
+    /// Puts the run back at a [`Trainer::snapshot`] of itself.
+    pub fn restore_snapshot(&mut self, s: &TrainState) {
+        self.state.clone_from(&s.model);
+        self.batcher.clone_from(&s.batcher);
+    }
+
+    /// [`Trainer::step`] with `fault` (which must strike the coming step) instead of the
+    /// planned one.
+    pub fn step_with(&mut self, fault: Option<&StepFault>) -> Result<StepRecord> {
+        if let Some(f) = fault.filter(|f| f.step != self.state.step + 1) {
+            return Err(TrainError::Config(format!(
+                "fault `{f}` strikes step {}, but the coming step is {}",
+                f.step,
+                self.state.step + 1
+            )));
+        }
         if self.state.step >= MAX_STEPS {
             return Err(TrainError::Config(format!(
                 "step {} would pass the largest supported step {MAX_STEPS}",
@@ -292,8 +329,7 @@ impl Trainer {
         }
         let idx = self.batcher.next_indices();
         let (x, y) = self.data.train.gather(&idx);
-        let planned = self.faults.iter().find(|f| f.step == self.state.step + 1);
-        let (injection, report) = match planned {
+        let (injection, report) = match fault {
             Some(f) => {
                 let (i, r) = inject::resolve(&self.exec, &self.schedule, f)?;
                 (i, Some(r))

@@ -142,3 +142,40 @@ fn trainer_injects_on_its_clock_and_refuses_bad_faults() {
     ];
     assert!(t.set_faults(twice).unwrap_err().to_string().contains("same step"));
 }
+
+/// A trial restores a snapshot and replays one step with a fault; restoring again and stepping
+/// without one gives the golden step back, bit for bit, and so does the run after it.
+#[test]
+fn snapshots_restore_the_run_exactly() {
+    let mut golden = trainer(Dataflow::WeightStationary);
+    let records: Vec<_> = (0..4).map(|_| golden.step().unwrap()).collect();
+    let mut t = trainer(Dataflow::WeightStationary);
+    t.step().unwrap();
+    t.step().unwrap();
+    let snap = t.snapshot();
+    for cycle in [10, 500, 900] {
+        let f = StepFault {
+            kind: faultline_num::BitFault::Flip,
+            site: FaultSite::pe(4, 0, Register::Psum, 30),
+            step: 3,
+            cycle,
+            duration: 1,
+        };
+        let r = t.step_with(Some(&f)).unwrap();
+        assert!(r.injection.is_some());
+        assert!(t.snapshot() != snap);
+        t.restore_snapshot(&snap);
+    }
+    assert_eq!(t.snapshot(), snap);
+    let bad = StepFault {
+        kind: faultline_num::BitFault::Flip,
+        site: FaultSite::pe(4, 0, Register::Psum, 30),
+        step: 5,
+        cycle: 0,
+        duration: 1,
+    };
+    assert!(t.step_with(Some(&bad)).unwrap_err().to_string().contains("coming step is 3"));
+    assert_eq!(t.step().unwrap(), records[2]);
+    assert_eq!(t.step().unwrap(), records[3]);
+    assert_eq!(t.state, golden.state);
+}
