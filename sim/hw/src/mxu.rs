@@ -515,6 +515,9 @@ pub fn gemm(
 }
 
 /// Functional twin: the same per-output operation sequence, without registers or clocks.
+/// Compiled for AVX2 as well as the baseline and picked at run time: wider vectors, the same
+/// IEEE multiplies and adds in the same order (Rust never fuses them), so the same bits.
+#[multiversion::multiversion(targets("x86_64+avx2"))]
 fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix) -> Matrix {
     let (m, k, n) = (s.m, s.k, s.n);
     let av: Vec<F::Value> = a.data.iter().map(|&b| F::decode_in(b)).collect();
@@ -535,14 +538,20 @@ fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix) -> Matrix {
             let jb = (n - j0).min(B);
             for k0 in (0..k).step_by(chunk) {
                 let mut acc = [F::Value::default(); B];
-                for (ki, &x) in arow.iter().enumerate().take((k0 + chunk).min(k)).skip(k0) {
-                    let wrow = &wv[ki * n + j0..ki * n + j0 + jb];
-                    if let Ok(w) = <&[F::Value; B]>::try_from(wrow) {
+                let ks = k0..(k0 + chunk).min(k);
+                if jb == B {
+                    // Full block: a fixed-size loop the compiler keeps in vector registers.
+                    for ki in ks {
+                        let x = arow[ki];
+                        let w: &[F::Value; B] = wv[ki * n + j0..ki * n + j0 + B].try_into().expect("B columns");
                         for t in 0..B {
                             acc[t] = F::mac_value(acc[t], x, w[t]);
                         }
-                    } else {
-                        for (a, &y) in acc.iter_mut().zip(wrow) {
+                    }
+                } else {
+                    for ki in ks {
+                        let x = arow[ki];
+                        for (a, &y) in acc.iter_mut().zip(&wv[ki * n + j0..ki * n + j0 + jb]) {
                             *a = F::mac_value(*a, x, y);
                         }
                     }
