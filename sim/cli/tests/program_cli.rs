@@ -9,32 +9,9 @@ fn program_lists_what_train_runs() {
     for (model, config) in [("mlp-digits", "tpu-32x32"), ("cnn-small", "tpu-8x8"), ("transformer-tiny", "tpu-128x128")]
     {
         let (m, c) = (format!("models/{model}.ron"), format!("configs/{config}.ron"));
-        let p = faultline_json(&[
-            "program",
-            "--model",
-            &m,
-            "--config",
-            &c,
-            "--batch",
-            "8",
-            "--optimizer",
-            "adam",
-            "--json",
-        ]);
-        let t = faultline_json(&[
-            "train",
-            "--model",
-            &m,
-            "--config",
-            &c,
-            "--batch",
-            "8",
-            "--optimizer",
-            "adam",
-            "--steps",
-            "1",
-            "--json",
-        ]);
+        let common = ["--model", &m, "--config", &c, "--batch", "8", "--optimizer", "adam", "--json"];
+        let p = faultline_json(&[&["program"][..], &common].concat());
+        let t = faultline_json(&[&["train", "--steps", "1"][..], &common].concat());
         assert_eq!(p["cycles_per_step"], t["cycles_per_step"], "{model} on {config}");
         let rows = p["instructions"].as_array().unwrap();
         assert_eq!(rows.len() as u64, t["instructions_per_step"].as_u64().unwrap());
