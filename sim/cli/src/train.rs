@@ -275,11 +275,11 @@ pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
         trainer.data.test.len()
     );
     println!(
-        "cycles/step {} ({}) = {:.1} us at {} MHz",
+        "cycles/step {} = {:.1} us at {} MHz (busy cycles by phase: {})",
         summary.cycles_per_step,
-        phases.join(", "),
         summary.simulated_seconds_per_step * 1e6,
         hw.clock_mhz,
+        phases.join(", "),
     );
     let busy = |c: u64| 100.0 * c as f64 / summary.cycles_per_step.max(1) as f64;
     println!(

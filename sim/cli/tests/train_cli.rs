@@ -136,7 +136,7 @@ fn injected_faults_are_placed_reported_and_propagate() {
 
     // An fc1 weight made ~6e37 by a flip in the SGD update's result: the next forward pass
     // overflows, and every loss after it is NaN (null in JSON).
-    let (stdout, nan) = run("nan.jsonl", Some("flip:vpu.lane[3].out[30]@step=5,cycle=2100"));
+    let (stdout, nan) = run("nan.jsonl", Some("flip:vpu.lane[3].out[30]@step=5,cycle=1931"));
     assert!(stdout.contains("(sgd of fc1.weight.next, update phase, layer fc1"), "{stdout}");
     assert_eq!(
         nan[..5].iter().map(|r| &r["loss"]).collect::<Vec<_>>(),

@@ -20,8 +20,10 @@
 //! No value of the step is computed anywhere but in an instruction.
 //!
 //! # Schedule
-//! Instructions issue one after another in program order (no MXU/VPU overlap yet); each costs
-//! [`faultline_hw::isa::cycles`], the unit's own schedule.
+//! Each instruction costs [`faultline_hw::isa::cycles`], its unit's own schedule. The MXU and
+//! the VPU each issue their instructions in program order and overlap each other as the data
+//! dependencies allow ([`Program::issue_times`]): the step's cycles are the critical path, not
+//! a sum.
 
 use crate::op::{Op, Phase, Window};
 use crate::train_graph::TrainGraph;
@@ -164,8 +166,35 @@ impl Program {
         self.node_buf.get(i.index()).copied().flatten()
     }
 
-    /// The program's cost on `cfg`: instructions back to back, each at its unit's schedule.
+    /// When each instruction starts, given each one's cycles: the program's timing rule. Each
+    /// unit (MXU, VPU) issues its instructions in program order, one at a time; an instruction
+    /// starts once its unit is free and every buffer it reads is complete (the last instruction
+    /// writing it has ended). Buffers are written once per step (parts of one buffer by several
+    /// instructions at most), so there are no other hazards; the two units overlap as far as
+    /// the data dependencies allow.
+    pub fn issue_times(&self, cycles: &[u64]) -> Vec<u64> {
+        let mut ready = vec![0u64; self.buffers.len()];
+        let mut free = [0u64; 2];
+        let unit = |u: ExecUnit| usize::from(u == ExecUnit::Vpu);
+        let mut starts = Vec::with_capacity(self.instrs.len());
+        for (ins, &c) in self.instrs.iter().zip(cycles) {
+            let u = unit(ins.unit());
+            let start = ins.reads().iter().map(|b| ready[b.index()]).fold(free[u], u64::max);
+            let end = start.saturating_add(c);
+            free[u] = end;
+            for b in ins.writes() {
+                ready[b.index()] = ready[b.index()].max(end);
+            }
+            starts.push(start);
+        }
+        starts
+    }
+
+    /// The program's cost on `cfg`: each instruction at its unit's schedule, issued by
+    /// [`Program::issue_times`].
     pub fn schedule(&self, g: &OpGraph, cfg: &HwConfig) -> StepSchedule {
+        let cycles: Vec<u64> = self.instrs.iter().map(|i| isa::cycles(cfg, i)).collect();
+        let starts = self.issue_times(&cycles);
         let mut s = StepSchedule {
             hw: cfg.name.clone(),
             clock_mhz: cfg.clock_mhz,
@@ -178,9 +207,9 @@ impl Program {
             vpu_cycles: 0,
             total_cycles: 0,
         };
-        for (ins, tag) in self.instrs.iter().zip(&self.tags) {
-            let c = isa::cycles(cfg, ins);
-            s.instrs.push(InstrCost { start: s.total_cycles, cycles: c });
+        for (i, (ins, tag)) in self.instrs.iter().zip(&self.tags).enumerate() {
+            let (c, start) = (cycles[i], starts[i]);
+            s.instrs.push(InstrCost { start, cycles: c, unit: ins.unit() });
             match ins.unit() {
                 ExecUnit::Mxu => s.mxu_cycles = s.mxu_cycles.saturating_add(c),
                 ExecUnit::Vpu => s.vpu_cycles = s.vpu_cycles.saturating_add(c),
@@ -192,6 +221,7 @@ impl Program {
                 Some(n) if n.node == tag.node => {
                     n.instructions += 1;
                     n.cycles += c;
+                    n.end = n.end.max(start.saturating_add(c));
                 }
                 _ => {
                     let node = g.node(tag.node);
@@ -203,12 +233,13 @@ impl Program {
                         op: node.op.name(),
                         unit: ins.unit(),
                         instructions: 1,
-                        start: s.total_cycles,
+                        start,
+                        end: start.saturating_add(c),
                         cycles: c,
                     })
                 }
             }
-            s.total_cycles = s.total_cycles.saturating_add(c);
+            s.total_cycles = s.total_cycles.max(start.saturating_add(c));
         }
         s
     }
@@ -586,6 +617,8 @@ pub struct InstrCost {
     pub start: u64,
     /// Cycles.
     pub cycles: u64,
+    /// The unit it occupies.
+    pub unit: ExecUnit,
 }
 
 /// Cost of one node: the instructions it lowered to, which issue consecutively.
@@ -608,7 +641,9 @@ pub struct NodeCost {
     pub instructions: usize,
     /// First cycle (step-relative).
     pub start: u64,
-    /// Cycles.
+    /// One past its last instruction's last cycle.
+    pub end: u64,
+    /// Busy cycles of its instructions.
     pub cycles: u64,
 }
 
@@ -623,17 +658,18 @@ pub struct StepSchedule {
     pub instrs: Vec<InstrCost>,
     /// Every node that issues instructions, in execution order.
     pub nodes: Vec<NodeCost>,
-    /// Cycles per phase.
+    /// Busy cycles (MXU + VPU) per phase.
     pub per_phase: BTreeMap<Phase, u64>,
-    /// Cycles per layer.
+    /// Busy cycles per layer.
     pub per_layer: BTreeMap<String, u64>,
-    /// Cycles per layer and phase (layers with no work in a phase are absent).
+    /// Busy cycles per layer and phase (layers with no work in a phase are absent).
     pub per_layer_phase: BTreeMap<String, BTreeMap<Phase, u64>>,
-    /// Cycles spent on the MXU.
+    /// Cycles the MXU is busy.
     pub mxu_cycles: u64,
-    /// Cycles spent on the VPU.
+    /// Cycles the VPU is busy.
     pub vpu_cycles: u64,
-    /// Cycles of the whole step.
+    /// Cycles of the whole step: the last instruction's end (the units overlap, so this is at
+    /// most `mxu_cycles + vpu_cycles`).
     pub total_cycles: u64,
 }
 
@@ -648,20 +684,21 @@ impl StepSchedule {
         self.total_cycles as f64 / (self.clock_mhz * 1e6)
     }
 
-    /// The instruction issuing at step cycle `cycle` and the cycle within it, or `None` past
-    /// the step's end.
-    pub fn locate(&self, cycle: u64) -> Option<(usize, u64)> {
-        let i = self.instrs.partition_point(|c| c.start <= cycle).checked_sub(1)?;
-        let c = self.instrs[i];
-        (cycle - c.start < c.cycles).then_some((i, cycle - c.start))
+    /// The instruction `unit` runs at step cycle `cycle` and the cycle within it; `None` while
+    /// the unit is idle or past the step's end.
+    pub fn locate(&self, unit: ExecUnit, cycle: u64) -> Option<(usize, u64)> {
+        self.instrs
+            .iter()
+            .position(|c| c.unit == unit && c.start <= cycle && cycle - c.start < c.cycles)
+            .map(|i| (i, cycle - self.instrs[i].start))
     }
 
-    /// One CSV row per node: `name,layer,phase,op,unit,instructions,start,cycles`.
+    /// One CSV row per node: `name,layer,phase,op,unit,instructions,start,end,cycles`.
     pub fn to_csv(&self) -> String {
-        let mut out = String::from("name,layer,phase,op,unit,instructions,start,cycles\n");
+        let mut out = String::from("name,layer,phase,op,unit,instructions,start,end,cycles\n");
         for n in &self.nodes {
             out += &format!(
-                "{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{}\n",
                 n.name,
                 n.layer,
                 n.phase,
@@ -669,6 +706,7 @@ impl StepSchedule {
                 n.unit.name(),
                 n.instructions,
                 n.start,
+                n.end,
                 n.cycles
             );
         }

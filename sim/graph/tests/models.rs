@@ -230,12 +230,44 @@ fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
         let tg = TrainGraph::build(&load(file), 32, SGD).unwrap();
         let p = program::Program::step(&tg);
         let s = p.schedule(&tg.graph, &cfg);
-        assert_eq!(s.per_phase.values().sum::<u64>(), s.total_cycles);
-        assert_eq!(s.per_layer.values().sum::<u64>(), s.total_cycles);
+        // Busy cycles add up per phase, layer and unit; the step is the critical path.
+        let busy = s.mxu_cycles + s.vpu_cycles;
+        assert_eq!(s.per_phase.values().sum::<u64>(), busy);
+        assert_eq!(s.per_layer.values().sum::<u64>(), busy);
         let lp: u64 = s.per_layer_phase.values().flat_map(|m| m.values()).sum();
-        assert_eq!(lp, s.total_cycles);
-        assert_eq!(s.mxu_cycles + s.vpu_cycles, s.total_cycles);
-        assert_eq!(s.instrs.iter().map(|c| c.cycles).sum::<u64>(), s.total_cycles);
+        assert_eq!(lp, busy);
+        assert_eq!(s.instrs.iter().map(|c| c.cycles).sum::<u64>(), busy);
+        assert!(s.total_cycles >= s.mxu_cycles.max(s.vpu_cycles) && s.total_cycles <= busy);
+        assert_eq!(s.instrs.iter().map(|c| c.start + c.cycles).max(), Some(s.total_cycles));
+        // The timing rule: a unit runs one instruction at a time, in program order, and an
+        // instruction starts after every instruction writing a buffer it reads has ended.
+        for (i, (ins, c)) in p.instrs.iter().zip(&s.instrs).enumerate() {
+            assert_eq!(c.unit, ins.unit());
+            let earlier = p.instrs[..i].iter().zip(&s.instrs[..i]);
+            for (prev, pc) in earlier {
+                if pc.unit == c.unit {
+                    assert!(
+                        pc.start + pc.cycles <= c.start,
+                        "{file}: instruction {i} overlaps its unit's previous one"
+                    );
+                }
+                if prev.writes().iter().any(|b| ins.reads().contains(b)) {
+                    assert!(
+                        pc.start + pc.cycles <= c.start,
+                        "{file}: instruction {i} starts before its input is written"
+                    );
+                }
+            }
+            // ... and no earlier than that: it waits for its unit or an input, or starts at 0.
+            let waited = c.start == 0
+                || s.instrs[..i].iter().zip(&p.instrs[..i]).any(|(pc, prev)| {
+                    pc.start + pc.cycles == c.start
+                        && (pc.unit == c.unit || prev.writes().iter().any(|b| ins.reads().contains(b)))
+                });
+            assert!(waited, "{file}: instruction {i} starts later than its unit and inputs allow");
+        }
+        // The units overlap somewhere in every model's step (backward GEMMs beside VPU work).
+        assert!(s.total_cycles < busy, "{file}: no overlap");
         assert_eq!(s.nodes.iter().map(|n| n.instructions).sum::<usize>(), p.instrs.len());
         for (ins, (tag, cost)) in p.instrs.iter().zip(p.tags.iter().zip(&s.instrs)) {
             let node = tg.graph.node(tag.node);
@@ -259,11 +291,15 @@ fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
         }
         assert!(s.per_phase[&Phase::Backward] > 0 && s.per_phase[&Phase::Update] > 0);
         assert_eq!(s.to_csv().lines().count(), s.nodes.len() + 1);
-        // Every step cycle belongs to exactly one instruction.
-        assert_eq!(s.locate(0), Some((0, 0)));
-        assert_eq!(s.locate(s.total_cycles), None);
-        let (i, c) = s.locate(s.total_cycles - 1).unwrap();
-        assert_eq!((i, c + 1), (p.instrs.len() - 1, s.instrs[i].cycles));
+        // A step cycle belongs to at most one instruction per unit.
+        assert_eq!(s.locate(s.instrs[0].unit, 0), Some((0, 0)), "{file}");
+        for u in [ExecUnit::Mxu, ExecUnit::Vpu] {
+            assert_eq!(s.locate(u, s.total_cycles), None);
+            for (i, c) in s.instrs.iter().enumerate().filter(|(_, c)| c.unit == u) {
+                assert_eq!(s.locate(u, c.start), Some((i, 0)));
+                assert_eq!(s.locate(u, c.start + c.cycles - 1), Some((i, c.cycles - 1)));
+            }
+        }
     }
     // The mlp's forward fc1 matmul is one 32 x 64 x 64 GEMM; the transformer's attention
     // products are one GEMM per batch element.

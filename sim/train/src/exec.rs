@@ -83,10 +83,10 @@ pub struct StepOutput {
     pub output: Vec<f32>,
     /// Instructions issued.
     pub instructions: usize,
-    /// Machine cycles of everything issued, instruction after instruction (the program's
-    /// schedule: the same in every mode).
+    /// Machine cycles of the step: the instructions' measured cycles, issued by the program's
+    /// timing rule ([`Program::issue_times`]; the same in every mode).
     pub cycles: u64,
-    /// [`StepOutput::cycles`] split by the phase of the issuing node (every phase present).
+    /// Busy cycles (MXU + VPU) of the instructions of each phase (every phase present).
     pub phase_cycles: BTreeMap<String, u64>,
     /// What an injected fault did to its instruction's outputs (`None` without injection).
     pub effect: Option<Effect>,
@@ -306,7 +306,7 @@ pub fn run_program(
     }
     let none = FaultSchedule::none();
     let mut phase_cycles: BTreeMap<String, u64> = Phase::ALL.iter().map(|p| (p.name().to_string(), 0)).collect();
-    let (mut cycles, mut effect) = (0u64, None);
+    let (mut durations, mut effect) = (Vec::with_capacity(p.instrs.len()), None);
     for (i, ins) in p.instrs.iter().enumerate() {
         // A destination filled in parts (batched GEMMs, per-sample reductions) is sized first.
         for d in ins.writes() {
@@ -323,12 +323,14 @@ pub fn run_program(
             }
             None => isa::execute(hw, ins, bufs, mode, &none)?,
         };
-        cycles = cycles.saturating_add(c);
+        durations.push(c);
         *phase_cycles.entry(p.tags[i].phase.name().to_string()).or_default() += c;
         for r in &p.release[i] {
             bufs[r.index()] = Vec::new();
         }
     }
+    // The step's cycles: the measured durations, issued by the program's timing rule.
+    let cycles = p.issue_times(&durations).iter().zip(&durations).map(|(s, d)| s.saturating_add(*d)).max().unwrap_or(0);
     Ok(StepOutput { loss: f32::NAN, output: Vec::new(), instructions: p.instrs.len(), cycles, phase_cycles, effect })
 }
 

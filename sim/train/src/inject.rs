@@ -3,7 +3,7 @@
 //!
 //! A [`StepFault`] is written `KIND:SITE@step=S,cycle=C` (a stuck-at adds `,for=N`, its cycles),
 //! e.g. `flip:mxu.pe[31][0].psum[30]@step=5,cycle=400`. The step's program schedule says which
-//! instruction issues at that cycle ([`faultline_graph::StepSchedule::locate`]) and
+//! instruction the site's unit runs at that cycle ([`faultline_graph::StepSchedule::locate`]) and
 //! [`faultline_hw::isa::fault_time`] which fold or vector of it; that instruction runs at cycle
 //! level with the fault, and its effect on the instruction's outputs is reported
 //! ([`InjectionReport`]). A fault on a unit that is idle at that cycle (the MXU while a VPU
@@ -87,7 +87,8 @@ impl FromStr for StepFault {
     }
 }
 
-/// Where a [`StepFault`] landed in its step, and what it did to the instruction it hit.
+/// Where a [`StepFault`] landed in its step, and what it did to the instruction it hit (with
+/// the site's unit idle: the instruction running on the other unit, or starting next).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InjectionReport {
     /// The fault, in its text form.
@@ -167,13 +168,27 @@ pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(
         }
     };
     f.site.validate(&exec.hw)?;
-    let (instr, local) = sched
-        .locate(f.cycle)
-        .ok_or_else(|| bad(format!("cycle {} is after the step ends at cycle {}", f.cycle, sched.total_cycles)))?;
+    if f.cycle >= sched.total_cycles {
+        return Err(bad(format!("cycle {} is after the step ends at cycle {}", f.cycle, sched.total_cycles)));
+    }
     let p = exec.program();
+    // The instruction the site's unit runs then; with the unit idle, the one the other unit
+    // runs (or the next to start), for the report.
+    let (instr, local, busy) = match sched.locate(unit, f.cycle) {
+        Some((i, local)) => (i, local, true),
+        None => {
+            let other = if unit == ExecUnit::Mxu { ExecUnit::Vpu } else { ExecUnit::Mxu };
+            let i = sched
+                .locate(other, f.cycle)
+                .map(|(i, _)| i)
+                .or_else(|| sched.instrs.iter().position(|c| c.start > f.cycle))
+                .unwrap_or(sched.instrs.len() - 1);
+            (i, 0, false)
+        }
+    };
     let ins = &p.instrs[instr];
     let tag = &p.tags[instr];
-    let time = if ins.unit() == unit { isa::fault_time(&exec.hw, ins, local)? } else { None };
+    let time = if busy { isa::fault_time(&exec.hw, ins, local)? } else { None };
     let report = InjectionReport {
         fault: f.to_string(),
         instr,

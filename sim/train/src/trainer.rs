@@ -142,10 +142,11 @@ pub struct StepRecord {
     pub train_accuracy: f64,
     /// Accuracy on the held-out split after the update, on evaluation steps.
     pub test_accuracy: Option<f64>,
-    /// Machine cycles of the step: the sum over the GEMMs and VPU instructions it issued (from
-    /// their schedules, so the same in every mode).
+    /// Machine cycles of the step: the critical path of the instructions it issued, the MXU
+    /// and VPU overlapping as the data allow (from their schedules, so the same in every mode).
     pub cycles: u64,
-    /// Cycles per phase: `forward`, `backward`, `update`.
+    /// Busy cycles (MXU + VPU) of each phase's instructions: `forward`, `backward`, `update`
+    /// (the units overlap, so these add up to more than `cycles`).
     pub phase_cycles: BTreeMap<String, u64>,
     /// The fault injected in this step, where it landed and what it did (absent in fault-free
     /// steps).
@@ -460,7 +461,7 @@ pub struct Summary {
     pub test_accuracy: f64,
     /// Machine cycles per step.
     pub cycles_per_step: u64,
-    /// Cycles per step by phase.
+    /// Busy cycles per step by phase (MXU + VPU; see [`StepRecord::phase_cycles`]).
     pub phase_cycles: BTreeMap<String, u64>,
     /// Simulated seconds per step at the machine's clock.
     pub simulated_seconds_per_step: f64,

@@ -125,7 +125,8 @@ fn cycle_level_and_functional_training_are_bit_identical() {
         assert_eq!(wf, wc, "{name}: weight / optimizer-state bits differ");
         assert_eq!(cf, cc, "{name}: issued cycles differ between modes");
         for (total, phases) in &cf {
-            assert_eq!(phases.values().sum::<u64>(), *total, "{name}: phases do not add up");
+            // Phases count busy cycles of both units, which overlap: at least the critical path.
+            assert!(phases.values().sum::<u64>() >= *total, "{name}: phases do not cover the step");
         }
         // The comparison is not vacuous: training moved every parameter.
         let t0 = Trainer::new(&spec, &hw(), data.clone(), opts(ExecMode::Functional)).unwrap();
@@ -153,7 +154,8 @@ fn static_schedule_equals_issued_cycles() {
             let phases: BTreeMap<String, u64> =
                 sched.per_phase.iter().map(|(p, &c)| (p.name().to_string(), c)).collect();
             assert_eq!(r.phase_cycles, phases, "{name} on {cfg}");
-            assert_eq!(sched.mxu_cycles + sched.vpu_cycles, sched.total_cycles, "{name} on {cfg}");
+            assert_eq!(sched.per_phase.values().sum::<u64>(), sched.mxu_cycles + sched.vpu_cycles, "{name} on {cfg}");
+            assert!(sched.total_cycles < sched.mxu_cycles + sched.vpu_cycles, "{name} on {cfg}: the units overlap");
             assert!(sched.mxu_cycles > 0 && sched.vpu_cycles > 0, "{name} on {cfg}");
         }
     }
