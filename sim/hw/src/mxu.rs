@@ -744,8 +744,9 @@ impl Edge {
 /// Canonical bits of the zero partial sum entering row 0 (`+0` / `0`).
 const PSUM_ZERO: u32 = 0;
 
-/// One WS clock: next state from current state and edge inputs (D/Q).
-#[inline(never)]
+/// One WS clock: next state from current state and edge inputs (D/Q). Compiled for AVX2 as
+/// well (same IEEE operations per PE, so the same bits), picked at run time.
+#[multiversion::multiversion(targets("x86_64+avx2"))]
 fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) {
     let c = cur.cols;
     for i in 0..cur.rows {
@@ -782,8 +783,9 @@ fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) 
     }
 }
 
-/// One OS clock. In drain cycles partial sums shift down and nothing is computed.
-#[inline(never)]
+/// One OS clock. In drain cycles partial sums shift down and nothing is computed. Compiled for
+/// AVX2 as well, like [`step_ws`].
+#[multiversion::multiversion(targets("x86_64+avx2"))]
 fn step_os<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge, drain: bool) {
     let c = cur.cols;
     for i in 0..cur.rows {
