@@ -8,7 +8,6 @@ use faultline_hw::budget::HostMemory;
 use faultline_hw::{ExecMode, HwConfig};
 use faultline_num::NumFormat;
 use faultline_train::source::{self, LoadOptions};
-use faultline_train::trace::Invocation;
 use faultline_train::{
     Checkpoint, InitWeights, MxuFormat, OptimizerKind, RunDescription, StepFault, TraceWriter, TrainOptions, Trainer,
     MAX_STEPS,
@@ -302,20 +301,14 @@ pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
 /// The resolved run for `<trace stem>.run.json`: model, machine as executed (the precision
 /// applied), the run identity, and this invocation.
 fn run_description(a: &TrainArgs, spec: &ModelSpec, t: &Trainer, start_step: u64) -> RunDescription {
-    RunDescription {
-        faultline_version: env!("CARGO_PKG_VERSION").into(),
-        model_file: a.model.clone(),
-        model: spec.clone(),
-        hw_config_file: a.config.clone(),
-        hw: t.exec.hw.clone(),
-        run: t.identity(),
-        init_weights: a.init_weights.clone(),
-        invocations: vec![Invocation {
-            command: std::env::args().collect(),
-            mode: if t.options.mode == ExecMode::CycleLevel { "cycle" } else { "functional" }.into(),
-            resumed_from: a.resume.clone(),
-            start_step,
-            target_step: a.steps,
-        }],
-    }
+    RunDescription::new(
+        t,
+        spec,
+        &a.model,
+        &a.config,
+        a.init_weights.as_deref(),
+        std::env::args().collect(),
+        a.resume.as_deref(),
+        (start_step, a.steps),
+    )
 }

@@ -133,6 +133,13 @@ fn injected_faults_are_placed_reported_and_propagate() {
     assert_eq!((rep["instr"].as_u64(), rep["corrupted"].as_u64()), (Some(0), Some(1)), "{rep}");
     assert!(psum.iter().enumerate().all(|(i, r)| (i == 4) == r.get("injection").is_some()));
     assert!(psum[4]["loss"].as_f64().unwrap() > 1e30, "a 2^64-times psum reaches the loss: {}", psum[4]);
+    // The run description records the faults, so the trace stays a reproducible result.
+    let desc = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(name)).unwrap()).unwrap()
+    };
+    let inv = &desc("psum.run.json")["invocations"][0];
+    assert_eq!(inv["injected"], serde_json::json!(["flip:mxu.pe[31][0].psum[30]@step=5,cycle=100"]), "{inv}");
+    assert!(desc("golden.run.json")["invocations"][0].get("injected").is_none());
 
     // An fc1 weight made ~6e37 by a flip in the SGD update's result: the next forward pass
     // overflows, and every loss after it is NaN (null in JSON).

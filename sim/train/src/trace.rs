@@ -13,10 +13,10 @@
 
 use crate::checkpoint::RunIdentity;
 use crate::error::{io_err, Result, TrainError};
-use crate::trainer::StepRecord;
+use crate::trainer::{StepRecord, Trainer};
 use faultline_graph::ModelSpec;
 use faultline_hw::budget::{read_text_capped, TEXT_FILE_LIMIT};
-use faultline_hw::HwConfig;
+use faultline_hw::{ExecMode, HwConfig};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -104,6 +104,9 @@ pub struct Invocation {
     pub start_step: u64,
     /// The step it was to reach.
     pub target_step: u64,
+    /// Faults it injected (text form), absent in fault-free runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub injected: Vec<String>,
 }
 
 /// Everything a trace depends on, resolved: with the trace it is a reproducible result.
@@ -129,6 +132,39 @@ pub struct RunDescription {
 }
 
 impl RunDescription {
+    /// The description of `t`'s run, built from `model_file` (whose definition is `spec`) and
+    /// `hw_config_file`, by one invocation (`command`) that starts at `start_step` and is to
+    /// reach `target_step`, resuming from `resumed_from` if set.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        t: &Trainer,
+        spec: &ModelSpec,
+        model_file: &Path,
+        hw_config_file: &Path,
+        init_weights: Option<&Path>,
+        command: Vec<String>,
+        resumed_from: Option<&Path>,
+        (start_step, target_step): (u64, u64),
+    ) -> RunDescription {
+        RunDescription {
+            faultline_version: env!("CARGO_PKG_VERSION").into(),
+            model_file: model_file.to_path_buf(),
+            model: spec.clone(),
+            hw_config_file: hw_config_file.to_path_buf(),
+            hw: t.exec.hw.clone(),
+            run: t.identity(),
+            init_weights: init_weights.map(Path::to_path_buf),
+            invocations: vec![Invocation {
+                command,
+                mode: if t.options.mode == ExecMode::CycleLevel { "cycle" } else { "functional" }.into(),
+                resumed_from: resumed_from.map(Path::to_path_buf),
+                start_step,
+                target_step,
+                injected: t.faults().iter().map(|f| f.to_string()).collect(),
+            }],
+        }
+    }
+
     /// Writes the description for a trace at `trace`. When `resumed` and a description is
     /// already there, it must describe the same run; this invocation is appended to it.
     pub fn write_for(&self, trace: &Path, resumed: bool) -> Result<PathBuf> {

@@ -271,6 +271,11 @@ impl Trainer {
         Ok(())
     }
 
+    /// The faults planned with [`Trainer::set_faults`].
+    pub fn faults(&self) -> &[StepFault] {
+        &self.faults
+    }
+
     /// Everything that defines this run (what a checkpoint must match to be resumed here).
     pub fn identity(&self) -> RunIdentity {
         RunIdentity {
