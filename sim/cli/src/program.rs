@@ -3,12 +3,14 @@
 
 use anyhow::Result;
 use clap::Args;
+use faultline_graph::program::UnitCycles;
 use faultline_graph::{ModelSpec, TrainGraph};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::isa::Instr;
 use faultline_hw::HwConfig;
 use faultline_train::{inject, source, OptimizerKind, TrainOptions, Trainer};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Arguments of `faultline program`.
@@ -54,6 +56,10 @@ struct Report {
     cycles_per_step: u64,
     mxu_busy_cycles: u64,
     vpu_busy_cycles: u64,
+    /// Busy and stall cycles per phase and unit.
+    per_phase: BTreeMap<String, BTreeMap<String, UnitCycles>>,
+    /// Busy and stall cycles per layer and unit.
+    per_layer: BTreeMap<String, BTreeMap<String, UnitCycles>>,
     instructions: Vec<Row>,
     injection_space: Vec<inject::ClassSpace>,
 }
@@ -101,6 +107,8 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
         cycles_per_step: s.total_cycles,
         mxu_busy_cycles: s.mxu_cycles,
         vpu_busy_cycles: s.vpu_cycles,
+        per_phase: s.per_phase_unit.iter().map(|(p, u)| (p.name().to_string(), u.clone())).collect(),
+        per_layer: s.per_layer_unit.clone(),
         instructions: rows,
         injection_space: inject::space(&t.exec, s),
     };
@@ -134,6 +142,13 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
         report.vpu_busy_cycles,
         pct(report.vpu_busy_cycles)
     );
+    println!("{:<12} {:>10} {:>10} {:>10} {:>10}", "phase/layer", "mxu busy", "mxu stall", "vpu busy", "vpu stall");
+    let phases = faultline_graph::Phase::ALL.iter().filter_map(|p| report.per_phase.get_key_value(p.name()));
+    for (name, units) in phases.chain(&report.per_layer) {
+        let u = |k: &str| units.get(k).copied().unwrap_or_default();
+        let (m, v) = (u("mxu"), u("vpu"));
+        println!("{:<12} {:>10} {:>10} {:>10} {:>10}", name, m.busy, m.stall, v.busy, v.stall);
+    }
     println!("injection space of one step (bit x cycle pairs; idle-unit pairs are masked without running):");
     println!("{:<26} {:>8} {:>12} {:>16} {:>16}", "class", "bits", "busy cycles", "busy bit-cycles", "idle bit-cycles");
     for c in &report.injection_space {

@@ -172,29 +172,44 @@ impl Program {
     /// writing it has ended). Buffers are written once per step (parts of one buffer by several
     /// instructions at most), so there are no other hazards; the two units overlap as far as
     /// the data dependencies allow.
-    pub fn issue_times(&self, cycles: &[u64]) -> Vec<u64> {
+    pub fn issue_times(&self, cycles: &[u64]) -> Vec<Issue> {
         let mut ready = vec![0u64; self.buffers.len()];
         let mut free = [0u64; 2];
         let unit = |u: ExecUnit| usize::from(u == ExecUnit::Vpu);
-        let mut starts = Vec::with_capacity(self.instrs.len());
+        let mut issues = Vec::with_capacity(self.instrs.len());
         for (ins, &c) in self.instrs.iter().zip(cycles) {
             let u = unit(ins.unit());
             let start = ins.reads().iter().map(|b| ready[b.index()]).fold(free[u], u64::max);
             let end = start.saturating_add(c);
+            issues.push(Issue { start, stall: start - free[u] });
             free[u] = end;
             for b in ins.writes() {
                 ready[b.index()] = ready[b.index()].max(end);
             }
-            starts.push(start);
         }
-        starts
+        issues
+    }
+
+    /// The step's cycles and each unit's busy and stall cycles, for instructions that took
+    /// `cycles` each (as the schedule costs them or as an execution measured them).
+    pub fn timeline(&self, cycles: &[u64]) -> (u64, BTreeMap<String, UnitCycles>) {
+        let mut units: BTreeMap<String, UnitCycles> =
+            [ExecUnit::Mxu, ExecUnit::Vpu].iter().map(|u| (u.name().to_string(), UnitCycles::default())).collect();
+        let mut total = 0u64;
+        for ((ins, &c), is) in self.instrs.iter().zip(cycles).zip(self.issue_times(cycles)) {
+            let u = units.entry(ins.unit().name().to_string()).or_default();
+            u.busy = u.busy.saturating_add(c);
+            u.stall = u.stall.saturating_add(is.stall);
+            total = total.max(is.start.saturating_add(c));
+        }
+        (total, units)
     }
 
     /// The program's cost on `cfg`: each instruction at its unit's schedule, issued by
     /// [`Program::issue_times`].
     pub fn schedule(&self, g: &OpGraph, cfg: &HwConfig) -> StepSchedule {
         let cycles: Vec<u64> = self.instrs.iter().map(|i| isa::cycles(cfg, i)).collect();
-        let starts = self.issue_times(&cycles);
+        let issues = self.issue_times(&cycles);
         let mut s = StepSchedule {
             hw: cfg.name.clone(),
             clock_mhz: cfg.clock_mhz,
@@ -203,13 +218,23 @@ impl Program {
             per_phase: Phase::ALL.iter().map(|&p| (p, 0)).collect(),
             per_layer: BTreeMap::new(),
             per_layer_phase: BTreeMap::new(),
+            per_phase_unit: BTreeMap::new(),
+            per_layer_unit: BTreeMap::new(),
             mxu_cycles: 0,
             vpu_cycles: 0,
             total_cycles: 0,
         };
         for (i, (ins, tag)) in self.instrs.iter().zip(&self.tags).enumerate() {
-            let (c, start) = (cycles[i], starts[i]);
-            s.instrs.push(InstrCost { start, cycles: c, unit: ins.unit() });
+            let (c, Issue { start, stall }) = (cycles[i], issues[i]);
+            s.instrs.push(InstrCost { start, cycles: c, unit: ins.unit(), stall });
+            let cell = UnitCycles { busy: c, stall };
+            s.per_phase_unit.entry(tag.phase).or_default().entry(ins.unit().name().to_string()).or_default().add(cell);
+            s.per_layer_unit
+                .entry(tag.layer.clone())
+                .or_default()
+                .entry(ins.unit().name().to_string())
+                .or_default()
+                .add(cell);
             match ins.unit() {
                 ExecUnit::Mxu => s.mxu_cycles = s.mxu_cycles.saturating_add(c),
                 ExecUnit::Vpu => s.vpu_cycles = s.vpu_cycles.saturating_add(c),
@@ -619,6 +644,35 @@ pub struct InstrCost {
     pub cycles: u64,
     /// The unit it occupies.
     pub unit: ExecUnit,
+    /// Cycles its unit sat idle before it, waiting for an input (0 if the unit went straight
+    /// from its previous instruction to this one).
+    pub stall: u64,
+}
+
+/// When an instruction starts, and how long its unit waited for its inputs before that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Issue {
+    /// First cycle.
+    pub start: u64,
+    /// Cycles the unit was free but the instruction's inputs were not ready.
+    pub stall: u64,
+}
+
+/// A unit's cycles in some part of a step: running instructions, and waiting for data with an
+/// instruction next in line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct UnitCycles {
+    /// Cycles running instructions.
+    pub busy: u64,
+    /// Cycles stalled: free, with its next instruction waiting for an input.
+    pub stall: u64,
+}
+
+impl UnitCycles {
+    fn add(&mut self, o: UnitCycles) {
+        self.busy = self.busy.saturating_add(o.busy);
+        self.stall = self.stall.saturating_add(o.stall);
+    }
 }
 
 /// Cost of one node: the instructions it lowered to, which issue consecutively.
@@ -664,6 +718,11 @@ pub struct StepSchedule {
     pub per_layer: BTreeMap<String, u64>,
     /// Busy cycles per layer and phase (layers with no work in a phase are absent).
     pub per_layer_phase: BTreeMap<String, BTreeMap<Phase, u64>>,
+    /// Busy and stall cycles per phase and unit (a stall is counted where the waiting
+    /// instruction belongs).
+    pub per_phase_unit: BTreeMap<Phase, BTreeMap<String, UnitCycles>>,
+    /// Busy and stall cycles per layer and unit.
+    pub per_layer_unit: BTreeMap<String, BTreeMap<String, UnitCycles>>,
     /// Cycles the MXU is busy.
     pub mxu_cycles: u64,
     /// Cycles the VPU is busy.

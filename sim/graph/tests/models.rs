@@ -266,6 +266,20 @@ fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
                 });
             assert!(waited, "{file}: instruction {i} starts later than its unit and inputs allow");
         }
+        // A unit's busy and stall cycles fill its time up to its last instruction's end, and
+        // the per-phase and per-layer breakdowns add up to the unit's totals.
+        let (total, units) = p.timeline(&s.instrs.iter().map(|c| c.cycles).collect::<Vec<_>>());
+        assert_eq!(total, s.total_cycles);
+        for u in [ExecUnit::Mxu, ExecUnit::Vpu] {
+            let last = s.instrs.iter().filter(|c| c.unit == u).map(|c| c.start + c.cycles).max().unwrap();
+            let t = units[u.name()];
+            assert_eq!(t.busy + t.stall, last, "{file}: {}", u.name());
+            for split in [s.per_phase_unit.values().collect::<Vec<_>>(), s.per_layer_unit.values().collect()] {
+                let (b, st) =
+                    split.iter().filter_map(|m| m.get(u.name())).fold((0, 0), |a, c| (a.0 + c.busy, a.1 + c.stall));
+                assert_eq!((b, st), (t.busy, t.stall), "{file}: {}", u.name());
+            }
+        }
         // The units overlap somewhere in every model's step (backward GEMMs beside VPU work).
         assert!(s.total_cycles < busy, "{file}: no overlap");
         assert_eq!(s.nodes.iter().map(|n| n.instructions).sum::<usize>(), p.instrs.len());

@@ -10,7 +10,7 @@
 
 use crate::error::{shape_str, Result, TrainError};
 use crate::state::{ModelState, Tensor32};
-use faultline_graph::program::{Program, Role, StepSchedule};
+use faultline_graph::program::{Program, Role, StepSchedule, UnitCycles};
 use faultline_graph::{NodeIndex, Phase, TrainGraph};
 use faultline_hw::isa::{self, Instr};
 use faultline_hw::{ExecMode, FaultSchedule, HwConfig};
@@ -88,6 +88,8 @@ pub struct StepOutput {
     pub cycles: u64,
     /// Busy cycles (MXU + VPU) of the instructions of each phase (every phase present).
     pub phase_cycles: BTreeMap<String, u64>,
+    /// Busy and stall cycles of each unit (`mxu`, `vpu`).
+    pub unit_cycles: BTreeMap<String, UnitCycles>,
     /// What an injected fault did to its instruction's outputs (`None` without injection).
     pub effect: Option<Effect>,
 }
@@ -330,8 +332,16 @@ pub fn run_program(
         }
     }
     // The step's cycles: the measured durations, issued by the program's timing rule.
-    let cycles = p.issue_times(&durations).iter().zip(&durations).map(|(s, d)| s.saturating_add(*d)).max().unwrap_or(0);
-    Ok(StepOutput { loss: f32::NAN, output: Vec::new(), instructions: p.instrs.len(), cycles, phase_cycles, effect })
+    let (cycles, unit_cycles) = p.timeline(&durations);
+    Ok(StepOutput {
+        loss: f32::NAN,
+        output: Vec::new(),
+        instructions: p.instrs.len(),
+        cycles,
+        phase_cycles,
+        unit_cycles,
+        effect,
+    })
 }
 
 /// Runs instruction `i` with `faults` at cycle level, and without them functionally, and

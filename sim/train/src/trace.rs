@@ -201,6 +201,7 @@ mod tests {
             test_accuracy: None,
             cycles: 7,
             phase_cycles: BTreeMap::new(),
+            unit_cycles: BTreeMap::new(),
             injection: None,
         }
     }

@@ -7,6 +7,7 @@ use crate::error::{Result, TrainError};
 use crate::exec::{accuracy, Executor, MxuFormat};
 use crate::inject::{self, InjectionReport, StepFault};
 use crate::state::ModelState;
+use faultline_graph::program::UnitCycles;
 use faultline_graph::{program, ModelSpec, OptimizerSpec, StepSchedule, TrainGraph};
 use faultline_hw::matrix::bits_checksum;
 use faultline_hw::{ExecMode, HwConfig};
@@ -148,6 +149,9 @@ pub struct StepRecord {
     /// Busy cycles (MXU + VPU) of each phase's instructions: `forward`, `backward`, `update`
     /// (the units overlap, so these add up to more than `cycles`).
     pub phase_cycles: BTreeMap<String, u64>,
+    /// Each unit's (`mxu`, `vpu`) busy cycles and stall cycles (free, with its next
+    /// instruction waiting for an input).
+    pub unit_cycles: BTreeMap<String, UnitCycles>,
     /// The fault injected in this step, where it landed and what it did (absent in fault-free
     /// steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -355,6 +359,7 @@ impl Trainer {
             test_accuracy,
             cycles: out.cycles,
             phase_cycles: out.phase_cycles,
+            unit_cycles: out.unit_cycles,
             injection,
         })
     }
