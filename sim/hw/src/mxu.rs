@@ -763,14 +763,17 @@ fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) 
         let (cw, csh) = (&cur.weight[r.clone()], &cur.shadow[r.clone()]);
         let nw = &mut next.weight[r.clone()];
         let np = &mut next.psum[r.clone()];
+        // Two loops of few slices each: LLVM vectorises a loop only if it can rule out aliasing
+        // between its slices with a bounded number of run-time checks. Branch-free selects
+        // (masks from the 0/1 control bits) keep both loops straight-line.
         for j in 0..c {
             // The arriving swap strobe makes this clock's MAC use the shadow weight.
-            // Branch-free selects (masks from the 0/1 control bits) let the loop vectorise.
             let swap = 0u32.wrapping_sub(ns[j] as u32);
-            let w_eff = (csh[j] & swap) | (cw[j] & !swap);
-            nw[j] = w_eff;
+            nw[j] = (csh[j] & swap) | (cw[j] & !swap);
+        }
+        for j in 0..c {
             let valid = 0u32.wrapping_sub(nv[j] as u32);
-            let mac = F::mac(above[j], na[j], w_eff);
+            let mac = F::mac(above[j], na[j], nw[j]);
             np[j] = (mac & valid) | (above[j] & !valid);
         }
         next.shadow[r].copy_from_slice(csh);
