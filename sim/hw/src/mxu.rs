@@ -744,25 +744,35 @@ impl Edge {
 /// Canonical bits of the zero partial sum entering row 0 (`+0` / `0`).
 const PSUM_ZERO: u32 = 0;
 
+/// `next` = `cur` moved one PE right (row-major rows of `c`), column 0 of row `i` taking
+/// `edge[i]`: one copy of the whole array, then the edge column.
+#[inline(always)]
+fn shift_right<T: Copy>(cur: &[T], next: &mut [T], edge: &[T], c: usize) {
+    if let Some(last) = cur.len().checked_sub(1) {
+        next[1..].copy_from_slice(&cur[..last]);
+        for (i, &v) in edge.iter().enumerate() {
+            next[i * c] = v;
+        }
+    }
+}
+
 /// One WS clock: next state from current state and edge inputs (D/Q). Compiled for AVX2 as
 /// well (same IEEE operations per PE, so the same bits), picked at run time.
 #[multiversion::multiversion(targets("x86_64+avx2"))]
 fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) {
     let c = cur.cols;
+    // Activations, valid bits and swap strobes move one PE right; the edge feeds column 0.
+    // Whole-array shifts: three copies a clock instead of three per row.
+    shift_right(&cur.act, &mut next.act, &e.act, c);
+    shift_right(&cur.valid, &mut next.valid, &e.valid, c);
+    shift_right(&cur.swap, &mut next.swap, &e.swap, c);
     for i in 0..cur.rows {
         let r = i * c..(i + 1) * c;
         let above: &[u32] = if i == 0 { &e.zero_row } else { &cur.psum[(i - 1) * c..i * c] };
-        // Activations, valid bits and swap strobes move one PE right; the edge feeds column 0.
-        let (na, nv, ns) = (&mut next.act[r.clone()], &mut next.valid[r.clone()], &mut next.swap[r.clone()]);
-        na[0] = e.act[i];
-        nv[0] = e.valid[i];
-        ns[0] = e.swap[i];
-        na[1..].copy_from_slice(&cur.act[i * c..(i + 1) * c - 1]);
-        nv[1..].copy_from_slice(&cur.valid[i * c..(i + 1) * c - 1]);
-        ns[1..].copy_from_slice(&cur.swap[i * c..(i + 1) * c - 1]);
+        let (na, nv, ns) = (&next.act[r.clone()], &next.valid[r.clone()], &next.swap[r.clone()]);
         let (cw, csh) = (&cur.weight[r.clone()], &cur.shadow[r.clone()]);
         let nw = &mut next.weight[r.clone()];
-        let np = &mut next.psum[r.clone()];
+        let np = &mut next.psum[r];
         // Two loops of few slices each: LLVM vectorises a loop only if it can rule out aliasing
         // between its slices with a bounded number of run-time checks. Branch-free selects
         // (masks from the 0/1 control bits) keep both loops straight-line.
@@ -776,9 +786,10 @@ fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) 
             let mac = F::mac(above[j], na[j], nw[j]);
             np[j] = (mac & valid) | (above[j] & !valid);
         }
-        next.shadow[r].copy_from_slice(csh);
     }
-    // The weight bus writes the shadow registers (next state; the swap above read the current).
+    // Shadow registers hold their value unless the weight bus writes them (next state; the swap
+    // above read the current one).
+    next.shadow.copy_from_slice(&cur.shadow);
     for (j, row) in e.wrow.iter().enumerate() {
         if let Some(i) = *row {
             next.shadow[i * c + j] = e.wbits[j];
@@ -790,39 +801,31 @@ fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) 
 /// AVX2 as well, like [`step_ws`].
 #[multiversion::multiversion(targets("x86_64+avx2"))]
 fn step_os<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge, drain: bool) {
-    let c = cur.cols;
+    let (c, n) = (cur.cols, cur.psum.len());
+    shift_right(&cur.act, &mut next.act, &e.act, c);
+    shift_right(&cur.valid, &mut next.valid, &e.valid, c);
+    // Weights (and their valid bits) come from the row above, or from the top edge.
+    next.weight[c..].copy_from_slice(&cur.weight[..n - c]);
+    next.weight[..c].copy_from_slice(&e.wbits);
+    next.wvalid[c..].copy_from_slice(&cur.wvalid[..n - c]);
+    next.wvalid[..c].copy_from_slice(&e.wvalid);
+    if drain {
+        next.psum[c..].copy_from_slice(&cur.psum[..n - c]);
+        next.psum[..c].fill(PSUM_ZERO);
+        return;
+    }
     for i in 0..cur.rows {
         let r = i * c..(i + 1) * c;
-        // Weights (and their valid bits) come from the row above, or from the top edge.
-        let (w_above, wv_above): (&[u32], &[u8]) = if i == 0 {
-            (&e.wbits, &e.wvalid)
-        } else {
-            (&cur.weight[(i - 1) * c..i * c], &cur.wvalid[(i - 1) * c..i * c])
-        };
-        let (ca, cv, cp) = (&cur.act[r.clone()], &cur.valid[r.clone()], &cur.psum[r.clone()]);
-        let na = &mut next.act[r.clone()];
-        let nv = &mut next.valid[r.clone()];
-        na[0] = e.act[i];
-        nv[0] = e.valid[i];
-        na[1..].copy_from_slice(&ca[..c - 1]);
-        nv[1..].copy_from_slice(&cv[..c - 1]);
-        let np = &mut next.psum[r.clone()];
-        if drain {
-            if i == 0 {
-                np.fill(PSUM_ZERO);
-            } else {
-                np.copy_from_slice(&cur.psum[(i - 1) * c..i * c]);
-            }
-        } else {
-            for j in 0..c {
-                // Branch-free select, as in `step_ws`.
-                let go = 0u32.wrapping_sub((nv[j] & wv_above[j]) as u32);
-                let mac = F::mac(cp[j], na[j], w_above[j]);
-                np[j] = (mac & go) | (cp[j] & !go);
-            }
+        let (na, nv) = (&next.act[r.clone()], &next.valid[r.clone()]);
+        let (w_above, wv_above) = (&next.weight[r.clone()], &next.wvalid[r.clone()]);
+        let cp = &cur.psum[r.clone()];
+        let np = &mut next.psum[r];
+        for j in 0..c {
+            // Branch-free select, as in `step_ws`.
+            let go = 0u32.wrapping_sub((nv[j] & wv_above[j]) as u32);
+            let mac = F::mac(cp[j], na[j], w_above[j]);
+            np[j] = (mac & go) | (cp[j] & !go);
         }
-        next.weight[r.clone()].copy_from_slice(w_above);
-        next.wvalid[r].copy_from_slice(wv_above);
     }
 }
 
