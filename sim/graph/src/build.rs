@@ -225,6 +225,17 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
     let mut env: BTreeMap<String, NodeIndex> = BTreeMap::from([("input".to_string(), input)]);
     let mut params = Vec::new();
     let mut prev = input;
+    // Names appear in errors, listings and traces: refuse what would print as more than one
+    // token (shown escaped, so the error itself stays one line).
+    let printable = |n: &str| !n.is_empty() && !n.chars().any(|c| c.is_control() || c.is_whitespace());
+    let names =
+        std::iter::once(&spec.name).chain(spec.layers.iter().flat_map(|l| std::iter::once(&l.name).chain(&l.inputs)));
+    if let Some(bad) = names.into_iter().find(|n| !printable(n)) {
+        return Err(invalid(
+            &format!("{bad:?}"),
+            "a model or layer name must be non-empty, without spaces or control characters".into(),
+        ));
+    }
     for layer in &spec.layers {
         if env.contains_key(&layer.name) || layer.name == "loss" || layer.name == "labels" || layer.name == "step" {
             return Err(GraphError::Duplicate { file: file.clone(), node: layer.name.clone() });

@@ -340,3 +340,22 @@ fn summary_lists_parameters() {
     assert!(s.contains("fc1.weight") && s.contains("[64, 64]") && s.contains("4810"), "{s}");
     assert!(tg.graph.to_dot().starts_with("digraph"));
 }
+
+/// Names are printed in errors, listings and traces: one with a newline, a space or nothing in
+/// it is refused by a one-line error that shows it escaped (a fuzzed model named a layer
+/// "ln1\n" and made a two-line error).
+#[test]
+fn unprintable_names_are_refused_on_one_line() {
+    for bad in ["ln1\n", "fc 1", "", "a\tb"] {
+        for which in 0..3 {
+            let mut spec = load("transformer-tiny.ron");
+            match which {
+                0 => spec.name = bad.into(),
+                1 => spec.layers[2].name = bad.into(),
+                _ => spec.layers[3].inputs = vec![bad.into()],
+            }
+            let e = TrainGraph::build(&spec, 2, SGD).unwrap_err().to_string();
+            assert!(!e.contains('\n') && e.contains(&format!("{bad:?}")) && e.contains("without spaces"), "{e}");
+        }
+    }
+}
