@@ -179,3 +179,53 @@ fn snapshots_restore_the_run_exactly() {
     assert_eq!(t.step().unwrap(), records[3]);
     assert_eq!(t.state, golden.state);
 }
+
+/// One clock, one vocabulary: a fault placed on the training clock acts exactly as the same
+/// fault given to the GEMM alone (as `faultline gemm --fault KIND:SITE@TILE:CYCLE` takes it) at
+/// the fold and cycle the training report names: the same outputs are corrupted.
+#[test]
+fn a_training_fault_is_the_gemm_fault_at_the_reported_fold_and_cycle() {
+    use faultline_hw::fault::FaultTime;
+    use faultline_hw::isa::MatOperand;
+    use faultline_hw::{mxu, ExecMode, FaultEvent, FaultSchedule, Matrix};
+    let t = trainer(Dataflow::WeightStationary);
+    let p = t.exec.program();
+    let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
+    let Instr::Gemm { a, b, m, k, n, .. } = p.instrs[0].clone() else { panic!("the mlp's step opens with a GEMM") };
+    // Instruction 0 multiplies the batch by fc1's weights, neither transposed.
+    assert!(matches!((a, b), (MatOperand { transposed: false, .. }, MatOperand { transposed: false, .. })));
+    let bf16 = |v: &[f32]| v.iter().map(|&f| faultline_num::f32_to_bf16_bits(f)).collect::<Vec<_>>();
+    let am = Matrix { rows: m, cols: k, data: bf16(&x) };
+    let bm = Matrix { rows: k, cols: n, data: bf16(&t.state.tensors["fc1.weight"].data) };
+    let golden = mxu::gemm(&t.exec.hw, &am, &bm, ExecMode::Functional, &FaultSchedule::none()).unwrap().out;
+    for (site, cycle) in [("mxu.pe[4][0].psum[30]", 40), ("mxu.pe[2][3].weight[14]", 70), ("mxu.pe[4][5].act[14]", 95)]
+    {
+        let site: FaultSite = site.parse().unwrap();
+        let f = StepFault { kind: faultline_num::BitFault::Flip, site, step: 1, cycle, duration: 1 };
+        let (r, _) = faulty_step(&t, &f, &x, &y);
+        let at = FaultTime { tile: r.tile.unwrap(), cycle: r.tile_cycle.unwrap() };
+        let alone = mxu::gemm(
+            &t.exec.hw,
+            &am,
+            &bm,
+            ExecMode::CycleLevel,
+            &FaultSchedule::one(FaultEvent::flip(site, at.tile, at.cycle)),
+        )
+        .unwrap()
+        .out;
+        // The same outputs, wrong by the same amounts (a fault one cycle off would hit another
+        // value).
+        let diffs = alone.diff(&golden);
+        let err = |(i, j): (usize, usize)| {
+            let (f, g) = (f32::from_bits(alone.get(i, j)) as f64, f32::from_bits(golden.get(i, j)) as f64);
+            if f.is_finite() && g.is_finite() {
+                (f - g).abs()
+            } else {
+                f64::INFINITY
+            }
+        };
+        let max = diffs.iter().map(|&d| err(d)).fold(0.0, f64::max);
+        assert_eq!((diffs.len(), max), (r.corrupted, r.max_abs_error), "{r}");
+        assert!(r.corrupted > 0, "{r}: pick a live fault");
+    }
+}
