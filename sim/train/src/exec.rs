@@ -14,7 +14,7 @@ use faultline_graph::program::{Program, Role, StepSchedule, UnitCycles};
 use faultline_graph::{NodeIndex, Phase, TrainGraph};
 use faultline_hw::isa::{self, Instr};
 use faultline_hw::{ExecMode, FaultSchedule, HwConfig};
-use faultline_num::{f32_to_bf16_bits, NumFormat};
+use faultline_num::NumFormat;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -44,15 +44,6 @@ impl MxuFormat {
         match self {
             MxuFormat::Bf16 => NumFormat::Bf16,
             MxuFormat::Fp32 => NumFormat::Fp32,
-        }
-    }
-
-    /// Rounds an fp32 value into input-register bits (nearest-even for bf16).
-    #[inline]
-    pub fn encode(self, x: f32) -> u32 {
-        match self {
-            MxuFormat::Bf16 => f32_to_bf16_bits(x),
-            MxuFormat::Fp32 => x.to_bits(),
         }
     }
 }
