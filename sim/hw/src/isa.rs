@@ -253,6 +253,16 @@ pub enum ExecUnit {
 }
 
 impl ExecUnit {
+    /// The unit whose registers a site of `unit` is, if instructions run on it (memories, DMA
+    /// and the sequencer run none).
+    pub fn of(unit: crate::Unit) -> Option<ExecUnit> {
+        match unit {
+            crate::Unit::Mxu => Some(ExecUnit::Mxu),
+            crate::Unit::Vpu => Some(ExecUnit::Vpu),
+            _ => None,
+        }
+    }
+
     /// Lower-case name: `mxu` or `vpu`.
     pub const fn name(self) -> &'static str {
         match self {
@@ -333,12 +343,17 @@ impl Instr {
         }
     }
 
+    /// Where the instruction writes: one destination per output, `out_len` words each.
+    pub fn dests(&self) -> Vec<Dest> {
+        match self {
+            Instr::Gemm { out, .. } => vec![*out],
+            Instr::Vpu { outs, .. } => outs.clone(),
+        }
+    }
+
     /// Buffers the instruction writes.
     pub fn writes(&self) -> Vec<BufId> {
-        match self {
-            Instr::Gemm { out, .. } => vec![out.buf],
-            Instr::Vpu { outs, .. } => outs.iter().map(|d| d.buf).collect(),
-        }
+        self.dests().iter().map(|d| d.buf).collect()
     }
 }
 

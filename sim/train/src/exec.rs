@@ -12,7 +12,7 @@ use crate::error::{shape_str, Result, TrainError};
 use crate::state::{ModelState, Tensor32};
 use faultline_graph::program::{Program, Role, StepSchedule, UnitCycles};
 use faultline_graph::{NodeIndex, Phase, TrainGraph};
-use faultline_hw::isa::{self, Instr};
+use faultline_hw::isa;
 use faultline_hw::{ExecMode, FaultSchedule, HwConfig};
 use faultline_num::NumFormat;
 use serde::{Deserialize, Serialize};
@@ -345,29 +345,25 @@ fn inject(
     faults: &FaultSchedule,
 ) -> Result<(u64, Effect)> {
     let ins = &p.instrs[i];
-    let dests = ins.writes();
-    let before: Vec<Vec<u32>> = dests.iter().map(|d| bufs[d.index()].clone()).collect();
+    let dests = ins.dests();
+    let before: Vec<Vec<u32>> = dests.iter().map(|d| bufs[d.buf.index()].clone()).collect();
     isa::execute(hw, ins, bufs, ExecMode::Functional, &FaultSchedule::none())?;
     let mut golden = Vec::with_capacity(dests.len());
     for (d, b) in dests.iter().zip(before) {
-        golden.push(std::mem::replace(&mut bufs[d.index()], b));
+        golden.push(std::mem::replace(&mut bufs[d.buf.index()], b));
     }
     let c = isa::execute(hw, ins, bufs, ExecMode::CycleLevel, faults)?;
-    let offsets = match ins {
-        Instr::Gemm { out, .. } => vec![out.offset],
-        Instr::Vpu { outs, .. } => outs.iter().map(|d| d.offset).collect(),
-    };
     let len = ins.out_len();
     let mut e = Effect {
         instr: i,
-        buffer: p.buffers[dests[0].index()].name.clone(),
+        buffer: p.buffers[dests[0].buf.index()].name.clone(),
         elements: len * dests.len(),
         corrupted: 0,
         max_abs_error: 0.0,
         max_rel_error: 0.0,
     };
-    for ((d, g), off) in dests.iter().zip(&golden).zip(offsets) {
-        let f = &bufs[d.index()];
+    for (d, g) in dests.iter().zip(&golden) {
+        let (f, off) = (&bufs[d.buf.index()], d.offset);
         for (&gb, &fb) in g[off..off + len].iter().zip(&f[off..off + len]) {
             if gb != fb {
                 let (gv, fv) = (f32::from_bits(gb) as f64, f32::from_bits(fb) as f64);

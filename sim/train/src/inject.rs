@@ -17,7 +17,7 @@ use crate::error::{Result, TrainError};
 use crate::exec::{Effect, Executor, Injection};
 use faultline_graph::{Phase, StepSchedule};
 use faultline_hw::isa::{self, ExecUnit};
-use faultline_hw::{FaultEvent, FaultSchedule, FaultSite, Unit};
+use faultline_hw::{FaultEvent, FaultSchedule, FaultSite};
 use faultline_num::BitFault;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -156,17 +156,13 @@ impl fmt::Display for InjectionReport {
 /// (effect fields zero until [`complete`] fills them).
 pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(Option<Injection>, InjectionReport)> {
     let bad = |why: String| TrainError::Config(format!("fault `{f}`: {why}"));
-    let unit = match f.site.unit {
-        Unit::Mxu => ExecUnit::Mxu,
-        Unit::Vpu => ExecUnit::Vpu,
-        other => {
-            return Err(bad(format!(
-                "`{}` sites are not reachable during training yet (training values do not pass through \
-                 the memories, DMA or sequencer); training faults target mxu.* and vpu.* sites",
-                other.name()
-            )))
-        }
-    };
+    let unit = ExecUnit::of(f.site.unit).ok_or_else(|| {
+        bad(format!(
+            "`{}` sites are not reachable during training yet (training values do not pass through the \
+             memories, DMA or sequencer); training faults target mxu.* and vpu.* sites",
+            f.site.unit.name()
+        ))
+    })?;
     f.site.validate(&exec.hw)?;
     if f.cycle >= sched.total_cycles {
         return Err(bad(format!("cycle {} is after the step ends at cycle {}", f.cycle, sched.total_cycles)));
@@ -207,7 +203,7 @@ pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(
     };
     let injection = time.map(|at| {
         // A stuck-at acts within the instruction it starts in.
-        let left = isa::cycles(&exec.hw, ins) - local;
+        let left = sched.instrs[instr].cycles - local;
         let event = FaultEvent { site: f.site, kind: f.kind, at, duration: f.duration.min(left).max(1) };
         Injection { instr, faults: FaultSchedule::one(event) }
     });
@@ -256,12 +252,7 @@ pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSpace> {
     faultline_hw::SiteClass::all(&exec.hw)
         .into_iter()
         .filter_map(|c| {
-            let unit = match c.unit {
-                Unit::Mxu => ExecUnit::Mxu,
-                Unit::Vpu => ExecUnit::Vpu,
-                _ => return None,
-            };
-            let (instructions, busy_cycles) = busy(unit);
+            let (instructions, busy_cycles) = busy(ExecUnit::of(c.unit)?);
             let bits = c.bit_count(&exec.hw);
             Some(ClassSpace {
                 class: c.pattern(),
