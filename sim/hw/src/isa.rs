@@ -372,20 +372,14 @@ pub fn cycles(cfg: &HwConfig, instr: &Instr) -> u64 {
 /// the instruction's end, or before the first fold of a GEMM starts (no MXU register holds an
 /// operand yet).
 pub fn fault_time(cfg: &HwConfig, instr: &Instr, cycle: u64) -> Result<Option<FaultTime>, HwError> {
-    if cycle >= cycles(cfg, instr) {
-        return Ok(None);
-    }
     Ok(match instr {
         Instr::Gemm { m, k, n, .. } => {
             let s = mxu::Schedule::new(&cfg.mxu, *m, *k, *n)?;
-            let tile = s.folds.partition_point(|f| f.start <= cycle);
-            tile.checked_sub(1).map(|t| FaultTime { tile: t, cycle: cycle - s.folds[t].start })
+            let tile = s.folds.partition_point(|f| f.start <= cycle).checked_sub(1);
+            tile.filter(|_| cycle < s.total_cycles).map(|t| FaultTime { tile: t, cycle: cycle - s.folds[t].start })
         }
-        Instr::Vpu { op, n, .. } => {
-            let v = vpu::vector_at(cfg, op, *n, cycle)?;
-            let origin = vpu::issue_cycle(cfg, op, *n, v)?;
-            Some(FaultTime { tile: usize::try_from(v).unwrap_or(usize::MAX), cycle: cycle - origin })
-        }
+        Instr::Vpu { op, n, .. } => vpu::vector_at(cfg, op, *n, cycle)?
+            .map(|(v, origin)| FaultTime { tile: usize::try_from(v).unwrap_or(usize::MAX), cycle: cycle - origin }),
     })
 }
 

@@ -433,19 +433,18 @@ pub fn timing(cfg: &HwConfig, op: &VpuOp, n: usize) -> VpuStats {
     })
 }
 
-/// The cycle (from the op's first issue) at which vector `v` of `op` on `n` elements issues:
-/// its fault origin.
-pub fn issue_cycle(cfg: &HwConfig, op: &VpuOp, n: usize, v: u64) -> Result<u64, HwError> {
-    Ok(VpuSchedule::new(cfg, op, n.max(1))?.issue(v))
-}
-
-/// The last vector of `op` on `n` elements issued at or before `cycle` (cycles from the op's
-/// first issue): the vector a fault at that cycle is reported against.
-pub fn vector_at(cfg: &HwConfig, op: &VpuOp, n: usize, cycle: u64) -> Result<u64, HwError> {
+/// The vector of `op` on `n` elements a fault at `cycle` (from the op's first issue) is
+/// reported against: the last one issued at or before it, with its issue cycle (the fault's
+/// origin). `None` past the op's end.
+pub fn vector_at(cfg: &HwConfig, op: &VpuOp, n: usize, cycle: u64) -> Result<Option<(u64, u64)>, HwError> {
     let s = VpuSchedule::new(cfg, op, n.max(1))?;
-    let v =
-        (cycle / s.stride.max(1)).saturating_mul(s.group).saturating_add((cycle % s.stride.max(1)).min(s.group - 1));
-    Ok(v.min(s.vectors.saturating_sub(1)))
+    if cycle >= s.cycles {
+        return Ok(None);
+    }
+    let stride = s.stride.max(1);
+    let v = (cycle / stride).saturating_mul(s.group).saturating_add((cycle % stride).min(s.group - 1));
+    let v = v.min(s.vectors.saturating_sub(1));
+    Ok(Some((v, s.issue(v))))
 }
 
 /// For an elementwise/optimizer op on `n` elements: the cycle (from the op's first issue) at
