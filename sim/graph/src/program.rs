@@ -190,42 +190,49 @@ impl Program {
         issues
     }
 
-    /// The step's cycles and each unit's busy and stall cycles, for instructions that took
-    /// `cycles` each (as the schedule costs them or as an execution measured them).
-    pub fn timeline(&self, cycles: &[u64]) -> (u64, BTreeMap<String, UnitCycles>) {
-        let mut units: BTreeMap<String, UnitCycles> =
-            [ExecUnit::Mxu, ExecUnit::Vpu].iter().map(|u| (u.name().to_string(), UnitCycles::default())).collect();
-        let mut total = 0u64;
-        for ((ins, &c), is) in self.instrs.iter().zip(cycles).zip(self.issue_times(cycles)) {
-            let u = units.entry(ins.unit().name().to_string()).or_default();
-            u.busy = u.busy.saturating_add(c);
-            u.stall = u.stall.saturating_add(is.stall);
-            total = total.max(is.start.saturating_add(c));
+    /// The step's timeline for instructions that took `cycles` each (as the schedule costs
+    /// them or as an execution measured them): their issue times, the step's cycles, each
+    /// unit's busy and stall cycles and each phase's busy cycles. The one place these are
+    /// counted, for the static schedule and for what a step issued alike.
+    pub fn timeline(&self, cycles: &[u64]) -> Timeline {
+        let mut t = Timeline {
+            issues: self.issue_times(cycles),
+            total: 0,
+            units: [ExecUnit::Mxu, ExecUnit::Vpu]
+                .iter()
+                .map(|u| (u.name().to_string(), UnitCycles::default()))
+                .collect(),
+            phases: Phase::ALL.iter().map(|&p| (p, 0)).collect(),
+        };
+        for ((ins, tag), (&c, is)) in self.instrs.iter().zip(&self.tags).zip(cycles.iter().zip(&t.issues)) {
+            t.units.entry(ins.unit().name().to_string()).or_default().add(UnitCycles { busy: c, stall: is.stall });
+            *t.phases.entry(tag.phase).or_default() += c;
+            t.total = t.total.max(is.start.saturating_add(c));
         }
-        (total, units)
+        t
     }
 
     /// The program's cost on `cfg`: each instruction at its unit's schedule, issued by
     /// [`Program::issue_times`].
     pub fn schedule(&self, g: &OpGraph, cfg: &HwConfig) -> StepSchedule {
         let cycles: Vec<u64> = self.instrs.iter().map(|i| isa::cycles(cfg, i)).collect();
-        let issues = self.issue_times(&cycles);
+        let t = self.timeline(&cycles);
         let mut s = StepSchedule {
             hw: cfg.name.clone(),
             clock_mhz: cfg.clock_mhz,
             instrs: Vec::with_capacity(self.instrs.len()),
             nodes: Vec::new(),
-            per_phase: Phase::ALL.iter().map(|&p| (p, 0)).collect(),
+            per_phase: t.phases,
             per_layer: BTreeMap::new(),
             per_layer_phase: BTreeMap::new(),
             per_phase_unit: BTreeMap::new(),
             per_layer_unit: BTreeMap::new(),
-            mxu_cycles: 0,
-            vpu_cycles: 0,
-            total_cycles: 0,
+            mxu_cycles: t.units[ExecUnit::Mxu.name()].busy,
+            vpu_cycles: t.units[ExecUnit::Vpu.name()].busy,
+            total_cycles: t.total,
         };
         for (i, (ins, tag)) in self.instrs.iter().zip(&self.tags).enumerate() {
-            let (c, Issue { start, stall }) = (cycles[i], issues[i]);
+            let (c, Issue { start, stall }) = (cycles[i], t.issues[i]);
             s.instrs.push(InstrCost { start, cycles: c, unit: ins.unit(), stall });
             let cell = UnitCycles { busy: c, stall };
             s.per_phase_unit.entry(tag.phase).or_default().entry(ins.unit().name().to_string()).or_default().add(cell);
@@ -235,11 +242,6 @@ impl Program {
                 .entry(ins.unit().name().to_string())
                 .or_default()
                 .add(cell);
-            match ins.unit() {
-                ExecUnit::Mxu => s.mxu_cycles = s.mxu_cycles.saturating_add(c),
-                ExecUnit::Vpu => s.vpu_cycles = s.vpu_cycles.saturating_add(c),
-            }
-            *s.per_phase.entry(tag.phase).or_default() += c;
             *s.per_layer.entry(tag.layer.clone()).or_default() += c;
             *s.per_layer_phase.entry(tag.layer.clone()).or_default().entry(tag.phase).or_default() += c;
             match s.nodes.last_mut() {
@@ -264,7 +266,6 @@ impl Program {
                     })
                 }
             }
-            s.total_cycles = s.total_cycles.max(start.saturating_add(c));
         }
         s
     }
@@ -656,6 +657,19 @@ pub struct Issue {
     pub start: u64,
     /// Cycles the unit was free but the instruction's inputs were not ready.
     pub stall: u64,
+}
+
+/// A step's timeline ([`Program::timeline`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeline {
+    /// When each instruction starts, and its stall.
+    pub issues: Vec<Issue>,
+    /// The step's cycles: the last instruction's end.
+    pub total: u64,
+    /// Busy and stall cycles per unit (`mxu`, `vpu`; both present).
+    pub units: BTreeMap<String, UnitCycles>,
+    /// Busy cycles (MXU + VPU) per phase (every phase present).
+    pub phases: BTreeMap<Phase, u64>,
 }
 
 /// A unit's cycles in some part of a step: running instructions, and waiting for data with an

@@ -268,7 +268,8 @@ fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
         }
         // A unit's busy and stall cycles fill its time up to its last instruction's end, and
         // the per-phase and per-layer breakdowns add up to the unit's totals.
-        let (total, units) = p.timeline(&s.instrs.iter().map(|c| c.cycles).collect::<Vec<_>>());
+        let t = p.timeline(&s.instrs.iter().map(|c| c.cycles).collect::<Vec<_>>());
+        let (total, units) = (t.total, t.units);
         assert_eq!(total, s.total_cycles);
         for u in [ExecUnit::Mxu, ExecUnit::Vpu] {
             let last = s.instrs.iter().filter(|c| c.unit == u).map(|c| c.start + c.cycles).max().unwrap();

@@ -11,7 +11,7 @@
 use crate::error::{shape_str, Result, TrainError};
 use crate::state::{ModelState, Tensor32};
 use faultline_graph::program::{Program, Role, StepSchedule, UnitCycles};
-use faultline_graph::{NodeIndex, Phase, TrainGraph};
+use faultline_graph::{NodeIndex, TrainGraph};
 use faultline_hw::isa;
 use faultline_hw::{ExecMode, FaultSchedule, HwConfig};
 use faultline_num::NumFormat;
@@ -298,7 +298,6 @@ pub fn run_program(
         }
     }
     let none = FaultSchedule::none();
-    let mut phase_cycles: BTreeMap<String, u64> = Phase::ALL.iter().map(|p| (p.name().to_string(), 0)).collect();
     let (mut durations, mut effect) = (Vec::with_capacity(p.instrs.len()), None);
     for (i, ins) in p.instrs.iter().enumerate() {
         // A destination filled in parts (batched GEMMs, per-sample reductions) is sized first.
@@ -317,20 +316,19 @@ pub fn run_program(
             None => isa::execute(hw, ins, bufs, mode, &none)?,
         };
         durations.push(c);
-        *phase_cycles.entry(p.tags[i].phase.name().to_string()).or_default() += c;
         for r in &p.release[i] {
             bufs[r.index()] = Vec::new();
         }
     }
     // The step's cycles: the measured durations, issued by the program's timing rule.
-    let (cycles, unit_cycles) = p.timeline(&durations);
+    let t = p.timeline(&durations);
     Ok(StepOutput {
         loss: f32::NAN,
         output: Vec::new(),
         instructions: p.instrs.len(),
-        cycles,
-        phase_cycles,
-        unit_cycles,
+        cycles: t.total,
+        phase_cycles: t.phases.iter().map(|(p, &c)| (p.name().to_string(), c)).collect(),
+        unit_cycles: t.units,
         effect,
     })
 }

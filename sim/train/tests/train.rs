@@ -154,7 +154,7 @@ fn static_schedule_equals_issued_cycles() {
             let phases: BTreeMap<String, u64> =
                 sched.per_phase.iter().map(|(p, &c)| (p.name().to_string(), c)).collect();
             assert_eq!(r.phase_cycles, phases, "{name} on {cfg}");
-            let (_, units) = t.exec.program().timeline(&sched.instrs.iter().map(|c| c.cycles).collect::<Vec<_>>());
+            let units = t.exec.program().timeline(&sched.instrs.iter().map(|c| c.cycles).collect::<Vec<_>>()).units;
             assert_eq!(r.unit_cycles, units, "{name} on {cfg}");
             assert_eq!((units["mxu"].busy, units["vpu"].busy), (sched.mxu_cycles, sched.vpu_cycles));
             assert_eq!(sched.per_phase.values().sum::<u64>(), sched.mxu_cycles + sched.vpu_cycles, "{name} on {cfg}");
