@@ -7,8 +7,9 @@ use faultline_graph::program::UnitCycles;
 use faultline_graph::{ModelSpec, TrainGraph};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::isa::Instr;
+use faultline_hw::ExecMode;
 use faultline_hw::HwConfig;
-use faultline_train::{inject, source, OptimizerKind, TrainOptions, Trainer};
+use faultline_train::{inject, Executor, MxuFormat, OptimizerKind};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -72,11 +73,11 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
     let batch = a.batch as usize;
     let tg = TrainGraph::build(&spec, batch, optimizer.spec(None))?;
     mem.check(&format!("lowering `{}` with batch {batch}", spec.name), faultline_train::exec::host_bytes(&tg))?;
-    // The trainer only for its executor and schedule (nothing runs); its data is the shipped set.
-    let data = source::shipped(&spec, 1, mem)?;
-    let options = TrainOptions { batch, optimizer, eval_every: 0, ..TrainOptions::default() };
-    let t = Trainer::from_graph(&spec, tg, &hw, data, options)?;
-    let (p, s, g) = (t.exec.program(), &t.schedule, &t.exec.tg.graph);
+    // The program alone: nothing runs, so no data is loaded (timing does not depend on the
+    // MXU input format).
+    let exec = Executor::new(tg, &hw, ExecMode::Functional, MxuFormat::Bf16)?;
+    let sched = exec.schedule();
+    let (p, s, g) = (exec.program(), &sched, &exec.tg.graph);
     let rows: Vec<Row> = p
         .instrs
         .iter()
@@ -110,7 +111,7 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
         per_phase: s.per_phase_unit.iter().map(|(p, u)| (p.name().to_string(), u.clone())).collect(),
         per_layer: s.per_layer_unit.clone(),
         instructions: rows,
-        injection_space: inject::space(&t.exec, s),
+        injection_space: inject::space(&exec, s),
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -33,6 +33,18 @@ fn program_lists_what_train_runs() {
         assert!(classes.contains(&"mxu.pe[*][*].psum") && classes.contains(&"vpu.lane[*].out"), "{classes:?}");
         assert!(classes.iter().all(|c| c.starts_with("mxu.") || c.starts_with("vpu.")), "{classes:?}");
     }
+    // Nothing runs, so no dataset is needed: a batch larger than the shipped digits lowers too.
+    let big = faultline_json(&[
+        "program",
+        "--model",
+        "models/mlp-digits.ron",
+        "--config",
+        "configs/tpu-32x32.ron",
+        "--batch",
+        "4096",
+        "--json",
+    ]);
+    assert_eq!(big["instructions"][0]["shape"], "4096x64x64");
     let out = faultline(&["program", "--model", "models/mlp-digits.ron", "--config", "configs/tpu-32x32.ron"]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("34 instructions, 2009 cycles per step") && text.contains("ln"), "{text}");

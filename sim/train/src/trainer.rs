@@ -8,7 +8,7 @@ use crate::exec::{accuracy, Executor, MxuFormat};
 use crate::inject::{self, InjectionReport, StepFault};
 use crate::state::ModelState;
 use faultline_graph::program::UnitCycles;
-use faultline_graph::{program, ModelSpec, OptimizerSpec, StepSchedule, TrainGraph};
+use faultline_graph::{ModelSpec, OptimizerSpec, StepSchedule, TrainGraph};
 use faultline_hw::matrix::bits_checksum;
 use faultline_hw::{ExecMode, HwConfig};
 use faultline_num::NumFormat;
@@ -233,12 +233,12 @@ impl Trainer {
                 hw.mxu.acc_format.name()
             )));
         }
-        let schedule = program::schedule(&tg, hw);
         let state = match &options.init {
             InitWeights::Seed => ModelState::from_seed(&tg, options.seed),
             InitWeights::NpyDir(dir) => ModelState::from_npy_dir(&tg, dir, options.allow_nonfinite)?,
         };
         let exec = Executor::new(tg, hw, options.mode, options.precision)?;
+        let schedule = exec.schedule();
         if data.train.sample_len() != exec.sample_len() {
             return Err(TrainError::Data(format!(
                 "{}: samples of {} values, model input needs {}",
