@@ -65,6 +65,7 @@ use crate::config::{Dataflow, HwConfig, SramConfig};
 use crate::dma::{self, AddrReg, Direction, Transfer};
 use crate::error::HwError;
 use crate::fault::{ActiveFault, FaultEvent, FaultSchedule, FaultTime, FaultWindow};
+use crate::isa::{View, Window};
 use crate::matrix::Matrix;
 use crate::mem::Memory;
 use crate::mxu::{self, Fold, Schedule};
@@ -138,10 +139,15 @@ impl ConvShape {
         let ix = (x * self.stride + kx).checked_sub(self.pad)?;
         (iy < self.h && ix < self.w).then(|| ((b * self.h + iy) * self.w + ix) * self.c_in + c)
     }
-    /// The explicit im2col matrix of an input (padding = zero bits).
+    /// The explicit im2col matrix of an input of [`OpKind::input_lens`] words (padding = zero
+    /// bits): the instruction set's im2col gather ([`crate::isa::View::Im2Col`]), so the layout
+    /// has one walker; [`ConvShape::im2col_index`] is the address generator's random-access form
+    /// of it, and the op tests check the two agree.
     pub fn im2col(&self, x: &[u32]) -> Matrix {
         let (m, k, _) = self.gemm();
-        Matrix::from_fn(m, k, |i, j| self.im2col_index(i, j).and_then(|e| x.get(e).copied()).unwrap_or(0))
+        let window = Window { kh: self.kh, kw: self.kw, stride: self.stride, padding: self.pad };
+        let view = View::Im2Col { window, image: [self.batch, self.h, self.w, self.c_in] };
+        Matrix { rows: m, cols: k, data: view.gather(x, m * k).into_owned() }
     }
 }
 
