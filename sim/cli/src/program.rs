@@ -57,6 +57,8 @@ struct Report {
     cycles_per_step: u64,
     mxu_busy_cycles: u64,
     vpu_busy_cycles: u64,
+    /// Cycles the DMA engine is occupied (data phases; transfers overlap their fixed overhead).
+    dma_busy_cycles: u64,
     /// Busy and stall cycles per phase and unit.
     per_phase: BTreeMap<String, BTreeMap<String, UnitCycles>>,
     /// Busy and stall cycles per layer and unit.
@@ -93,11 +95,20 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
             shape: match ins {
                 Instr::Gemm { m, k, n, .. } => format!("{m}x{k}x{n}"),
                 Instr::Vpu { n, .. } => n.to_string(),
+                Instr::Dma { len, sram, .. } => format!("{len}w {}", sram.name()),
             },
             node: g.node(tag.node).name.clone(),
             phase: tag.phase.name(),
             layer: tag.layer.clone(),
-            writes: ins.writes().iter().map(|b| p.buffers[b.index()].name.clone()).collect::<Vec<_>>().join(","),
+            writes: ins
+                .writes()
+                .iter()
+                .map(|b| match p.home(*b) {
+                    Some(h) => format!("{}@{}[{:#x}]", p.buffers[b.index()].name, h.mem.name(), h.base),
+                    None => p.buffers[b.index()].name.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(","),
         })
         .collect();
     let report = Report {
@@ -108,6 +119,7 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
         cycles_per_step: s.total_cycles,
         mxu_busy_cycles: s.mxu_cycles,
         vpu_busy_cycles: s.vpu_cycles,
+        dma_busy_cycles: s.dma_cycles,
         per_phase: s.per_phase_unit.iter().map(|(p, u)| (p.name().to_string(), u.clone())).collect(),
         per_layer: s.per_layer_unit.clone(),
         instructions: rows,
@@ -126,7 +138,7 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
         report.cycles_per_step
     );
     println!(
-        "{:>4} {:>7} {:>6}  {:<4} {:<15} {:>10}  {:<8} {:<10} {:<26} writes",
+        "{:>4} {:>7} {:>6}  {:<4} {:<15} {:>10}  {:<8} {:<10} {:<26} writes (buffer@home[word address])",
         "#", "start", "cycles", "unit", "op", "shape", "phase", "layer", "node"
     );
     for r in &report.instructions {
@@ -137,21 +149,26 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
     }
     let pct = |c: u64| 100.0 * c as f64 / report.cycles_per_step.max(1) as f64;
     println!(
-        "busy: MXU {} cycles ({:.1}%), VPU {} cycles ({:.1}%)",
+        "busy: MXU {} cycles ({:.1}%), VPU {} cycles ({:.1}%), DMA {} cycles ({:.1}%)",
         report.mxu_busy_cycles,
         pct(report.mxu_busy_cycles),
         report.vpu_busy_cycles,
-        pct(report.vpu_busy_cycles)
+        pct(report.vpu_busy_cycles),
+        report.dma_busy_cycles,
+        pct(report.dma_busy_cycles)
     );
-    println!("{:<12} {:>10} {:>10} {:>10} {:>10}", "phase/layer", "mxu busy", "mxu stall", "vpu busy", "vpu stall");
+    println!(
+        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "phase/layer", "mxu busy", "mxu stall", "vpu busy", "vpu stall", "dma busy", "dma stall"
+    );
     let phases = faultline_graph::Phase::ALL.iter().filter_map(|p| report.per_phase.get_key_value(p.name()));
     for (name, units) in phases.chain(&report.per_layer) {
         let u = |k: &str| units.get(k).copied().unwrap_or_default();
-        let (m, v) = (u("mxu"), u("vpu"));
-        println!("{:<12} {:>10} {:>10} {:>10} {:>10}", name, m.busy, m.stall, v.busy, v.stall);
+        let (m, v, d) = (u("mxu"), u("vpu"), u("dma"));
+        println!("{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}", name, m.busy, m.stall, v.busy, v.stall, d.busy, d.stall);
     }
-    println!("injection space of one step (bit x cycle pairs; idle-unit pairs are masked without running):");
-    println!("{:<26} {:>8} {:>12} {:>16} {:>16}", "class", "bits", "busy cycles", "busy bit-cycles", "idle bit-cycles");
+    println!("injection space of one step (bit x cycle pairs; dead pairs are masked without running):");
+    println!("{:<26} {:>8} {:>12} {:>16} {:>16}", "class", "bits", "busy cycles", "live bit-cycles", "dead bit-cycles");
     for c in &report.injection_space {
         println!("{:<26} {:>8} {:>12} {:>16} {:>16}", c.class, c.bits, c.busy_cycles, c.bit_cycles, c.idle_bit_cycles);
     }

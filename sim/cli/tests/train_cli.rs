@@ -122,15 +122,15 @@ fn injected_faults_are_placed_reported_and_propagate() {
         (String::from_utf8(out.stdout).unwrap(), lines)
     };
     let (_, golden) = run("golden.jsonl", None);
-    let (stdout, psum) = run("psum.jsonl", Some("flip:mxu.pe[31][0].psum[30]@step=5,cycle=100"));
+    let (stdout, psum) = run("psum.jsonl", Some("flip:mxu.pe[31][0].psum[30]@step=5,cycle=692"));
     assert!(
-        stdout.contains("fault: flip:mxu.pe[31][0].psum[30]@step=5,cycle=100 -> instruction 0 (gemm of fc1.matmul")
+        stdout.contains("fault: flip:mxu.pe[31][0].psum[30]@step=5,cycle=692 -> instruction 2 (gemm of fc1.matmul")
             && stdout.contains("1 of 2048 outputs of `fc1.matmul` corrupted"),
         "{stdout}"
     );
     assert_eq!(psum[..4], golden[..4], "steps before the fault are golden");
     let rep = &psum[4]["injection"];
-    assert_eq!((rep["instr"].as_u64(), rep["corrupted"].as_u64()), (Some(0), Some(1)), "{rep}");
+    assert_eq!((rep["instr"].as_u64(), rep["corrupted"].as_u64()), (Some(2), Some(1)), "{rep}");
     assert!(psum.iter().enumerate().all(|(i, r)| (i == 4) == r.get("injection").is_some()));
     assert!(psum[4]["loss"].as_f64().unwrap() > 1e30, "a 2^64-times psum reaches the loss: {}", psum[4]);
     // The run description records the faults, so the trace stays a reproducible result.
@@ -138,12 +138,12 @@ fn injected_faults_are_placed_reported_and_propagate() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join(name)).unwrap()).unwrap()
     };
     let inv = &desc("psum.run.json")["invocations"][0];
-    assert_eq!(inv["injected"], serde_json::json!(["flip:mxu.pe[31][0].psum[30]@step=5,cycle=100"]), "{inv}");
+    assert_eq!(inv["injected"], serde_json::json!(["flip:mxu.pe[31][0].psum[30]@step=5,cycle=692"]), "{inv}");
     assert!(desc("golden.run.json")["invocations"][0].get("injected").is_none());
 
     // An fc1 weight made ~6e37 by a flip in the SGD update's result: the next forward pass
     // overflows, and every loss after it is NaN (null in JSON).
-    let (stdout, nan) = run("nan.jsonl", Some("flip:vpu.lane[3].out[30]@step=5,cycle=1931"));
+    let (stdout, nan) = run("nan.jsonl", Some("flip:vpu.lane[3].out[30]@step=5,cycle=4960"));
     assert!(stdout.contains("(sgd of fc1.weight.next, update phase, layer fc1"), "{stdout}");
     assert_eq!(
         nan[..5].iter().map(|r| &r["loss"]).collect::<Vec<_>>(),
@@ -156,7 +156,7 @@ fn injected_faults_are_placed_reported_and_propagate() {
     );
 
     for (args, why) in [
-        (vec!["--inject", "flip:ub.word[0][3]@step=1,cycle=0"], "not reachable during training"),
+        (vec!["--inject", "flip:seq.acc_addr[0]@step=1,cycle=0"], "not reachable during training"),
         (vec!["--inject", "flip:mxu.pe[0][0].psum[30]@step=9,cycle=0", "--steps", "8"], "after the run's last step 8"),
         (vec!["--inject", "flip:mxu.pe[0][0].psum[30]@0:5"], "expected KIND:SITE@step=S,cycle=C"),
         (vec!["--inject", "flip:mxu.pe[0][0].psum[30]@step=1,cycle=0", "--resume", "x"], "cannot be used with"),

@@ -99,4 +99,13 @@ pub enum GraphError {
         /// A node on the cycle.
         node: String,
     },
+    /// A tensor an instruction needs on chip does not fit the SRAM, even with every other
+    /// value spilled to DRAM.
+    #[error("{hw}: {detail}")]
+    DoesNotFit {
+        /// Hardware config name.
+        hw: String,
+        /// Which tensor, how many words, and what the SRAM holds.
+        detail: String,
+    },
 }

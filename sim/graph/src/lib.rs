@@ -14,7 +14,7 @@
 //! let loss = values.get(tg.loss).unwrap().data[0];
 //! tg.apply_updates(&values, &mut state);            // params/state for the next step
 //! let hw = faultline_hw::HwConfig::load("configs/tpu-32x32.ron").unwrap();
-//! let sched = program::schedule(&tg, &hw);           // cycles per instruction / node / phase
+//! let sched = program::schedule(&tg, &hw)?;          // cycles per instruction / node / phase
 //! # Ok::<(), faultline_graph::GraphError>(())
 //! ```
 //! * Walk `tg.graph.indices()` (insertion order is topological) or `tg.topo_order()`; each
@@ -39,6 +39,7 @@ pub mod graph;
 pub mod op;
 pub mod program;
 pub mod reference;
+pub mod residency;
 pub mod spec;
 pub mod tensor;
 pub mod train_graph;

@@ -25,7 +25,9 @@
 //! dependencies allow ([`Program::issue_times`]): the step's cycles are the critical path, not
 //! a sum.
 
+use crate::error::GraphError;
 use crate::op::{Op, Phase, Window};
+pub use crate::residency::Home;
 use crate::train_graph::TrainGraph;
 use crate::{NodeIndex, OpGraph};
 use faultline_hw::isa::{self, BufId, Dest, ExecUnit, Instr, MatOperand, Operand, View};
@@ -52,6 +54,9 @@ pub enum Role {
     Value,
     /// An intermediate of a node's instruction sequence.
     Temp,
+    /// An on-chip copy of a DRAM-homed buffer, loaded for (or stored after) one instruction
+    /// ([`crate::residency`]).
+    Staged,
 }
 
 /// One entry of the buffer table.
@@ -92,8 +97,36 @@ pub struct Program {
     /// `release[i]`: buffers no instruction after `i` reads and the caller does not keep; an
     /// interpreter may free them once `instrs[i]` has run.
     pub release: Vec<Vec<BufId>>,
+    /// Buffers the caller reads after the step (never released).
+    pub kept: Vec<BufId>,
+    /// Each buffer's home once placed ([`crate::residency::place`]); empty before.
+    pub homes: Vec<Home>,
+    /// For each buffer, the earlier buffers whose SRAM words it reuses: its writer waits until
+    /// they are no longer read (empty before placement).
+    pub reuses: Vec<Vec<BufId>>,
+    /// Fixed cycles of a DMA transfer that overlap the previous transfer's data phase
+    /// ([`faultline_hw::isa::occupancy`]); 0 before placement.
+    pub dma_overhead: u64,
     /// The buffer of each node's value (`None` for nodes outside the program).
-    node_buf: Vec<Option<BufId>>,
+    pub(crate) node_buf: Vec<Option<BufId>>,
+}
+
+/// For each instruction, the buffers no later instruction touches and that are not `kept`.
+pub(crate) fn releases(instrs: &[Instr], buffers: usize, kept: &[BufId]) -> Vec<Vec<BufId>> {
+    let mut last = vec![None; buffers];
+    for (i, ins) in instrs.iter().enumerate() {
+        for buf in ins.reads().into_iter().chain(ins.writes()) {
+            last[buf.index()] = Some(i);
+        }
+    }
+    let mut release = vec![Vec::new(); instrs.len()];
+    for (buf, l) in last.iter().enumerate() {
+        let id = BufId(buf as u32);
+        if let (Some(i), false) = (l, kept.contains(&id)) {
+            release[*i].push(id);
+        }
+    }
+    release
 }
 
 impl Program {
@@ -108,6 +141,10 @@ impl Program {
                 tags: Vec::new(),
                 buffers: Vec::new(),
                 release: Vec::new(),
+                kept: Vec::new(),
+                homes: Vec::new(),
+                reuses: Vec::new(),
+                dma_overhead: 0,
                 node_buf: vec![None; g.len()],
             },
             node: NodeIndex::new(0),
@@ -117,25 +154,24 @@ impl Program {
             b.node(i);
         }
         let mut p = b.p;
-        let kept: Vec<BufId> = keep.iter().filter_map(|&k| p.node_buf[k.index()]).collect();
-        let mut last = vec![None; p.buffers.len()];
-        for (i, ins) in p.instrs.iter().enumerate() {
-            for buf in ins.reads().into_iter().chain(ins.writes()) {
-                last[buf.index()] = Some(i);
-            }
-        }
-        p.release = vec![Vec::new(); p.instrs.len()];
-        for (buf, l) in last.iter().enumerate() {
-            let id = BufId(buf as u32);
-            if let (Some(i), false) = (l, kept.contains(&id)) {
-                p.release[*i].push(id);
-            }
-        }
+        p.kept = keep.iter().filter_map(|&k| p.node_buf[k.index()]).collect();
+        p.release = releases(&p.instrs, p.buffers.len(), &p.kept);
         p
     }
 
-    /// The whole step of `tg`: every node, keeping the loss, the model output and every
-    /// parameter's and optimizer-state tensor's next value.
+    /// This program placed on `cfg`: every buffer given a home and DRAM accesses staged
+    /// through DMA instructions ([`crate::residency::place`]).
+    pub fn place(&self, cfg: &HwConfig) -> Result<Program, GraphError> {
+        crate::residency::place(self, cfg)
+    }
+
+    /// The home of buffer `b`, once placed.
+    pub fn home(&self, b: BufId) -> Option<Home> {
+        self.homes.get(b.index()).copied()
+    }
+
+    /// The whole step of `tg` (unplaced): every node, keeping the loss, the model output and
+    /// every parameter's and optimizer-state tensor's next value.
     pub fn step(tg: &TrainGraph) -> Program {
         let keep: Vec<NodeIndex> = [tg.loss, tg.output]
             .into_iter()
@@ -145,7 +181,7 @@ impl Program {
         Program::lower(&tg.graph, &tg.graph.indices().collect::<Vec<_>>(), &keep)
     }
 
-    /// The forward pass of `tg`: only the nodes the model output depends on, keeping the output.
+    /// The forward pass of `tg` (unplaced): only the nodes the model output depends on, keeping the output.
     pub fn forward(tg: &TrainGraph) -> Program {
         let g = &tg.graph;
         let mut needed = vec![false; g.len()];
@@ -167,27 +203,46 @@ impl Program {
     }
 
     /// When each instruction starts, given each one's cycles: the program's timing rule. Each
-    /// unit (MXU, VPU) issues its instructions in program order, one at a time; an instruction
-    /// starts once its unit is free and every buffer it reads is complete (the last instruction
-    /// writing it has ended). Buffers are written once per step (parts of one buffer by several
-    /// instructions at most), so there are no other hazards; the two units overlap as far as
-    /// the data dependencies allow.
+    /// unit (MXU, VPU, DMA) issues its instructions in program order, one at a time (a DMA
+    /// transfer occupies the engine for its data phase only, [`faultline_hw::isa::occupancy`]);
+    /// an instruction starts once its unit is free, every buffer it reads is complete (the last
+    /// instruction writing it has ended), and every buffer whose SRAM words its outputs reuse
+    /// is no longer accessed. Buffers are written once per step (parts of one buffer by several
+    /// instructions at most), so there are no other hazards; the units overlap as far as these
+    /// dependencies allow.
     pub fn issue_times(&self, cycles: &[u64]) -> Vec<Issue> {
         let mut ready = vec![0u64; self.buffers.len()];
-        let mut free = [0u64; 2];
-        let unit = |u: ExecUnit| usize::from(u == ExecUnit::Vpu);
+        // When the last instruction so far touching each buffer ends.
+        let mut done = vec![0u64; self.buffers.len()];
+        let mut free = [0u64; 3];
         let mut issues = Vec::with_capacity(self.instrs.len());
         for (ins, &c) in self.instrs.iter().zip(cycles) {
-            let u = unit(ins.unit());
-            let start = ins.reads().iter().map(|b| ready[b.index()]).fold(free[u], u64::max);
+            let u = ins.unit() as usize;
+            let (reads, writes) = (ins.reads(), ins.writes());
+            let war = writes.iter().flat_map(|b| self.reuses.get(b.index()).into_iter().flatten());
+            let start =
+                reads.iter().map(|b| ready[b.index()]).chain(war.map(|b| done[b.index()])).fold(free[u], u64::max);
             let end = start.saturating_add(c);
             issues.push(Issue { start, stall: start - free[u] });
-            free[u] = end;
-            for b in ins.writes() {
+            free[u] = start.saturating_add(self.occupancy(ins, c));
+            for b in &writes {
                 ready[b.index()] = ready[b.index()].max(end);
+            }
+            for b in reads.iter().chain(&writes) {
+                done[b.index()] = done[b.index()].max(end);
             }
         }
         issues
+    }
+
+    /// Cycles instruction `ins`, taking `cycles`, keeps its unit from issuing the next
+    /// ([`faultline_hw::isa::occupancy`] with this program's DMA overhead).
+    pub fn occupancy(&self, ins: &Instr, cycles: u64) -> u64 {
+        if ins.unit() == ExecUnit::Dma {
+            cycles.saturating_sub(self.dma_overhead)
+        } else {
+            cycles
+        }
     }
 
     /// The step's timeline for instructions that took `cycles` each (as the schedule costs
@@ -198,15 +253,13 @@ impl Program {
         let mut t = Timeline {
             issues: self.issue_times(cycles),
             total: 0,
-            units: [ExecUnit::Mxu, ExecUnit::Vpu]
-                .iter()
-                .map(|u| (u.name().to_string(), UnitCycles::default()))
-                .collect(),
+            units: ExecUnit::ALL.iter().map(|u| (u.name().to_string(), UnitCycles::default())).collect(),
             phases: Phase::ALL.iter().map(|&p| (p, 0)).collect(),
         };
         for ((ins, tag), (&c, is)) in self.instrs.iter().zip(&self.tags).zip(cycles.iter().zip(&t.issues)) {
-            t.units.entry(ins.unit().name().to_string()).or_default().add(UnitCycles { busy: c, stall: is.stall });
-            *t.phases.entry(tag.phase).or_default() += c;
+            let busy = self.occupancy(ins, c);
+            t.units.entry(ins.unit().name().to_string()).or_default().add(UnitCycles { busy, stall: is.stall });
+            *t.phases.entry(tag.phase).or_default() += busy;
             t.total = t.total.max(is.start.saturating_add(c));
         }
         t
@@ -229,12 +282,14 @@ impl Program {
             per_layer_unit: BTreeMap::new(),
             mxu_cycles: t.units[ExecUnit::Mxu.name()].busy,
             vpu_cycles: t.units[ExecUnit::Vpu.name()].busy,
+            dma_cycles: t.units[ExecUnit::Dma.name()].busy,
             total_cycles: t.total,
         };
         for (i, (ins, tag)) in self.instrs.iter().zip(&self.tags).enumerate() {
             let (c, Issue { start, stall }) = (cycles[i], t.issues[i]);
             s.instrs.push(InstrCost { start, cycles: c, unit: ins.unit(), stall });
-            let cell = UnitCycles { busy: c, stall };
+            let busy = self.occupancy(ins, c);
+            let cell = UnitCycles { busy, stall };
             s.per_phase_unit.entry(tag.phase).or_default().entry(ins.unit().name().to_string()).or_default().add(cell);
             s.per_layer_unit
                 .entry(tag.layer.clone())
@@ -242,13 +297,17 @@ impl Program {
                 .entry(ins.unit().name().to_string())
                 .or_default()
                 .add(cell);
-            *s.per_layer.entry(tag.layer.clone()).or_default() += c;
-            *s.per_layer_phase.entry(tag.layer.clone()).or_default().entry(tag.phase).or_default() += c;
+            *s.per_layer.entry(tag.layer.clone()).or_default() += busy;
+            *s.per_layer_phase.entry(tag.layer.clone()).or_default().entry(tag.phase).or_default() += busy;
             match s.nodes.last_mut() {
                 Some(n) if n.node == tag.node => {
                     n.instructions += 1;
-                    n.cycles += c;
+                    n.cycles += busy;
                     n.end = n.end.max(start.saturating_add(c));
+                    // A node's unit is where it computes; its DMA transfers only stage data.
+                    if n.unit == ExecUnit::Dma {
+                        n.unit = ins.unit();
+                    }
                 }
                 _ => {
                     let node = g.node(tag.node);
@@ -262,7 +321,7 @@ impl Program {
                         instructions: 1,
                         start,
                         end: start.saturating_add(c),
-                        cycles: c,
+                        cycles: busy,
                     })
                 }
             }
@@ -741,14 +800,17 @@ pub struct StepSchedule {
     pub mxu_cycles: u64,
     /// Cycles the VPU is busy.
     pub vpu_cycles: u64,
+    /// Cycles DMA transfers take, issue to last word (transfers overlap each other's fixed
+    /// overhead, so the engine is occupied for less).
+    pub dma_cycles: u64,
     /// Cycles of the whole step: the last instruction's end (the units overlap, so this is at
-    /// most `mxu_cycles + vpu_cycles`).
+    /// most the sum of the busy cycles).
     pub total_cycles: u64,
 }
 
-/// The schedule of `tg`'s whole step program on `cfg`.
-pub fn schedule(tg: &TrainGraph, cfg: &HwConfig) -> StepSchedule {
-    Program::step(tg).schedule(&tg.graph, cfg)
+/// The schedule of `tg`'s whole step program, placed on `cfg`.
+pub fn schedule(tg: &TrainGraph, cfg: &HwConfig) -> Result<StepSchedule, GraphError> {
+    Ok(Program::step(tg).place(cfg)?.schedule(&tg.graph, cfg))
 }
 
 impl StepSchedule {

@@ -225,31 +225,44 @@ fn bad_optimizer_and_batch_are_rejected() {
 #[test]
 fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
     use faultline_hw::isa::ExecUnit;
-    let cfg = HwConfig::load(root().join("configs/tpu-32x32.ron")).unwrap();
-    for file in ["mlp-digits.ron", "cnn-small.ron", "transformer-tiny.ron"] {
+    for (file, hw) in ["mlp-digits.ron", "cnn-small.ron", "transformer-tiny.ron"]
+        .into_iter()
+        .flat_map(|f| ["tpu-8x8", "tpu-32x32", "tpu-128x128"].map(|h| (f, h)))
+    {
+        let cfg = HwConfig::load(root().join(format!("configs/{hw}.ron"))).unwrap();
         let tg = TrainGraph::build(&load(file), 32, SGD).unwrap();
-        let p = program::Program::step(&tg);
+        let p = program::Program::step(&tg).place(&cfg).unwrap();
         let s = p.schedule(&tg.graph, &cfg);
+        let file = format!("{file} on {hw}");
         // Busy cycles add up per phase, layer and unit; the step is the critical path.
-        let busy = s.mxu_cycles + s.vpu_cycles;
+        let busy = s.mxu_cycles + s.vpu_cycles + s.dma_cycles;
         assert_eq!(s.per_phase.values().sum::<u64>(), busy);
         assert_eq!(s.per_layer.values().sum::<u64>(), busy);
         let lp: u64 = s.per_layer_phase.values().flat_map(|m| m.values()).sum();
         assert_eq!(lp, busy);
-        assert_eq!(s.instrs.iter().map(|c| c.cycles).sum::<u64>(), busy);
-        assert!(s.total_cycles >= s.mxu_cycles.max(s.vpu_cycles) && s.total_cycles <= busy);
+        assert_eq!(s.instrs.iter().map(|c| faultline_hw::isa::occupancy(&cfg, c.unit, c.cycles)).sum::<u64>(), busy);
+        // Run back to back, the instructions would take the sum of their cycles.
+        let serial: u64 = s.instrs.iter().map(|c| c.cycles).sum();
+        assert!(s.total_cycles >= s.mxu_cycles.max(s.vpu_cycles).max(s.dma_cycles) && s.total_cycles <= serial);
         assert_eq!(s.instrs.iter().map(|c| c.start + c.cycles).max(), Some(s.total_cycles));
-        // The timing rule: a unit runs one instruction at a time, in program order, and an
-        // instruction starts after every instruction writing a buffer it reads has ended.
+        // The timing rule: a unit runs one instruction at a time, in program order (a DMA
+        // transfer occupies the engine for its data phase), an instruction starts after every
+        // instruction writing a buffer it reads has ended, and after every instruction touching
+        // a buffer whose SRAM words its outputs reuse has ended.
+        let busy_of = |c: &program::InstrCost| faultline_hw::isa::occupancy(&cfg, c.unit, c.cycles);
         for (i, (ins, c)) in p.instrs.iter().zip(&s.instrs).enumerate() {
             assert_eq!(c.unit, ins.unit());
+            let reused: Vec<_> = ins.writes().iter().flat_map(|b| p.reuses[b.index()].clone()).collect();
             let earlier = p.instrs[..i].iter().zip(&s.instrs[..i]);
             for (prev, pc) in earlier {
                 if pc.unit == c.unit {
                     assert!(
-                        pc.start + pc.cycles <= c.start,
+                        pc.start + busy_of(pc) <= c.start,
                         "{file}: instruction {i} overlaps its unit's previous one"
                     );
+                }
+                if prev.reads().iter().chain(&prev.writes()).any(|b| reused.contains(b)) {
+                    assert!(pc.start + pc.cycles <= c.start, "{file}: instruction {i} overwrites words still in use");
                 }
                 if prev.writes().iter().any(|b| ins.reads().contains(b)) {
                     assert!(
@@ -261,8 +274,13 @@ fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
             // ... and no earlier than that: it waits for its unit or an input, or starts at 0.
             let waited = c.start == 0
                 || s.instrs[..i].iter().zip(&p.instrs[..i]).any(|(pc, prev)| {
-                    pc.start + pc.cycles == c.start
-                        && (pc.unit == c.unit || prev.writes().iter().any(|b| ins.reads().contains(b)))
+                    (pc.unit == c.unit && pc.start + busy_of(pc) == c.start)
+                        || (pc.start + pc.cycles == c.start
+                            && prev
+                                .reads()
+                                .iter()
+                                .chain(&prev.writes())
+                                .any(|b| ins.reads().contains(b) || reused.contains(b)))
                 });
             assert!(waited, "{file}: instruction {i} starts later than its unit and inputs allow");
         }
@@ -271,8 +289,8 @@ fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
         let t = p.timeline(&s.instrs.iter().map(|c| c.cycles).collect::<Vec<_>>());
         let (total, units) = (t.total, t.units);
         assert_eq!(total, s.total_cycles);
-        for u in [ExecUnit::Mxu, ExecUnit::Vpu] {
-            let last = s.instrs.iter().filter(|c| c.unit == u).map(|c| c.start + c.cycles).max().unwrap();
+        for u in ExecUnit::ALL {
+            let last = s.instrs.iter().filter(|c| c.unit == u).map(|c| c.start + busy_of(c)).max().unwrap();
             let t = units[u.name()];
             assert_eq!(t.busy + t.stall, last, "{file}: {}", u.name());
             for split in [s.per_phase_unit.values().collect::<Vec<_>>(), s.per_layer_unit.values().collect()] {
@@ -282,7 +300,7 @@ fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
             }
         }
         // The units overlap somewhere in every model's step (backward GEMMs beside VPU work).
-        assert!(s.total_cycles < busy, "{file}: no overlap");
+        assert!(s.total_cycles < serial, "{file}: no overlap");
         assert_eq!(s.nodes.iter().map(|n| n.instructions).sum::<usize>(), p.instrs.len());
         for (ins, (tag, cost)) in p.instrs.iter().zip(p.tags.iter().zip(&s.instrs)) {
             let node = tg.graph.node(tag.node);
@@ -293,6 +311,7 @@ fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
                     let out = &node.shape;
                     assert_eq!((*m, *n), (out[out.len() - 2], out[out.len() - 1]), "{}", node.name);
                 }
+                (_, Instr::Dma { .. }) => {}
                 (Op::MatMul { .. }, other) => panic!("{} lowered to {other:?}", node.name),
                 (op, Instr::Vpu { .. }) => assert!(!op.is_placeholder() && !matches!(op, Op::Reshape { .. })),
                 (op, other) => panic!("{op:?} lowered to {other:?}"),

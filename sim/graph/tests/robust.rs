@@ -88,7 +88,7 @@ proptest! {
             prop_assert_eq!(&v.get(i).unwrap().shape, &tg.graph.node(i).shape);
         }
         let cfg = HwConfig::test_config(4, 4, Dataflow::WeightStationary, faultline_num::Precision::Fp32Fp32);
-        let s = program::schedule(&tg, &cfg);
+        let s = program::schedule(&tg, &cfg).unwrap();
         let computing = tg.graph.indices().filter(|&i| {
             let op = &tg.graph.node(i).op;
             !op.is_placeholder() && !matches!(op, faultline_graph::Op::Reshape { .. })

@@ -19,10 +19,12 @@
 //! [`ExecMode`] and reports the same cycles. Costing a program and executing it therefore agree
 //! by construction.
 //!
-//! Buffers live on the host in this version (the memory path, DMA and SRAM residency of a
-//! program's buffers are the next step of the machine rework); instruction semantics do not
-//! depend on where a buffer lives.
+//! * [`Instr::Dma`]: a load or store of a whole buffer between DRAM and the unified buffer or
+//!   accumulators. Where each buffer lives (its *home*) is the program's choice (see
+//!   `graph::residency`); GEMM and VPU instructions read and write buffers wherever they live,
+//!   and only DMA instructions cross between DRAM and the SRAMs.
 
+use crate::dma::{self, Direction};
 use crate::error::HwError;
 use crate::fault::{FaultSchedule, FaultTime};
 use crate::matrix::Matrix;
@@ -250,6 +252,8 @@ pub enum ExecUnit {
     Mxu,
     /// The vector unit.
     Vpu,
+    /// The DMA engine.
+    Dma,
 }
 
 impl ExecUnit {
@@ -263,11 +267,15 @@ impl ExecUnit {
         }
     }
 
-    /// Lower-case name: `mxu` or `vpu`.
+    /// Every unit, in the order timelines list them.
+    pub const ALL: [ExecUnit; 3] = [ExecUnit::Mxu, ExecUnit::Vpu, ExecUnit::Dma];
+
+    /// Lower-case name: `mxu`, `vpu` or `dma`.
     pub const fn name(self) -> &'static str {
         match self {
             ExecUnit::Mxu => "mxu",
             ExecUnit::Vpu => "vpu",
+            ExecUnit::Dma => "dma",
         }
     }
 }
@@ -302,6 +310,21 @@ pub enum Instr {
         /// Outputs.
         outs: Vec<Dest>,
     },
+    /// A DMA transfer of a whole buffer between DRAM and an on-chip SRAM (TPUv1's *read host
+    /// memory* / *write host memory*): `dst[i] = src[i]` for `len` words. Costed by
+    /// [`crate::dma`]; the engine's address registers are sites.
+    Dma {
+        /// Load (DRAM to SRAM) or store (SRAM to DRAM).
+        dir: Direction,
+        /// The SRAM end of the transfer (`Ub` or `Acc`), whose ports bound its bandwidth.
+        sram: crate::Unit,
+        /// Buffer read.
+        src: BufId,
+        /// Buffer written.
+        dst: BufId,
+        /// Words moved.
+        len: usize,
+    },
 }
 
 impl Instr {
@@ -310,14 +333,17 @@ impl Instr {
         match self {
             Instr::Gemm { .. } => ExecUnit::Mxu,
             Instr::Vpu { .. } => ExecUnit::Vpu,
+            Instr::Dma { .. } => ExecUnit::Dma,
         }
     }
 
-    /// Short name: `gemm` or the VPU op's name.
+    /// Short name: `gemm`, the VPU op's name, `load` or `store`.
     pub fn name(&self) -> &'static str {
         match self {
             Instr::Gemm { .. } => "gemm",
             Instr::Vpu { op, .. } => op.name(),
+            Instr::Dma { dir: Direction::Load, .. } => "load",
+            Instr::Dma { dir: Direction::Store, .. } => "store",
         }
     }
 
@@ -332,6 +358,7 @@ impl Instr {
                 },
                 _ => *n,
             },
+            Instr::Dma { len, .. } => *len,
         }
     }
 
@@ -340,6 +367,7 @@ impl Instr {
         match self {
             Instr::Gemm { a, b, .. } => vec![a.buf, b.buf],
             Instr::Vpu { ins, .. } => ins.iter().map(|o| o.buf).collect(),
+            Instr::Dma { src, .. } => vec![*src],
         }
     }
 
@@ -348,6 +376,7 @@ impl Instr {
         match self {
             Instr::Gemm { out, .. } => vec![*out],
             Instr::Vpu { outs, .. } => outs.clone(),
+            Instr::Dma { dst, .. } => vec![Dest::whole(*dst)],
         }
     }
 
@@ -355,14 +384,66 @@ impl Instr {
     pub fn writes(&self) -> Vec<BufId> {
         self.dests().iter().map(|d| d.buf).collect()
     }
+
+    /// Renames buffers: every read of a buffer becomes `read(buf)` and every write `write(buf)`
+    /// (how a placement pass redirects an instruction to staged copies).
+    pub fn rename(&mut self, read: impl Fn(BufId) -> BufId, write: impl Fn(BufId) -> BufId) {
+        match self {
+            Instr::Gemm { a, b, out, .. } => {
+                a.buf = read(a.buf);
+                b.buf = read(b.buf);
+                out.buf = write(out.buf);
+            }
+            Instr::Vpu { ins, outs, .. } => {
+                ins.iter_mut().for_each(|o| o.buf = read(o.buf));
+                outs.iter_mut().for_each(|d| d.buf = write(d.buf));
+            }
+            Instr::Dma { src, dst, .. } => {
+                *src = read(*src);
+                *dst = write(*dst);
+            }
+        }
+    }
 }
 
 /// Cycles of `instr` on `cfg`, from the unit's schedule (the same in every mode, and what
-/// [`execute`] reports). Saturates at `u64::MAX` for shapes whose count does not fit.
+/// [`execute`] reports): from issue until its last result is written. Saturates at `u64::MAX`
+/// for shapes whose count does not fit.
 pub fn cycles(cfg: &HwConfig, instr: &Instr) -> u64 {
     match instr {
         Instr::Gemm { m, k, n, .. } => mxu::gemm_timing(&cfg.mxu, *m, *k, *n).total_cycles,
         Instr::Vpu { op, n, .. } => vpu::timing(cfg, op, *n).cycles,
+        Instr::Dma { dir, sram, len, .. } => {
+            dma::transfer_cycles(cfg, (*len as u64).saturating_mul(4), dma_bandwidth(cfg, *dir, *sram))
+                .unwrap_or(u64::MAX)
+        }
+    }
+}
+
+/// Cycles an instruction of `cycles` cycles keeps its unit from issuing the next one. The MXU
+/// and VPU are busy throughout; the DMA engine pipelines requests, so a transfer's fixed
+/// overhead ([`dma::overhead`]) overlaps the previous transfer's data phase and only the data
+/// phase occupies the engine.
+pub fn occupancy(cfg: &HwConfig, unit: ExecUnit, cycles: u64) -> u64 {
+    match unit {
+        ExecUnit::Dma => cycles.saturating_sub(dma::overhead(cfg).unwrap_or(0)),
+        _ => cycles,
+    }
+}
+
+/// Bandwidth of a transfer to or from `sram` (the accumulator's ports for `Acc`, else the
+/// unified buffer's).
+fn dma_bandwidth(cfg: &HwConfig, dir: Direction, sram: crate::Unit) -> f64 {
+    let s = if sram == crate::Unit::Acc { &cfg.memory.accumulator } else { &cfg.memory.unified_buffer };
+    dma::bandwidth(cfg, s, dir)
+}
+
+/// For a DMA instruction of `len` words issued at `start`: the cycle word `i` moves (read from
+/// the source and written to the destination, [`dma::word_cycle`]).
+pub fn dma_word_cycle(cfg: &HwConfig, instr: &Instr, start: u64, i: u64) -> Option<u64> {
+    match instr {
+        Instr::Dma { dir, sram, .. } => Some(dma::word_cycle(cfg, start, i, 4, dma_bandwidth(cfg, *dir, *sram))),
+        _ => None,
     }
 }
 
@@ -380,6 +461,7 @@ pub fn fault_time(cfg: &HwConfig, instr: &Instr, cycle: u64) -> Result<Option<Fa
         }
         Instr::Vpu { op, n, .. } => vpu::vector_at(cfg, op, *n, cycle)?
             .map(|(v, origin)| FaultTime { tile: usize::try_from(v).unwrap_or(usize::MAX), cycle: cycle - origin }),
+        Instr::Dma { .. } => (cycle < cycles(cfg, instr)).then_some(FaultTime { tile: 0, cycle }),
     })
 }
 
@@ -458,6 +540,16 @@ pub fn execute(
                 write(bufs, *d, v, len).map_err(|have| missing("output", d.buf, d.offset + len, have))?;
             }
             Ok(res.stats.cycles)
+        }
+        Instr::Dma { src, dst, len, .. } => {
+            let (src, dst, len) = (*src, *dst, *len);
+            let have = bufs[src.index()].len();
+            if have < len {
+                return Err(missing("source", src, len, have));
+            }
+            let v = bufs[src.index()][..len].to_vec();
+            write(bufs, Dest::whole(dst), v, len).map_err(|have| missing("destination", dst, len, have))?;
+            Ok(cycles(cfg, instr))
         }
     }
 }

@@ -9,10 +9,11 @@
 //! The cycles a step issues are, instruction for instruction, its program's schedule.
 
 use crate::error::{shape_str, Result, TrainError};
+use crate::memfault::{self, WordHit};
 use crate::state::{ModelState, Tensor32};
 use faultline_graph::program::{Program, Role, StepSchedule, UnitCycles};
 use faultline_graph::{NodeIndex, TrainGraph};
-use faultline_hw::isa;
+use faultline_hw::isa::{self, BufId};
 use faultline_hw::{ExecMode, FaultSchedule, HwConfig};
 use faultline_num::NumFormat;
 use serde::{Deserialize, Serialize};
@@ -85,15 +86,26 @@ pub struct StepOutput {
     pub effect: Option<Effect>,
 }
 
-/// A fault injected into one instruction of a step: that instruction runs cycle-level with
-/// `faults` (sites of its unit, times relative to its own schedule); everything else runs in
-/// the executor's mode, which is exact by the bit-exact-twin invariant.
+/// A fault injected into a step. A register fault (`words` empty): instruction `instr` runs
+/// cycle-level with `faults` (sites of its unit, times relative to its own schedule) and
+/// everything else in the executor's mode, which is exact by the bit-exact-twin invariant. A
+/// memory or DMA fault: the buffer words it changes, as the instructions that read them see
+/// them ([`crate::memfault`]); `instr` is the instruction it struck or first reaches.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Injection {
     /// Index of the instruction in the step's [`Program`].
     pub instr: usize,
-    /// The fault events.
+    /// The fault events of a register fault.
     pub faults: FaultSchedule,
+    /// The words a memory or DMA fault changes.
+    pub words: Vec<WordHit>,
+}
+
+impl Injection {
+    /// A register fault (`faults`) in instruction `instr`.
+    pub fn register(instr: usize, faults: FaultSchedule) -> Injection {
+        Injection { instr, faults, words: Vec::new() }
+    }
 }
 
 /// The effect of an injected fault on the outputs of the instruction it hit, against the same
@@ -157,8 +169,11 @@ impl Executor {
         let mut hw = hw.clone();
         hw.mxu.input_format = format.input();
         hw.mxu.acc_format = NumFormat::Fp32;
+        // The weight buffer holds MXU input words: fp32 inputs take 32-bit words.
+        hw.memory.weight_buffer.word_bits = hw.memory.weight_buffer.word_bits.max(format.input().bits());
         tg.topo_order().map_err(|e| TrainError::Model(e.to_string()))?;
-        let (step, fwd) = (Program::step(&tg), Program::forward(&tg));
+        let place = |p: Program| p.place(&hw).map_err(|e| TrainError::Config(format!("{e} (a smaller batch may fit)")));
+        let (step, fwd) = (place(Program::step(&tg))?, place(Program::forward(&tg))?);
         Ok(Executor { tg, hw, mode, format, step, fwd })
     }
 
@@ -270,7 +285,7 @@ impl Executor {
                     }
                     bits(&t.data)
                 }
-                Role::Value | Role::Temp => continue,
+                Role::Value | Role::Temp | Role::Staged => continue,
             };
         }
         Ok(bufs)
@@ -299,6 +314,8 @@ pub fn run_program(
     }
     let none = FaultSchedule::none();
     let (mut durations, mut effect) = (Vec::with_capacity(p.instrs.len()), None);
+    let words = fault.map_or(&[][..], |f| &f.words[..]);
+    let mut mem = words.first().map(|_| WordEffect { hw, p, words, effect: None });
     for (i, ins) in p.instrs.iter().enumerate() {
         // A destination filled in parts (batched GEMMs, per-sample reductions) is sized first.
         for d in ins.writes() {
@@ -307,7 +324,8 @@ pub fn run_program(
                 bufs[d.index()] = vec![0; len];
             }
         }
-        let c = match fault.filter(|f| f.instr == i) {
+        let restore = mem.as_mut().map(|m| m.apply(bufs, Some(i), false)).unwrap_or_default();
+        let c = match fault.filter(|f| f.instr == i && f.words.is_empty()) {
             Some(f) => {
                 let (c, e) = inject(hw, p, i, bufs, &f.faults)?;
                 effect = Some(e);
@@ -316,9 +334,31 @@ pub fn run_program(
             None => isa::execute(hw, ins, bufs, mode, &none)?,
         };
         durations.push(c);
-        for r in &p.release[i] {
-            bufs[r.index()] = Vec::new();
+        for (b, x, old) in restore.into_iter().rev() {
+            bufs[b.index()][x] = old;
         }
+        if let Some(m) = mem.as_mut() {
+            m.apply(bufs, Some(i), true);
+        } else {
+            // A memory fault may read any earlier buffer's words: nothing is freed then.
+            for r in &p.release[i] {
+                bufs[r.index()] = Vec::new();
+            }
+        }
+    }
+    if let Some(mut m) = mem {
+        m.apply(bufs, None, false);
+        effect = m.effect.or_else(|| {
+            let h = words[0];
+            Some(Effect {
+                instr: fault.map_or(0, |f| f.instr),
+                buffer: p.buffers[h.buf.index()].name.clone(),
+                elements: words.len(),
+                corrupted: 0,
+                max_abs_error: 0.0,
+                max_rel_error: 0.0,
+            })
+        });
     }
     // The step's cycles: the measured durations, issued by the program's timing rule.
     let t = p.timeline(&durations);
@@ -331,6 +371,48 @@ pub fn run_program(
         unit_cycles: t.units,
         effect,
     })
+}
+
+/// The words a memory or DMA fault changes, applied as the step runs, and what they did.
+struct WordEffect<'a> {
+    hw: &'a HwConfig,
+    p: &'a Program,
+    words: &'a [WordHit],
+    effect: Option<Effect>,
+}
+
+impl WordEffect<'_> {
+    /// Applies the hits read by instruction `at` (`None`: the host after the step): before it
+    /// runs (`written` false; returns the old values to restore afterwards) or the words it
+    /// wrote (`written` true). Counts every word whose bits change.
+    fn apply(&mut self, bufs: &mut [Vec<u32>], at: Option<usize>, written: bool) -> Vec<(BufId, usize, u32)> {
+        let mut restore = Vec::new();
+        for h in self.words.iter().filter(|h| h.instr == at && h.written == written) {
+            let Some(&old) = bufs[h.buf.index()].get(h.elem) else { continue };
+            let new = memfault::apply(h.op, old, bufs, self.hw.mxu.input_format);
+            if new == old {
+                continue;
+            }
+            bufs[h.buf.index()][h.elem] = new;
+            if !written && at.is_some() {
+                restore.push((h.buf, h.elem, old));
+            }
+            let e = self.effect.get_or_insert_with(|| Effect {
+                instr: at.unwrap_or(self.p.instrs.len()),
+                buffer: self.p.buffers[h.buf.index()].name.clone(),
+                elements: self.words.len(),
+                corrupted: 0,
+                max_abs_error: 0.0,
+                max_rel_error: 0.0,
+            });
+            let (gv, fv) = (f32::from_bits(old) as f64, f32::from_bits(new) as f64);
+            let abs = if gv.is_finite() && fv.is_finite() { (fv - gv).abs() } else { f64::INFINITY };
+            e.corrupted += 1;
+            e.max_abs_error = e.max_abs_error.max(abs);
+            e.max_rel_error = e.max_rel_error.max(abs / gv.abs());
+        }
+        restore
+    }
 }
 
 /// Runs instruction `i` with `faults` at cycle level, and without them functionally, and

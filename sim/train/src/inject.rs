@@ -15,8 +15,10 @@
 
 use crate::error::{Result, TrainError};
 use crate::exec::{Effect, Executor, Injection};
+use crate::memfault;
 use faultline_graph::{Phase, StepSchedule};
-use faultline_hw::isa::{self, ExecUnit};
+use faultline_hw::fault::FaultTime;
+use faultline_hw::isa::{self, ExecUnit, Instr};
 use faultline_hw::{FaultEvent, FaultSchedule, FaultSite};
 use faultline_num::BitFault;
 use serde::{Deserialize, Serialize};
@@ -126,12 +128,21 @@ impl InjectionReport {
     pub fn masked(&self) -> bool {
         self.corrupted == 0
     }
+
+    /// Whether the fault is on a memory word or a DMA register (counted in word reads, not
+    /// instruction outputs).
+    fn memory_site(&self) -> bool {
+        let site = self.fault.split_once(':').and_then(|(_, r)| r.split_once('@')).map(|(s, _)| s);
+        site.and_then(|s| FaultSite::from_str(s).ok()).is_some_and(|s| ExecUnit::of(s.unit).is_none())
+    }
 }
 
 impl fmt::Display for InjectionReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let at = match (self.tile, self.tile_cycle) {
             (Some(t), Some(c)) => format!("tile {t}, cycle {c}"),
+            _ if self.unit_busy => "memory word read".into(),
+            _ if self.memory_site() => "no live word".into(),
             _ => "its unit idle".into(),
         };
         write!(
@@ -139,8 +150,16 @@ impl fmt::Display for InjectionReport {
             "{} -> instruction {} ({} of {}, {} phase, layer {}; {at}): ",
             self.fault, self.instr, self.op, self.node, self.phase, self.layer
         )?;
-        if self.masked() {
+        if self.masked() && self.memory_site() && self.elements == 0 {
+            write!(f, "masked in hardware (no value is read from the word after the fault)")
+        } else if self.masked() {
             write!(f, "masked in hardware ({} outputs bit-identical)", self.elements)
+        } else if self.tile.is_none() && self.memory_site() {
+            write!(
+                f,
+                "{} of {} word reads see a changed word of `{}`, max abs error {:.3e}, max rel error {:.3e}",
+                self.corrupted, self.elements, self.buffer, self.max_abs_error, self.max_rel_error
+            )
         } else {
             write!(
                 f,
@@ -156,17 +175,11 @@ impl fmt::Display for InjectionReport {
 /// (effect fields zero until [`complete`] fills them).
 pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(Option<Injection>, InjectionReport)> {
     let bad = |why: String| TrainError::Config(format!("fault `{f}`: {why}"));
-    let unit = ExecUnit::of(f.site.unit).ok_or_else(|| {
-        bad(format!(
-            "`{}` sites are not reachable during training yet (training values do not pass through the \
-             memories, DMA or sequencer); training faults target mxu.* and vpu.* sites",
-            f.site.unit.name()
-        ))
-    })?;
     f.site.validate(&exec.hw)?;
     if f.cycle >= sched.total_cycles {
         return Err(bad(format!("cycle {} is after the step ends at cycle {}", f.cycle, sched.total_cycles)));
     }
+    let Some(unit) = ExecUnit::of(f.site.unit) else { return resolve_memory(exec, sched, f) };
     let p = exec.program();
     // The instruction the site's unit runs then; with the unit idle, the one the other unit
     // runs (or the next to start), for the report.
@@ -205,8 +218,47 @@ pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(
         // A stuck-at acts within the instruction it starts in.
         let left = sched.instrs[instr].cycles - local;
         let event = FaultEvent { site: f.site, kind: f.kind, at, duration: f.duration.min(left).max(1) };
-        Injection { instr, faults: FaultSchedule::one(event) }
+        Injection::register(instr, FaultSchedule::one(event))
     });
+    Ok((injection, report))
+}
+
+/// [`resolve`] for a memory or DMA site: the words the fault changes ([`memfault`]), reported
+/// against the DMA transfer it struck or the first instruction that reads a changed word (the
+/// instruction running then if none does: the fault is masked).
+fn resolve_memory(
+    exec: &Executor,
+    sched: &StepSchedule,
+    f: &StepFault,
+) -> Result<(Option<Injection>, InjectionReport)> {
+    let p = exec.program();
+    let event =
+        FaultEvent { site: f.site, kind: f.kind, at: FaultTime { tile: 0, cycle: f.cycle }, duration: f.duration };
+    let map = memfault::StepMap { p, sched, hw: &exec.hw };
+    let (dma, words) = memfault::hits(&map, event.activate(0))?;
+    let first_reader = words.iter().filter_map(|h| h.instr).min_by_key(|&i| (sched.instrs[i].start, i));
+    let running = (0..p.instrs.len())
+        .find(|&i| sched.instrs[i].start <= f.cycle && f.cycle - sched.instrs[i].start < sched.instrs[i].cycles);
+    let instr = dma.or(first_reader).or(running).unwrap_or(0);
+    let (ins, tag) = (&p.instrs[instr], &p.tags[instr]);
+    let buffer = words.first().map_or_else(|| "(none)".to_string(), |h| p.buffers[h.buf.index()].name.clone());
+    let report = InjectionReport {
+        fault: f.to_string(),
+        instr,
+        op: ins.name().to_string(),
+        node: exec.tg.graph.node(tag.node).name.clone(),
+        phase: tag.phase,
+        layer: tag.layer.clone(),
+        unit_busy: !words.is_empty(),
+        tile: None,
+        tile_cycle: None,
+        elements: words.len(),
+        corrupted: 0,
+        max_abs_error: 0.0,
+        max_rel_error: 0.0,
+        buffer,
+    };
+    let injection = (!words.is_empty()).then(|| Injection { instr, faults: FaultSchedule::none(), words });
     Ok((injection, report))
 }
 
@@ -229,39 +281,92 @@ pub struct ClassSpace {
     pub class: String,
     /// Bits in the class.
     pub bits: u64,
-    /// Instructions of the step that run on the class's unit.
+    /// Instructions of the step that run on the class's unit (MXU, VPU, DMA) or, for a memory,
+    /// that access it.
     pub instructions: usize,
-    /// Cycles of the step in which the unit runs one of them.
+    /// Cycles of the step in which the unit runs one of them (DMA: a transfer's data phase);
+    /// for a memory, the step's cycles.
     pub busy_cycles: u64,
-    /// `bits * busy_cycles`: the (bit, cycle) pairs a uniform sampler draws from.
+    /// The (bit, cycle) pairs a uniform sampler draws from: `bits * busy_cycles` for a unit;
+    /// for a memory, the bits of the words holding a value between its write and its last read
+    /// (a word's bits are dead outside that window).
     pub bit_cycles: u128,
-    /// `bits * (step cycles - busy_cycles)`: pairs with the unit idle, masked without running.
+    /// The rest of the step's `bits * cycles`: masked without running.
     pub idle_bit_cycles: u128,
 }
 
-/// The injection space of a step of `exec` (schedule `sched`): for every MXU and VPU
-/// flip-flop class, its bits and the cycles its unit is busy, so a campaign can sample
-/// (bit, cycle) uniformly over the busy part and count the idle part as masked. Listed without
-/// running a step.
+/// The injection space of a step of `exec` (schedule `sched`): for every site class training
+/// reaches, its bits and its live (bit, cycle) pairs, so a campaign can sample uniformly over
+/// the live part and count the rest as masked. Listed without running a step.
 pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSpace> {
-    let p = exec.program();
-    let busy = |u: ExecUnit| -> (usize, u64) {
-        let n = p.instrs.iter().filter(|i| i.unit() == u).count();
-        (n, if u == ExecUnit::Mxu { sched.mxu_cycles } else { sched.vpu_cycles })
-    };
-    faultline_hw::SiteClass::all(&exec.hw)
+    let (p, hw) = (exec.program(), &exec.hw);
+    let unit_of = |i: usize| p.instrs[i].unit();
+    let total = sched.total_cycles as u128;
+    faultline_hw::SiteClass::all(hw)
         .into_iter()
-        .filter_map(|c| {
-            let (instructions, busy_cycles) = busy(ExecUnit::of(c.unit)?);
-            let bits = c.bit_count(&exec.hw);
-            Some(ClassSpace {
+        .filter(|c| c.unit != faultline_hw::Unit::Seq)
+        .map(|c| {
+            let bits = c.bit_count(hw);
+            let width = c.width(hw) as u128;
+            let (instructions, busy_cycles, live) = match (ExecUnit::of(c.unit), c.unit) {
+                (Some(u), _) => {
+                    let busy = if u == ExecUnit::Mxu { sched.mxu_cycles } else { sched.vpu_cycles };
+                    let n = (0..p.instrs.len()).filter(|&i| unit_of(i) == u).count();
+                    (n, busy, bits as u128 * busy as u128)
+                }
+                (None, faultline_hw::Unit::Dma) => {
+                    let n = (0..p.instrs.len()).filter(|&i| unit_of(i) == ExecUnit::Dma).count();
+                    (n, sched.dma_cycles, bits as u128 * sched.dma_cycles as u128)
+                }
+                (None, faultline_hw::Unit::Wbuf) => {
+                    // Each GEMM fold's weight tile, from its write to its read ([`memfault`]).
+                    let mut live = 0u128;
+                    let mut n = 0;
+                    for ins in &p.instrs {
+                        let Instr::Gemm { m, k, n: nn, .. } = ins else { continue };
+                        let Ok(s) = faultline_hw::mxu::Schedule::new(&hw.mxu, *m, *k, *nn) else { continue };
+                        n += 1;
+                        for (f, fold) in s.folds.iter().enumerate() {
+                            let written = if f == 0 { 0 } else { s.folds[f - 1].start };
+                            // Element (i, j) is read i + j cycles into its fold (the skewed load).
+                            let (kr, nc) = (fold.kr as u128, fold.nc as u128);
+                            let skew = nc * kr * kr.saturating_sub(1) / 2 + kr * nc * nc.saturating_sub(1) / 2;
+                            live += width * (kr * nc * (fold.start - written) as u128 + skew);
+                        }
+                    }
+                    (n, sched.total_cycles, live)
+                }
+                (None, mem) => {
+                    // Each buffer homed there, from its first write to its last read.
+                    let (mut live, mut touching) = (0u128, std::collections::BTreeSet::new());
+                    for (b, _) in p.homes.iter().enumerate().filter(|(_, h)| h.mem == mem) {
+                        let id = faultline_hw::isa::BufId(b as u32);
+                        let users: Vec<usize> = (0..p.instrs.len())
+                            .filter(|&i| p.instrs[i].reads().contains(&id) || p.instrs[i].writes().contains(&id))
+                            .collect();
+                        let first = users
+                            .iter()
+                            .find(|&&i| p.instrs[i].writes().contains(&id))
+                            .map_or(0, |&i| sched.instrs[i].start + sched.instrs[i].cycles);
+                        let last = if p.kept.contains(&id) {
+                            sched.total_cycles
+                        } else {
+                            users.iter().map(|&i| sched.instrs[i].start).max().unwrap_or(0)
+                        };
+                        touching.extend(users);
+                        live += p.buffers[b].len as u128 * width * last.saturating_sub(first) as u128;
+                    }
+                    (touching.len(), sched.total_cycles, live.min(bits as u128 * total))
+                }
+            };
+            ClassSpace {
                 class: c.pattern(),
                 bits,
                 instructions,
                 busy_cycles,
-                bit_cycles: bits as u128 * busy_cycles as u128,
-                idle_bit_cycles: bits as u128 * (sched.total_cycles - busy_cycles) as u128,
-            })
+                bit_cycles: live,
+                idle_bit_cycles: (bits as u128 * total).saturating_sub(live),
+            }
         })
         .collect()
 }

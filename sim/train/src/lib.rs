@@ -39,6 +39,7 @@ pub mod error;
 pub mod exec;
 pub mod idx;
 pub mod inject;
+pub mod memfault;
 pub mod npy;
 pub mod source;
 pub mod state;

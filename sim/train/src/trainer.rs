@@ -237,6 +237,8 @@ impl Trainer {
             InitWeights::Seed => ModelState::from_seed(&tg, options.seed),
             InitWeights::NpyDir(dir) => ModelState::from_npy_dir(&tg, dir, options.allow_nonfinite)?,
         };
+        // The batch is checked against the data first: its message is the one a user can act on.
+        let batcher = Batcher::new(data.train.len(), options.batch, options.seed)?;
         let exec = Executor::new(tg, hw, options.mode, options.precision)?;
         let schedule = exec.schedule();
         if data.train.sample_len() != exec.sample_len() {
@@ -247,7 +249,6 @@ impl Trainer {
                 exec.sample_len()
             )));
         }
-        let batcher = Batcher::new(data.train.len(), options.batch, options.seed)?;
         Ok(Trainer {
             exec,
             state,

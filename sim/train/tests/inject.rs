@@ -118,18 +118,20 @@ fn every_mxu_and_vpu_class_is_live_in_a_step_and_masked_when_its_unit_is_idle() 
 #[test]
 fn trainer_injects_on_its_clock_and_refuses_bad_faults() {
     let mut t = trainer(Dataflow::WeightStationary);
-    let f: StepFault = "flip:mxu.pe[0][0].psum[30]@step=2,cycle=10".parse().unwrap();
+    let gemm = t.exec.program().instrs.iter().position(|i| matches!(i, Instr::Gemm { .. })).unwrap();
+    let at = t.schedule.instrs[gemm].start + 10;
+    let f: StepFault = format!("flip:mxu.pe[0][0].psum[30]@step=2,cycle={at}").parse().unwrap();
     t.set_faults(vec![f]).unwrap();
     let r1 = t.step().unwrap();
     let r2 = t.step().unwrap();
     assert!(r1.injection.is_none());
     let rep = r2.injection.unwrap();
-    assert_eq!((rep.instr, rep.op.as_str()), (0, "gemm"), "{rep}");
+    assert_eq!((rep.instr, rep.op.as_str()), (gemm, "gemm"), "{rep}");
     let json = serde_json::to_string(&r1).unwrap();
     assert!(!json.contains("injection"), "fault-free records keep the landed schema: {json}");
     let end = t.schedule.total_cycles;
     for (text, why) in [
-        ("flip:ub.word[0][3]@step=3,cycle=0".to_string(), "not reachable during training".to_string()),
+        ("flip:seq.tile[0]@step=3,cycle=0".to_string(), "not reachable during training".to_string()),
         (format!("flip:mxu.pe[0][0].psum[30]@step=3,cycle={end}"), format!("ends at cycle {end}")),
         ("flip:mxu.pe[9][0].psum[30]@step=3,cycle=0".into(), "pe[9][0]".into()),
     ] {
@@ -191,8 +193,10 @@ fn a_training_fault_is_the_gemm_fault_at_the_reported_fold_and_cycle() {
     let t = trainer(Dataflow::WeightStationary);
     let p = t.exec.program();
     let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
-    let Instr::Gemm { a, b, m, k, n, .. } = p.instrs[0].clone() else { panic!("the mlp's step opens with a GEMM") };
-    // Instruction 0 multiplies the batch by fc1's weights, neither transposed.
+    let g = p.instrs.iter().position(|i| matches!(i, Instr::Gemm { .. })).unwrap();
+    let Instr::Gemm { a, b, m, k, n, .. } = p.instrs[g].clone() else { unreachable!() };
+    let origin = t.schedule.instrs[g].start;
+    // The first GEMM multiplies the batch by fc1's weights, neither transposed.
     assert!(matches!((a, b), (MatOperand { transposed: false, .. }, MatOperand { transposed: false, .. })));
     let bf16 = |v: &[f32]| v.iter().map(|&f| faultline_num::f32_to_bf16_bits(f)).collect::<Vec<_>>();
     let am = Matrix { rows: m, cols: k, data: bf16(&x) };
@@ -201,7 +205,7 @@ fn a_training_fault_is_the_gemm_fault_at_the_reported_fold_and_cycle() {
     for (site, cycle) in [("mxu.pe[4][0].psum[30]", 40), ("mxu.pe[2][3].weight[14]", 70), ("mxu.pe[4][5].act[14]", 95)]
     {
         let site: FaultSite = site.parse().unwrap();
-        let f = StepFault { kind: faultline_num::BitFault::Flip, site, step: 1, cycle, duration: 1 };
+        let f = StepFault { kind: faultline_num::BitFault::Flip, site, step: 1, cycle: origin + cycle, duration: 1 };
         let (r, _) = faulty_step(&t, &f, &x, &y);
         let at = FaultTime { tile: r.tile.unwrap(), cycle: r.tile_cycle.unwrap() };
         let alone = mxu::gemm(
@@ -228,4 +232,86 @@ fn a_training_fault_is_the_gemm_fault_at_the_reported_fold_and_cycle() {
         assert_eq!((diffs.len(), max), (r.corrupted, r.max_abs_error), "{r}");
         assert!(r.corrupted > 0, "{r}: pick a live fault");
     }
+}
+
+/// Memory words, the weight buffer and the DMA registers are sites during training too: for
+/// each such class there is a cycle at which a flip reaches the buffer the program placed
+/// there (the report names it, and the step's result changes), and a cycle at which no live
+/// word is there and the step is bit-identical to golden.
+#[test]
+fn every_memory_and_dma_class_is_live_in_a_step_and_masked_at_a_dead_time() {
+    use faultline_graph::program::Role;
+    let spec = ModelSpec::load(root().join("models/mlp-digits.ron")).unwrap();
+    let mut hw = HwConfig::load(root().join("configs/tpu-8x8.ron")).unwrap();
+    hw.dram.fault_sites = true;
+    let data = source::shipped(&spec, 1, &Default::default()).unwrap();
+    let t =
+        Trainer::new(&spec, &hw, data, TrainOptions { batch: 8, eval_every: 0, ..TrainOptions::default() }).unwrap();
+    let (hw, p, sched) = (&t.exec.hw, t.exec.program(), &t.schedule);
+    let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
+    let mut state = t.state.clone();
+    let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
+    let golden = (state, loss);
+    let gemm = (0..p.instrs.len()).find(|&i| matches!(p.instrs[i], Instr::Gemm { .. })).unwrap();
+    // The buffer a word holds: homed there, written by `writer` and read after.
+    let homed = |mem: Unit, pick: &dyn Fn(usize) -> bool| {
+        let b = (0..p.buffers.len()).find(|&b| p.homes[b].mem == mem && pick(b)).unwrap();
+        (p.homes[b].base + p.buffers[b].len as u64 / 2, b)
+    };
+    let written_by_vpu = |b: usize| {
+        p.buffers[b].role == Role::Value
+            && p.instrs.iter().any(|i| matches!(i, Instr::Vpu { .. }) && i.writes()[0].index() == b)
+    };
+    let (ub, ub_buf) = homed(Unit::Ub, &written_by_vpu);
+    let (acc, acc_buf) = homed(Unit::Acc, &|b| p.instrs[gemm].writes()[0].index() == b);
+    let (dram, dram_buf) = homed(Unit::Dram, &|b| p.buffers[b].role == Role::Input);
+    let Instr::Gemm { b: weights, .. } = &p.instrs[gemm] else { unreachable!() };
+    let first_load = (0..p.instrs.len()).find(|&i| matches!(p.instrs[i], Instr::Dma { .. })).unwrap();
+    let loaded = p.instrs[first_load].writes()[0].index();
+    let (r, c) = (hw.mxu.rows as u64, hw.mxu.cols as u64);
+    let cases = [
+        (FaultSite::word(Unit::Ub, ub, 30), ub_buf),
+        (FaultSite::word(Unit::Acc, acc, 30), acc_buf),
+        (FaultSite::word(Unit::Dram, dram, 30), dram_buf),
+        (FaultSite::word(Unit::Wbuf, (r / 2) * c + 1, 14), weights.buf.index()),
+        (FaultSite::control(Unit::Dma, Register::SrcAddr, 3), loaded),
+        (FaultSite::control(Unit::Dma, Register::DstAddr, 3), loaded),
+    ];
+    let classes: Vec<SiteClass> = SiteClass::all(hw).into_iter().filter(|c| ExecUnit::of(c.unit).is_none()).collect();
+    for class in &classes {
+        if class.unit == Unit::Seq {
+            continue;
+        }
+        assert!(cases.iter().any(|(s, _)| s.class() == *class), "{class} has no case");
+    }
+    for (site, buf) in cases {
+        let fault = |cycle| StepFault { kind: faultline_num::BitFault::Flip, site, step: 1, cycle, duration: 1 };
+        let located: Vec<(u64, bool)> = (0..sched.total_cycles)
+            .map(|cycle| (cycle, inject::resolve(&t.exec, sched, &fault(cycle)).unwrap().0.is_some()))
+            .collect();
+        // Words are reused: look from the cycle the expected buffer's writer finishes.
+        let id = faultline_hw::isa::BufId(buf as u32);
+        let from = (0..p.instrs.len())
+            .filter(|&i| p.instrs[i].writes().contains(&id) && !matches!(site.unit, Unit::Wbuf | Unit::Dma))
+            .map(|i| sched.instrs[i].start + sched.instrs[i].cycles - 1)
+            .max()
+            .unwrap_or(0);
+        let live = located[from as usize..].iter().find(|l| l.1).unwrap_or_else(|| panic!("{site}: never live")).0;
+        let (rep, s) = faulty_step(&t, &fault(live), &x, &y);
+        assert_eq!(rep.buffer, p.buffers[buf].name, "{site}@{live}: {rep}");
+        assert!(rep.corrupted >= 1, "{site}@{live}: {rep}");
+        assert!(s != golden, "{site}@{live}: the corruption must reach the step's state or loss: {rep}");
+        let dead = located.iter().find(|l| !l.1).unwrap_or_else(|| panic!("{site}: never dead")).0;
+        let (rep, s) = faulty_step(&t, &fault(dead), &x, &y);
+        assert!(rep.masked() && s == golden, "{site}@{dead}: {rep}");
+    }
+    // The sequencer's fold loop is not modelled in training GEMMs: refused, not ignored.
+    let seq = StepFault {
+        kind: faultline_num::BitFault::Flip,
+        site: FaultSite::control(Unit::Seq, Register::TileCounter, 0),
+        step: 1,
+        cycle: 0,
+        duration: 1,
+    };
+    assert!(inject::resolve(&t.exec, sched, &seq).unwrap_err().to_string().contains("sequencer"));
 }

@@ -125,8 +125,8 @@ fn cycle_level_and_functional_training_are_bit_identical() {
         assert_eq!(wf, wc, "{name}: weight / optimizer-state bits differ");
         assert_eq!(cf, cc, "{name}: issued cycles differ between modes");
         for (total, phases) in &cf {
-            // Phases count busy cycles of both units, which overlap: at least the critical path.
-            assert!(phases.values().sum::<u64>() >= *total, "{name}: phases do not cover the step");
+            // Every phase keeps some unit busy, and none for longer than the step.
+            assert!(phases.values().all(|&c| c > 0 && c <= *total), "{name}: {phases:?} in {total}");
         }
         // The comparison is not vacuous: training moved every parameter.
         let t0 = Trainer::new(&spec, &hw(), data.clone(), opts(ExecMode::Functional)).unwrap();
@@ -157,8 +157,10 @@ fn static_schedule_equals_issued_cycles() {
             let units = t.exec.program().timeline(&sched.instrs.iter().map(|c| c.cycles).collect::<Vec<_>>()).units;
             assert_eq!(r.unit_cycles, units, "{name} on {cfg}");
             assert_eq!((units["mxu"].busy, units["vpu"].busy), (sched.mxu_cycles, sched.vpu_cycles));
-            assert_eq!(sched.per_phase.values().sum::<u64>(), sched.mxu_cycles + sched.vpu_cycles, "{name} on {cfg}");
-            assert!(sched.total_cycles < sched.mxu_cycles + sched.vpu_cycles, "{name} on {cfg}: the units overlap");
+            let busy = sched.mxu_cycles + sched.vpu_cycles + sched.dma_cycles;
+            assert_eq!(sched.per_phase.values().sum::<u64>(), busy, "{name} on {cfg}");
+            let serial: u64 = sched.instrs.iter().map(|c| c.cycles).sum();
+            assert!(sched.total_cycles < serial, "{name} on {cfg}: the units overlap");
             assert!(sched.mxu_cycles > 0 && sched.vpu_cycles > 0, "{name} on {cfg}");
         }
     }
@@ -333,7 +335,7 @@ fn injection_hits_one_instruction_and_reports_its_effect() {
 
     let run = |instr, faults: FaultSchedule| {
         let mut s = t.state.clone();
-        let r = t.exec.step_with_fault(&mut s, &x, &y, Some(&Injection { instr, faults }));
+        let r = t.exec.step_with_fault(&mut s, &x, &y, Some(&Injection::register(instr, faults)));
         r.map(|o| (o.loss.to_bits(), s, o.effect.unwrap()))
     };
     let (loss, s, e) = run(mm, FaultSchedule::none()).unwrap();

@@ -45,7 +45,7 @@ fn functional_cycle_level_and_hybrid_steps_are_bit_identical() {
         // level inside a functional step.
         let n = f.exec.program().instrs.len();
         for instr in [0, n - 1, (k * 7919) % n, (k * 104_729 + 13) % n] {
-            let hybrid = Injection { instr, faults: FaultSchedule::none() };
+            let hybrid = Injection::register(instr, FaultSchedule::none());
             assert!(golden == run(&f, Some(&hybrid)), "{model} on {config} ({precision}): hybrid at {instr} differs");
         }
     }

@@ -1,0 +1,304 @@
+//! Faults in the memories (unified buffer, accumulators, weight buffer, DRAM) and the DMA
+//! engine's address registers during a training step.
+//!
+//! Every buffer of the placed step program has a home ([`faultline_graph::residency`]), so a
+//! memory word names, at any cycle, the element of the buffer living there. When each word is
+//! written and read comes from the step's schedule:
+//! * a GEMM or VPU instruction reads its operands when it issues and writes its results in its
+//!   last cycle (transaction level: the SRAM side of an instruction, not its internal fold and
+//!   vector timing);
+//! * a DMA transfer reads and writes word `i` at [`faultline_hw::isa::dma_word_cycle`];
+//! * the batch, parameters and optimizer state are in DRAM before the step, and the host
+//!   reads the values it keeps (loss, output, next parameters and optimizer state) from DRAM
+//!   after the step's last cycle;
+//! * a GEMM's weight operand passes through the weight buffer fold by fold: fold `f`'s tile is
+//!   written into slot `f mod slots` (slot = `R x C` words, element `(i, j)` at `i * C + j`)
+//!   when fold `f - 1` starts (fold 0's when the GEMM issues), and element `(i, j)` is read
+//!   into the array `i + j` cycles after fold `f` starts (the skewed weight load).
+//!
+//! As in [`faultline_hw::mem`], within a cycle writes come first, then reads, then faults: a
+//! read sees a fault that acted in `[its word's last write, the read)`. A fault on a word no
+//! buffer occupies then, or that is rewritten before it is read, is masked.
+//!
+//! A DMA address-register fault changes `dma.src_addr` or `dma.dst_addr` of the transfer in
+//! its data phase at that cycle, and through the address generator's increments every later
+//! word of that transfer: words are read from (or written to) the wrong address, whatever
+//! buffer lives there then (a word no buffer has written reads as 0), and the intended
+//! destination words keep their previous contents.
+
+use crate::error::{Result, TrainError};
+use faultline_graph::program::{Program, Role, StepSchedule};
+use faultline_hw::dma::AddrReg;
+use faultline_hw::fault::ActiveFault;
+use faultline_hw::isa::{self, BufId, ExecUnit, Instr};
+use faultline_hw::sites::DMA_ADDR_BITS;
+use faultline_hw::{HwConfig, Register, Unit};
+use faultline_num::NumFormat;
+
+/// Where a word's new value comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum WordOp {
+    /// The fault's bit operation on the word's value.
+    Fault(ActiveFault),
+    /// The value of another buffer's word (0 if that buffer holds nothing yet).
+    Copy(BufId, usize),
+    /// A fixed raw value.
+    Bits(u32),
+}
+
+/// One word an instruction sees changed: while instruction `instr` runs (or, for `None`, when
+/// the host reads the step's results), element `elem` of `buf` is `op` of its value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WordHit {
+    /// The instruction that reads the changed word; `None`: the host, after the step.
+    pub instr: Option<usize>,
+    /// The buffer.
+    pub buf: BufId,
+    /// The element.
+    pub elem: usize,
+    /// What the word holds instead.
+    pub op: WordOp,
+    /// Whether the change stays after the instruction (a DMA writing the wrong value into
+    /// its own destination) rather than being seen by that one read only.
+    pub written: bool,
+}
+
+/// One access to a word: its cycle, whether it writes, and by which instruction (`None`:
+/// before the step for a write, the host after the step for a read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Access {
+    cycle: u64,
+    /// Reads sort after writes of the same cycle.
+    read: bool,
+    instr: Option<usize>,
+}
+
+/// The program and its timing, for locating words in time.
+pub struct StepMap<'a> {
+    /// The placed program.
+    pub p: &'a Program,
+    /// Its schedule.
+    pub sched: &'a StepSchedule,
+    /// The machine (with the executor's MXU format).
+    pub hw: &'a HwConfig,
+}
+
+impl StepMap<'_> {
+    fn start(&self, i: usize) -> u64 {
+        self.sched.instrs[i].start
+    }
+
+    /// The cycle instruction `i` writes element `x` of its destination(s).
+    fn write_cycle(&self, i: usize, x: usize) -> u64 {
+        let ins = &self.p.instrs[i];
+        isa::dma_word_cycle(self.hw, ins, self.start(i), x as u64)
+            .unwrap_or_else(|| self.start(i) + self.sched.instrs[i].cycles.saturating_sub(1))
+    }
+
+    /// The cycle instruction `i` reads element `x` of a source.
+    fn read_cycle(&self, i: usize, x: usize) -> u64 {
+        isa::dma_word_cycle(self.hw, &self.p.instrs[i], self.start(i), x as u64).unwrap_or(self.start(i))
+    }
+
+    /// Every access to element `x` of `b` in time order.
+    fn accesses(&self, b: BufId, x: usize) -> Vec<Access> {
+        let p = self.p;
+        let mut v = Vec::new();
+        if matches!(p.buffers[b.index()].role, Role::Input | Role::Label | Role::Step | Role::Param | Role::OptState) {
+            v.push(Access { cycle: 0, read: false, instr: None });
+        }
+        for (i, ins) in p.instrs.iter().enumerate() {
+            let len = ins.out_len();
+            if ins.dests().iter().any(|d| d.buf == b && (d.offset..d.offset + len).contains(&x)) {
+                v.push(Access { cycle: self.write_cycle(i, x), read: false, instr: Some(i) });
+            }
+            if reads_word(ins, b, x) {
+                v.push(Access { cycle: self.read_cycle(i, x), read: true, instr: Some(i) });
+            }
+        }
+        if p.kept.contains(&b) {
+            v.push(Access { cycle: self.sched.total_cycles, read: true, instr: None });
+        }
+        v.sort();
+        v
+    }
+
+    /// Buffers homed in `mem` whose words cover `addr`, with the element there.
+    fn at(&self, mem: Unit, addr: u64) -> impl Iterator<Item = (BufId, usize)> + '_ {
+        self.p.homes.iter().enumerate().filter_map(move |(b, h)| {
+            let len = self.p.buffers[b].len as u64;
+            (h.mem == mem && addr >= h.base && addr - h.base < len).then(|| (BufId(b as u32), (addr - h.base) as usize))
+        })
+    }
+
+    /// The buffer element `(mem, addr)` holds at cycle `t` (after that cycle's writes): the one
+    /// written last at or before `t`, if any.
+    fn holder(&self, mem: Unit, addr: u64, t: u64) -> Option<(BufId, usize)> {
+        self.at(mem, addr)
+            .filter_map(|(b, x)| {
+                let w = self.accesses(b, x).into_iter().filter(|a| !a.read && a.cycle <= t).map(|a| a.cycle).max()?;
+                Some((w, b, x))
+            })
+            .max_by_key(|&(w, b, _)| (w, b))
+            .map(|(_, b, x)| (b, x))
+    }
+
+    /// The reads of element `x` of `b` that see `op` applied at cycle `t` (a value written into
+    /// the word at `t`): those after `t` and before the word's next write.
+    fn reads_after(&self, b: BufId, x: usize, t: u64, op: WordOp) -> Vec<WordHit> {
+        let mut hits = Vec::new();
+        for a in self.accesses(b, x).into_iter().filter(|a| a.cycle > t) {
+            if !a.read {
+                break;
+            }
+            hits.push(WordHit { instr: a.instr, buf: b, elem: x, op, written: false });
+        }
+        hits
+    }
+}
+
+/// Whether `ins` reads element `x` of `b`.
+fn reads_word(ins: &Instr, b: BufId, x: usize) -> bool {
+    match ins {
+        Instr::Gemm { a, b: w, m, k, n, .. } => {
+            let hit = |o: &isa::MatOperand, words: usize| o.buf == b && x >= o.offset && x - o.offset < words;
+            hit(a, m * k) || hit(w, k * n)
+        }
+        Instr::Vpu { n, ins, .. } => ins.iter().any(|o| {
+            if o.buf != b || x < o.offset {
+                return false;
+            }
+            let span = o.view.span(*n);
+            let idx: Vec<u32> = (0..span as u32).collect();
+            x - o.offset < span && o.view.gather(&idx, *n).contains(&((x - o.offset) as u32))
+        }),
+        Instr::Dma { src, len, .. } => *src == b && x < *len,
+    }
+}
+
+/// The words a memory-word fault (`ub`, `acc`, `dram`) changes: every read of the buffer
+/// element living in the word that follows a cycle the fault acts on since that element's
+/// last write.
+pub fn word_hits(m: &StepMap, f: ActiveFault) -> Vec<WordHit> {
+    let (mem, addr) = (f.event.site.unit, f.event.site.instance[0] as u64);
+    let mut hits = Vec::new();
+    for (b, x) in m.at(mem, addr) {
+        let mut last_write = None;
+        for a in m.accesses(b, x) {
+            if !a.read {
+                last_write = Some(a.cycle);
+            } else if last_write.is_some_and(|w| f.acts_between(w, a.cycle)) {
+                hits.push(WordHit { instr: a.instr, buf: b, elem: x, op: WordOp::Fault(f), written: false });
+            }
+        }
+    }
+    hits
+}
+
+/// The words a weight-buffer fault changes: the weight of the GEMM fold whose tile sits in
+/// the faulted word while the fault acts (see the module docs), as its GEMM reads it.
+pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
+    let (r, c) = (m.hw.mxu.rows, m.hw.mxu.cols);
+    let slot_words = (r * c) as u64;
+    let slots = (m.hw.memory.weight_buffer.words() / slot_words).max(1);
+    let word = f.event.site.instance[0] as u64;
+    let (slot, i, j) = (word / slot_words, (word % slot_words) as usize / c, (word % slot_words) as usize % c);
+    let mut hits = Vec::new();
+    for (g, ins) in m.p.instrs.iter().enumerate() {
+        let Instr::Gemm { b, m: gm, k, n, .. } = ins else { continue };
+        let s = faultline_hw::mxu::Schedule::new(&m.hw.mxu, *gm, *k, *n)?;
+        let start = m.start(g);
+        for (fi, fold) in s.folds.iter().enumerate() {
+            let written = if fi == 0 { start } else { start + s.folds[fi - 1].start };
+            let read = start + fold.start + (i + j) as u64;
+            if fi as u64 % slots != slot || i >= fold.kr || j >= fold.nc || !f.acts_between(written, read) {
+                continue;
+            }
+            let (kk, nn) = (fold.k0 + i, fold.n0 + j);
+            let elem = b.offset + if b.transposed { nn * k + kk } else { kk * n + nn };
+            hits.push(WordHit { instr: Some(g), buf: b.buf, elem, op: WordOp::Fault(f), written: false });
+        }
+    }
+    Ok(hits)
+}
+
+/// The words a DMA address-register fault changes (see the module docs): the transfer in its
+/// data phase when the fault strikes, its destination words after the fault, and any word its
+/// misdirected writes land in.
+pub fn dma_hits(m: &StepMap, f: ActiveFault) -> Option<(usize, Vec<WordHit>)> {
+    let ovh = m.p.dma_overhead;
+    let d = (0..m.p.instrs.len()).find(|&i| {
+        let c = &m.sched.instrs[i];
+        c.unit == ExecUnit::Dma && c.start + ovh <= f.start && f.start < c.start + c.cycles
+    })?;
+    let Instr::Dma { src, dst, len, .. } = m.p.instrs[d] else { return None };
+    let (hs, hd) = (m.p.homes[src.index()], m.p.homes[dst.index()]);
+    let src_reg = f.event.site.register == Register::SrcAddr;
+    let first = if src_reg { hs.base } else { hd.base };
+    let faults = [f];
+    let mut reg = AddrReg::new(first, DMA_ADDR_BITS, m.start(d) + ovh, &faults);
+    let mut hits = Vec::new();
+    for i in 0..len {
+        let t = m.write_cycle(d, i);
+        let a = reg.use_at(t);
+        reg.advance(1);
+        if a == first + i as u64 {
+            continue;
+        }
+        let set = |op| WordHit { instr: Some(d), buf: dst, elem: i, op, written: true };
+        if src_reg {
+            // Word i comes from whatever lives at the wrong source address.
+            let op = m.holder(hs.mem, a, t).map_or(WordOp::Bits(0), |(b, y)| WordOp::Copy(b, y));
+            hits.push(set(op));
+            continue;
+        }
+        // The intended word keeps what it held before; the value lands at `a`.
+        let stale = m.holder(hd.mem, hd.base + i as u64, t.saturating_sub(1)).filter(|&(b, _)| b != dst);
+        hits.push(set(stale.map_or(WordOp::Bits(0), |(b, y)| WordOp::Copy(b, y))));
+        if a >= hd.base && a - hd.base < len as u64 {
+            let y = (a - hd.base) as usize;
+            hits.push(WordHit { instr: Some(d), buf: dst, elem: y, op: WordOp::Copy(src, i), written: true });
+        } else if let Some((b, y)) = m.holder(hd.mem, a, t) {
+            hits.extend(m.reads_after(b, y, t, WordOp::Copy(src, i)));
+        }
+    }
+    Some((d, hits))
+}
+
+/// The raw value of `op` applied to `old`, reading copies from `bufs`; a weight-buffer fault
+/// acts on the MXU input format's bits (the weight buffer holds converted weights).
+pub fn apply(op: WordOp, old: u32, bufs: &[Vec<u32>], format: NumFormat) -> u32 {
+    match op {
+        WordOp::Fault(f) if f.event.site.unit == Unit::Wbuf => match format {
+            NumFormat::Bf16 => {
+                let w = faultline_num::f32_to_bf16_bits(f32::from_bits(old));
+                f.apply(w) << 16
+            }
+            _ => f.apply(old),
+        },
+        WordOp::Fault(f) => f.apply(old),
+        WordOp::Copy(b, y) => bufs[b.index()].get(y).copied().unwrap_or(0),
+        WordOp::Bits(v) => v,
+    }
+}
+
+/// The hits of a fault on a memory or DMA site, with the DMA instruction it struck (for DMA
+/// register faults). Sequencer sites are refused: training GEMMs do not model the sequencer's
+/// fold loop.
+pub fn hits(m: &StepMap, f: ActiveFault) -> Result<(Option<usize>, Vec<WordHit>)> {
+    Ok(match f.event.site.unit {
+        Unit::Ub | Unit::Acc | Unit::Dram => (None, word_hits(m, f)),
+        Unit::Wbuf => (None, wbuf_hits(m, f)?),
+        Unit::Dma => match dma_hits(m, f) {
+            Some((d, h)) => (Some(d), h),
+            None => (None, Vec::new()),
+        },
+        u => {
+            return Err(TrainError::Config(format!(
+                "`{}` sites are not reachable during training yet: training GEMMs do not model the sequencer's \
+                 fold loop; training faults target mxu, vpu, ub, acc, wbuf, dram and dma sites",
+                u.name()
+            )))
+        }
+    })
+}
