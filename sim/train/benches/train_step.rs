@@ -29,11 +29,13 @@ fn train_step(c: &mut Criterion) {
         let mut t = trainer(mode);
         group.bench_function(name, |b| b.iter(|| black_box(t.step().expect("step").loss)));
     }
-    // A psum flip in the forward fc1 GEMM (instruction 0): a snapshot restored, then the step
-    // replayed with the fault, as a campaign trial does.
+    // A psum flip 100 cycles into the forward fc1 GEMM (the step's first): a snapshot restored,
+    // then the step replayed with the fault, as a campaign trial does.
     let mut t = trainer(ExecMode::Functional);
     let snap = t.snapshot();
-    let fault: StepFault = "flip:mxu.pe[31][0].psum[30]@step=1,cycle=100".parse().expect("fault");
+    let gemm = t.exec.program().instrs.iter().position(|i| i.name() == "gemm").expect("a GEMM");
+    let at = t.schedule.instrs[gemm].start + 100;
+    let fault: StepFault = format!("flip:mxu.pe[31][0].psum[30]@step=1,cycle={at}").parse().expect("fault");
     group.bench_function("mlp-digits/hybrid-one-fault", |b| {
         b.iter(|| {
             t.restore_snapshot(&snap);

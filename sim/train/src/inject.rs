@@ -129,6 +129,29 @@ impl InjectionReport {
         self.corrupted == 0
     }
 
+    /// The report of `f` placed on instruction `instr`, before anything is measured (no tile,
+    /// no outputs, nothing corrupted).
+    fn placed(exec: &Executor, f: &StepFault, instr: usize) -> InjectionReport {
+        let p = exec.program();
+        let (ins, tag) = (&p.instrs[instr], &p.tags[instr]);
+        InjectionReport {
+            fault: f.to_string(),
+            instr,
+            op: ins.name().to_string(),
+            node: exec.tg.graph.node(tag.node).name.clone(),
+            phase: tag.phase,
+            layer: tag.layer.clone(),
+            unit_busy: false,
+            tile: None,
+            tile_cycle: None,
+            elements: 0,
+            corrupted: 0,
+            max_abs_error: 0.0,
+            max_rel_error: 0.0,
+            buffer: String::new(),
+        }
+    }
+
     /// Whether the fault is on a memory word or a DMA register (counted in word reads, not
     /// instruction outputs).
     fn memory_site(&self) -> bool {
@@ -196,23 +219,14 @@ pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(
         }
     };
     let ins = &p.instrs[instr];
-    let tag = &p.tags[instr];
     let time = if busy { isa::fault_time(&exec.hw, ins, local)? } else { None };
     let report = InjectionReport {
-        fault: f.to_string(),
-        instr,
-        op: ins.name().to_string(),
-        node: exec.tg.graph.node(tag.node).name.clone(),
-        phase: tag.phase,
-        layer: tag.layer.clone(),
         unit_busy: time.is_some(),
         tile: time.map(|t| t.tile),
         tile_cycle: time.map(|t| t.cycle),
         elements: ins.out_len() * ins.writes().len(),
-        corrupted: 0,
-        max_abs_error: 0.0,
-        max_rel_error: 0.0,
         buffer: p.buffers[ins.writes()[0].index()].name.clone(),
+        ..InjectionReport::placed(exec, f, instr)
     };
     let injection = time.map(|at| {
         // A stuck-at acts within the instruction it starts in.
@@ -240,23 +254,12 @@ fn resolve_memory(
     let running = (0..p.instrs.len())
         .find(|&i| sched.instrs[i].start <= f.cycle && f.cycle - sched.instrs[i].start < sched.instrs[i].cycles);
     let instr = dma.or(first_reader).or(running).unwrap_or(0);
-    let (ins, tag) = (&p.instrs[instr], &p.tags[instr]);
     let buffer = words.first().map_or_else(|| "(none)".to_string(), |h| p.buffers[h.buf.index()].name.clone());
     let report = InjectionReport {
-        fault: f.to_string(),
-        instr,
-        op: ins.name().to_string(),
-        node: exec.tg.graph.node(tag.node).name.clone(),
-        phase: tag.phase,
-        layer: tag.layer.clone(),
         unit_busy: !words.is_empty(),
-        tile: None,
-        tile_cycle: None,
         elements: words.len(),
-        corrupted: 0,
-        max_abs_error: 0.0,
-        max_rel_error: 0.0,
         buffer,
+        ..InjectionReport::placed(exec, f, instr)
     };
     let injection = (!words.is_empty()).then(|| Injection { instr, faults: FaultSchedule::none(), words });
     Ok((injection, report))
