@@ -238,11 +238,7 @@ impl Program {
     /// Cycles instruction `ins`, taking `cycles`, keeps its unit from issuing the next
     /// ([`faultline_hw::isa::occupancy`] with this program's DMA overhead).
     pub fn occupancy(&self, ins: &Instr, cycles: u64) -> u64 {
-        if ins.unit() == ExecUnit::Dma {
-            cycles.saturating_sub(self.dma_overhead)
-        } else {
-            cycles
-        }
+        isa::occupancy(ins.unit(), cycles, self.dma_overhead)
     }
 
     /// The step's timeline for instructions that took `cycles` each (as the schedule costs

@@ -128,11 +128,7 @@ fn mem_name(mem: Unit) -> &'static str {
 }
 
 fn capacity(cfg: &HwConfig, mem: Unit) -> u64 {
-    match mem {
-        Unit::Acc => cfg.memory.accumulator.words(),
-        Unit::Ub => cfg.memory.unified_buffer.words(),
-        _ => cfg.dram.bytes / 4,
-    }
+    cfg.memory.sram(mem).map_or(cfg.dram.bytes / 4, |s| s.words())
 }
 
 /// `p` with every access to a buffer marked in `dram` staged through a DMA load or store
@@ -328,19 +324,18 @@ fn allocate(q: &Program, cfg: &HwConfig, dram: &[bool]) -> Result<Placement, Ful
         };
         homes[b] = Home { mem, base };
         // Earlier occupants of any of these words must be done before `b` is written.
-        let range = held.range((mem, 0)..(mem, base + len)).filter(|(&(_, s), &(l, _))| s + l > base);
-        let mut prev: Vec<BufId> = range.map(|(_, &(_, o))| BufId(o as u32)).collect();
+        let overlapping: Vec<((Unit, u64), (u64, usize))> = held
+            .range((mem, 0)..(mem, base + len))
+            .filter(|(&(_, s), &(l, _))| s + l > base)
+            .map(|(&k, &v)| (k, v))
+            .collect();
+        let mut prev: Vec<BufId> = overlapping.iter().map(|&(_, (_, o))| BufId(o as u32)).collect();
         prev.sort();
         prev.dedup();
         reuses[b] = prev;
-        let overlapping: Vec<(Unit, u64)> = held
-            .range((mem, 0)..(mem, base + len))
-            .filter(|(&(_, s), &(l, _))| s + l > base)
-            .map(|(&k, _)| k)
-            .collect();
-        for k in overlapping {
+        for (k, (l, o)) in overlapping {
             // Keep the parts of the old range outside `b`'s words.
-            let (l, o) = held.remove(&k).expect("listed above");
+            held.remove(&k);
             if k.1 < base {
                 held.insert(k, (base - k.1, o));
             }

@@ -234,13 +234,17 @@ fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
         let p = program::Program::step(&tg).place(&cfg).unwrap();
         let s = p.schedule(&tg.graph, &cfg);
         let file = format!("{file} on {hw}");
+        let overhead = faultline_hw::dma::overhead(&cfg).unwrap();
         // Busy cycles add up per phase, layer and unit; the step is the critical path.
         let busy = s.mxu_cycles + s.vpu_cycles + s.dma_cycles;
         assert_eq!(s.per_phase.values().sum::<u64>(), busy);
         assert_eq!(s.per_layer.values().sum::<u64>(), busy);
         let lp: u64 = s.per_layer_phase.values().flat_map(|m| m.values()).sum();
         assert_eq!(lp, busy);
-        assert_eq!(s.instrs.iter().map(|c| faultline_hw::isa::occupancy(&cfg, c.unit, c.cycles)).sum::<u64>(), busy);
+        assert_eq!(
+            s.instrs.iter().map(|c| faultline_hw::isa::occupancy(c.unit, c.cycles, overhead)).sum::<u64>(),
+            busy
+        );
         // Run back to back, the instructions would take the sum of their cycles.
         let serial: u64 = s.instrs.iter().map(|c| c.cycles).sum();
         assert!(s.total_cycles >= s.mxu_cycles.max(s.vpu_cycles).max(s.dma_cycles) && s.total_cycles <= serial);
@@ -249,7 +253,7 @@ fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
         // transfer occupies the engine for its data phase), an instruction starts after every
         // instruction writing a buffer it reads has ended, and after every instruction touching
         // a buffer whose SRAM words its outputs reuse has ended.
-        let busy_of = |c: &program::InstrCost| faultline_hw::isa::occupancy(&cfg, c.unit, c.cycles);
+        let busy_of = |c: &program::InstrCost| faultline_hw::isa::occupancy(c.unit, c.cycles, overhead);
         for (i, (ins, c)) in p.instrs.iter().zip(&s.instrs).enumerate() {
             assert_eq!(c.unit, ins.unit());
             let reused: Vec<_> = ins.writes().iter().flat_map(|b| p.reuses[b.index()].clone()).collect();

@@ -118,6 +118,18 @@ pub struct MemoryConfig {
     pub weight_buffer: SramConfig,
 }
 
+impl MemoryConfig {
+    /// The SRAM of memory unit `unit` (`Ub`, `Acc` or `Wbuf`); `None` for any other unit.
+    pub fn sram(&self, unit: crate::Unit) -> Option<&SramConfig> {
+        match unit {
+            crate::Unit::Ub => Some(&self.unified_buffer),
+            crate::Unit::Acc => Some(&self.accumulator),
+            crate::Unit::Wbuf => Some(&self.weight_buffer),
+            _ => None,
+        }
+    }
+}
+
 /// Off-chip DRAM / HBM.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -420,13 +420,13 @@ pub fn cycles(cfg: &HwConfig, instr: &Instr) -> u64 {
     }
 }
 
-/// Cycles an instruction of `cycles` cycles keeps its unit from issuing the next one. The MXU
-/// and VPU are busy throughout; the DMA engine pipelines requests, so a transfer's fixed
-/// overhead ([`dma::overhead`]) overlaps the previous transfer's data phase and only the data
-/// phase occupies the engine.
-pub fn occupancy(cfg: &HwConfig, unit: ExecUnit, cycles: u64) -> u64 {
+/// Cycles an instruction of `cycles` cycles on `unit` keeps the unit from issuing the next one.
+/// The MXU and VPU are busy throughout; the DMA engine pipelines requests, so a transfer's
+/// fixed overhead (`dma_overhead`, [`dma::overhead`] of the config) overlaps the previous
+/// transfer's data phase and only the data phase occupies the engine.
+pub fn occupancy(unit: ExecUnit, cycles: u64, dma_overhead: u64) -> u64 {
     match unit {
-        ExecUnit::Dma => cycles.saturating_sub(dma::overhead(cfg).unwrap_or(0)),
+        ExecUnit::Dma => cycles.saturating_sub(dma_overhead),
         _ => cycles,
     }
 }
@@ -434,7 +434,7 @@ pub fn occupancy(cfg: &HwConfig, unit: ExecUnit, cycles: u64) -> u64 {
 /// Bandwidth of a transfer to or from `sram` (the accumulator's ports for `Acc`, else the
 /// unified buffer's).
 fn dma_bandwidth(cfg: &HwConfig, dir: Direction, sram: crate::Unit) -> f64 {
-    let s = if sram == crate::Unit::Acc { &cfg.memory.accumulator } else { &cfg.memory.unified_buffer };
+    let s = cfg.memory.sram(sram).unwrap_or(&cfg.memory.unified_buffer);
     dma::bandwidth(cfg, s, dir)
 }
 

@@ -925,11 +925,7 @@ impl<'a> Machine<'a> {
     }
 
     fn sram_cfg(&self, u: Unit) -> &crate::config::SramConfig {
-        match u {
-            Unit::Acc => &self.cfg.memory.accumulator,
-            Unit::Wbuf => &self.cfg.memory.weight_buffer,
-            _ => &self.cfg.memory.unified_buffer,
-        }
+        self.cfg.memory.sram(u).unwrap_or(&self.cfg.memory.unified_buffer)
     }
 
     /// Moves a block word by word through the DMA address registers.

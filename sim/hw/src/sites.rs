@@ -259,12 +259,7 @@ impl SiteClass {
             Register::Psum => p.acc().bits(),
             Register::Valid | Register::Swap | Register::WeightValid => 1,
             Register::OpA | Register::OpB | Register::OpC | Register::OpD | Register::LaneAcc | Register::LaneOut => 32,
-            Register::Word => match self.unit {
-                Unit::Ub => m.unified_buffer.word_bits,
-                Unit::Acc => m.accumulator.word_bits,
-                Unit::Wbuf => m.weight_buffer.word_bits,
-                _ => 32,
-            },
+            Register::Word => m.sram(self.unit).map_or(32, |s| s.word_bits),
             Register::AccAddr => addr_bits(m.accumulator.words()),
             Register::TileCounter => TILE_COUNTER_BITS,
             Register::SrcAddr | Register::DstAddr => DMA_ADDR_BITS,

@@ -131,6 +131,15 @@ impl Effect {
     pub fn masked(&self) -> bool {
         self.corrupted == 0
     }
+
+    /// Counts one corrupted word: fp32 bits `faulty` where the fault-free run has `golden`.
+    fn record(&mut self, golden: u32, faulty: u32) {
+        let (gv, fv) = (f32::from_bits(golden) as f64, f32::from_bits(faulty) as f64);
+        let abs = if gv.is_finite() && fv.is_finite() { (fv - gv).abs() } else { f64::INFINITY };
+        self.corrupted += 1;
+        self.max_abs_error = self.max_abs_error.max(abs);
+        self.max_rel_error = self.max_rel_error.max(abs / gv.abs());
+    }
 }
 
 /// Host bytes one step of `tg` needs, estimated from its shapes alone (checked arithmetic;
@@ -405,11 +414,7 @@ impl WordEffect<'_> {
                 max_abs_error: 0.0,
                 max_rel_error: 0.0,
             });
-            let (gv, fv) = (f32::from_bits(old) as f64, f32::from_bits(new) as f64);
-            let abs = if gv.is_finite() && fv.is_finite() { (fv - gv).abs() } else { f64::INFINITY };
-            e.corrupted += 1;
-            e.max_abs_error = e.max_abs_error.max(abs);
-            e.max_rel_error = e.max_rel_error.max(abs / gv.abs());
+            e.record(old, new);
         }
         restore
     }
@@ -446,11 +451,7 @@ fn inject(
         let (f, off) = (&bufs[d.buf.index()], d.offset);
         for (&gb, &fb) in g[off..off + len].iter().zip(&f[off..off + len]) {
             if gb != fb {
-                let (gv, fv) = (f32::from_bits(gb) as f64, f32::from_bits(fb) as f64);
-                let abs = if gv.is_finite() && fv.is_finite() { (fv - gv).abs() } else { f64::INFINITY };
-                e.corrupted += 1;
-                e.max_abs_error = e.max_abs_error.max(abs);
-                e.max_rel_error = e.max_rel_error.max(abs / gv.abs());
+                e.record(gb, fb);
             }
         }
     }

@@ -330,7 +330,7 @@ pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSpace> {
                         let Ok(s) = faultline_hw::mxu::Schedule::new(&hw.mxu, *m, *k, *nn) else { continue };
                         n += 1;
                         for (f, fold) in s.folds.iter().enumerate() {
-                            let written = if f == 0 { 0 } else { s.folds[f - 1].start };
+                            let written = memfault::tile_written(&s, f);
                             // Element (i, j) is read i + j cycles into its fold (the skewed load).
                             let (kr, nc) = (fold.kr as u128, fold.nc as u128);
                             let skew = nc * kr * kr.saturating_sub(1) / 2 + kr * nc * nc.saturating_sub(1) / 2;

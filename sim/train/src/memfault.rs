@@ -100,18 +100,27 @@ impl StepMap<'_> {
         isa::dma_word_cycle(self.hw, &self.p.instrs[i], self.start(i), x as u64).unwrap_or(self.start(i))
     }
 
+    /// The writes of element `x` of `b`, in program order (the host's before the step first).
+    fn writes(&self, b: BufId, x: usize) -> impl Iterator<Item = Access> + '_ {
+        let p = self.p;
+        let before =
+            matches!(p.buffers[b.index()].role, Role::Input | Role::Label | Role::Step | Role::Param | Role::OptState);
+        let host = before.then_some(Access { cycle: 0, read: false, instr: None });
+        host.into_iter().chain(p.instrs.iter().enumerate().filter_map(move |(i, ins)| {
+            let len = ins.out_len();
+            ins.dests().iter().any(|d| d.buf == b && (d.offset..d.offset + len).contains(&x)).then(|| Access {
+                cycle: self.write_cycle(i, x),
+                read: false,
+                instr: Some(i),
+            })
+        }))
+    }
+
     /// Every access to element `x` of `b` in time order.
     fn accesses(&self, b: BufId, x: usize) -> Vec<Access> {
         let p = self.p;
-        let mut v = Vec::new();
-        if matches!(p.buffers[b.index()].role, Role::Input | Role::Label | Role::Step | Role::Param | Role::OptState) {
-            v.push(Access { cycle: 0, read: false, instr: None });
-        }
+        let mut v: Vec<Access> = self.writes(b, x).collect();
         for (i, ins) in p.instrs.iter().enumerate() {
-            let len = ins.out_len();
-            if ins.dests().iter().any(|d| d.buf == b && (d.offset..d.offset + len).contains(&x)) {
-                v.push(Access { cycle: self.write_cycle(i, x), read: false, instr: Some(i) });
-            }
             if reads_word(ins, b, x) {
                 v.push(Access { cycle: self.read_cycle(i, x), read: true, instr: Some(i) });
             }
@@ -136,7 +145,8 @@ impl StepMap<'_> {
     fn holder(&self, mem: Unit, addr: u64, t: u64) -> Option<(BufId, usize)> {
         self.at(mem, addr)
             .filter_map(|(b, x)| {
-                let w = self.accesses(b, x).into_iter().filter(|a| !a.read && a.cycle <= t).map(|a| a.cycle).max()?;
+                // Only writes matter here: no read's address pattern needs walking.
+                let w = self.writes(b, x).filter(|a| a.cycle <= t).map(|a| a.cycle).max()?;
                 Some((w, b, x))
             })
             .max_by_key(|&(w, b, _)| (w, b))
@@ -209,7 +219,7 @@ pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
         let s = faultline_hw::mxu::Schedule::new(&m.hw.mxu, *gm, *k, *n)?;
         let start = m.start(g);
         for (fi, fold) in s.folds.iter().enumerate() {
-            let written = if fi == 0 { start } else { start + s.folds[fi - 1].start };
+            let written = start + tile_written(&s, fi);
             let read = start + fold.start + (i + j) as u64;
             if fi as u64 % slots != slot || i >= fold.kr || j >= fold.nc || !f.acts_between(written, read) {
                 continue;
@@ -220,6 +230,12 @@ pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
         }
     }
     Ok(hits)
+}
+
+/// When fold `f`'s weight tile is written into the weight buffer, from its GEMM's issue: when
+/// the previous fold starts (fold 0's at issue).
+pub fn tile_written(s: &faultline_hw::mxu::Schedule, f: usize) -> u64 {
+    f.checked_sub(1).map_or(0, |p| s.folds[p].start)
 }
 
 /// The words a DMA address-register fault changes (see the module docs): the transfer in its
