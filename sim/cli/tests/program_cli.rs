@@ -37,11 +37,13 @@ fn program_lists_what_train_runs() {
         {
             assert!(classes.contains(&class), "{class} not in {classes:?}");
         }
-        // Memories have dead words (before a value is written, after its last read).
+        // Memories have dead words (before a value is written, after its last read). The tile
+        // counter of a one-fold GEMM is read only when it is loaded: on a large array it can
+        // be dead all step.
         for c in p["injection_space"].as_array().unwrap() {
             let (live, dead) =
                 (c["bit_cycles"].as_u64().unwrap_or(u64::MAX), c["idle_bit_cycles"].as_u64().unwrap_or(0));
-            assert!(live > 0 && dead > 0, "{c}");
+            assert!((live > 0 || c["class"] == "seq.tile") && dead > 0, "{c}");
         }
     }
     // Nothing runs, so no dataset is needed: a batch larger than the shipped digits lowers too.

@@ -156,7 +156,7 @@ fn injected_faults_are_placed_reported_and_propagate() {
     );
 
     for (args, why) in [
-        (vec!["--inject", "flip:seq.acc_addr[0]@step=1,cycle=0"], "not reachable during training"),
+        (vec!["--inject", "flip:seq.tile[16]@step=1,cycle=0"], "bit 16 out of range, register is 16 bits"),
         (vec!["--inject", "flip:mxu.pe[0][0].psum[30]@step=9,cycle=0", "--steps", "8"], "after the run's last step 8"),
         (vec!["--inject", "flip:mxu.pe[0][0].psum[30]@0:5"], "expected KIND:SITE@step=S,cycle=C"),
         (vec!["--inject", "flip:mxu.pe[0][0].psum[30]@step=1,cycle=0", "--resume", "x"], "cannot be used with"),

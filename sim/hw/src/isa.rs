@@ -488,6 +488,21 @@ fn load_matrix(format: NumFormat, s: &[u32], rows: usize, cols: usize, transpose
     Matrix { rows, cols, data }
 }
 
+/// The operands of a GEMM as the MXU receives them: `A` (`M x K`) and `B` (`K x N`) read from
+/// `bufs` and rounded to the input format by the input converters; `None` for other
+/// instructions. Errors if a buffer holds too few words.
+pub fn gemm_operands(cfg: &HwConfig, instr: &Instr, bufs: &[Vec<u32>]) -> Result<Option<(Matrix, Matrix)>, HwError> {
+    let Instr::Gemm { a, b, m, k, n, .. } = instr else { return Ok(None) };
+    let src = |o: &MatOperand, rows: usize, cols: usize| -> Result<Matrix, HwError> {
+        let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
+        if s.len() < rows * cols {
+            return Err(missing(instr, "operand", o.buf, o.offset + rows * cols, o.offset + s.len()));
+        }
+        Ok(load_matrix(cfg.mxu.input_format, s, rows, cols, o.transposed))
+    };
+    Ok(Some((src(a, *m, *k)?, src(b, *k, *n)?)))
+}
+
 /// Executes `instr` on `cfg` in `mode`, reading and writing `bufs` (one word vector per buffer;
 /// an empty destination buffer written from word 0 receives the output vector whole, so a
 /// caller sizes a buffer first only when instructions fill it in parts). `faults` (sites of the
@@ -500,22 +515,11 @@ pub fn execute(
     mode: ExecMode,
     faults: &FaultSchedule,
 ) -> Result<u64, HwError> {
-    let missing = |what: &str, b: BufId, need: usize, have: usize| HwError::Shape {
-        op: instr.name().to_string(),
-        detail: format!("{what} buffer {} holds {have} words, the instruction needs {need}", b.0),
-    };
+    let missing = |what: &str, b: BufId, need: usize, have: usize| missing(instr, what, b, need, have);
     match instr {
-        Instr::Gemm { a, b, out, m, k, n } => {
-            let (m, k, n) = (*m, *k, *n);
-            let fmt = cfg.mxu.input_format;
-            let src = |o: &MatOperand, rows: usize, cols: usize| -> Result<Matrix, HwError> {
-                let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
-                if s.len() < rows * cols {
-                    return Err(missing("operand", o.buf, o.offset + rows * cols, o.offset + s.len()));
-                }
-                Ok(load_matrix(fmt, s, rows, cols, o.transposed))
-            };
-            let (am, bm) = (src(a, m, k)?, src(b, k, n)?);
+        Instr::Gemm { out, m, n, .. } => {
+            let (m, n) = (*m, *n);
+            let (am, bm) = gemm_operands(cfg, instr, bufs)?.expect("a GEMM has operands");
             let res = mxu::gemm(cfg, &am, &bm, mode, faults)?;
             write(bufs, *out, res.out.data, m * n)
                 .map_err(|have| missing("output", out.buf, out.offset + m * n, have))?;
@@ -551,6 +555,14 @@ pub fn execute(
             write(bufs, Dest::whole(dst), v, len).map_err(|have| missing("destination", dst, len, have))?;
             Ok(cycles(cfg, instr))
         }
+    }
+}
+
+/// The error for a buffer `b` of `instr` holding `have` words where it needs `need`.
+fn missing(instr: &Instr, what: &str, b: BufId, need: usize, have: usize) -> HwError {
+    HwError::Shape {
+        op: instr.name().to_string(),
+        detail: format!("{what} buffer {} holds {have} words, the instruction needs {need}", b.0),
     }
 }
 

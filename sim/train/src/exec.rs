@@ -10,9 +10,11 @@
 
 use crate::error::{shape_str, Result, TrainError};
 use crate::memfault::{self, WordHit};
+use crate::seqfault;
 use crate::state::{ModelState, Tensor32};
 use faultline_graph::program::{Program, Role, StepSchedule, UnitCycles};
 use faultline_graph::{NodeIndex, TrainGraph};
+use faultline_hw::fault::ActiveFault;
 use faultline_hw::isa::{self, BufId};
 use faultline_hw::{ExecMode, FaultSchedule, HwConfig};
 use faultline_num::NumFormat;
@@ -86,11 +88,13 @@ pub struct StepOutput {
     pub effect: Option<Effect>,
 }
 
-/// A fault injected into a step. A register fault (`words` empty): instruction `instr` runs
+/// A fault injected into a step. A register fault (`faults`): instruction `instr` runs
 /// cycle-level with `faults` (sites of its unit, times relative to its own schedule) and
 /// everything else in the executor's mode, which is exact by the bit-exact-twin invariant. A
-/// memory or DMA fault: the buffer words it changes, as the instructions that read them see
-/// them ([`crate::memfault`]); `instr` is the instruction it struck or first reaches.
+/// memory or DMA fault (`words`): the buffer words it changes, as the instructions that read
+/// them see them ([`crate::memfault`]); `instr` is the instruction it struck or first reaches.
+/// A sequencer fault (`seq`) in GEMM `instr`: the words its fold loop changes
+/// ([`crate::seqfault`]), found from a fault-free run of the same step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Injection {
     /// Index of the instruction in the step's [`Program`].
@@ -99,12 +103,24 @@ pub struct Injection {
     pub faults: FaultSchedule,
     /// The words a memory or DMA fault changes.
     pub words: Vec<WordHit>,
+    /// A sequencer fault (absolute step cycles) in GEMM `instr`.
+    pub seq: Option<ActiveFault>,
 }
 
 impl Injection {
     /// A register fault (`faults`) in instruction `instr`.
     pub fn register(instr: usize, faults: FaultSchedule) -> Injection {
-        Injection { instr, faults, words: Vec::new() }
+        Injection { instr, faults, words: Vec::new(), seq: None }
+    }
+
+    /// Memory or DMA words changed by a fault that struck or first reaches `instr`.
+    pub fn words(instr: usize, words: Vec<WordHit>) -> Injection {
+        Injection { instr, faults: FaultSchedule::none(), words, seq: None }
+    }
+
+    /// A sequencer fault in GEMM `instr`.
+    pub fn sequencer(instr: usize, fault: ActiveFault) -> Injection {
+        Injection { instr, faults: FaultSchedule::none(), words: Vec::new(), seq: Some(fault) }
     }
 }
 
@@ -130,6 +146,11 @@ impl Effect {
     /// The fault never left the hardware: every output bit equals the fault-free run's.
     pub fn masked(&self) -> bool {
         self.corrupted == 0
+    }
+
+    /// Nothing corrupted yet in `buffer`, written by instruction `instr`.
+    fn none(instr: usize, buffer: String) -> Effect {
+        Effect { instr, buffer, elements: 0, corrupted: 0, max_abs_error: 0.0, max_rel_error: 0.0 }
     }
 
     /// Counts one corrupted word: fp32 bits `faulty` where the fault-free run has `golden`.
@@ -229,7 +250,20 @@ impl Executor {
     ) -> Result<StepOutput> {
         let p = &self.step;
         let mut bufs = self.bind(p, state, x, Some(labels))?;
-        let mut out = run_program(&self.hw, self.mode, p, &mut bufs, fault)?;
+        let seq = match fault {
+            Some(f @ Injection { seq: Some(sf), .. }) => Some(self.sequencer_words(p, &bufs, f.instr, *sf)?),
+            _ => None,
+        };
+        let mut out = run_program(&self.hw, self.mode, p, &mut bufs, seq.as_ref().or(fault))?;
+        if let Some(inj) = &seq {
+            // The GEMM's result is what the fault corrupts first.
+            let ins = &p.instrs[inj.instr];
+            let e = out
+                .effect
+                .get_or_insert_with(|| Effect::none(inj.instr, p.buffers[ins.writes()[0].index()].name.clone()));
+            e.instr = inj.instr;
+            e.elements = ins.out_len();
+        }
         let value = |bufs: &mut [Vec<u32>], i: NodeIndex| -> Vec<f32> {
             let b = p.buffer_of(i).expect("kept nodes have buffers");
             std::mem::take(&mut bufs[b.index()]).into_iter().map(f32::from_bits).collect()
@@ -245,6 +279,20 @@ impl Executor {
         }
         state.step += 1;
         Ok(out)
+    }
+
+    /// The words sequencer fault `f` in GEMM `g` changes ([`crate::seqfault`]), from a
+    /// fault-free run of the step on `bufs` (the bound placeholders, not modified).
+    fn sequencer_words(&self, p: &Program, bufs: &[Vec<u32>], g: usize, f: ActiveFault) -> Result<Injection> {
+        if !matches!(p.instrs.get(g), Some(isa::Instr::Gemm { .. })) {
+            return Err(TrainError::Config(format!("a sequencer fault targets a GEMM; instruction {g} is not one")));
+        }
+        let mut golden = bufs.to_vec();
+        run(&self.hw, ExecMode::Functional, p, &mut golden, None, true)?;
+        let sched = self.schedule();
+        let map = memfault::StepMap { p, sched: &sched, hw: &self.hw };
+        let words = seqfault::words(&map, g, f, &golden)?;
+        Ok(Injection::words(g, words))
     }
 
     /// The model output for a batch of inputs, running only the forward program.
@@ -311,7 +359,22 @@ pub fn run_program(
     bufs: &mut [Vec<u32>],
     fault: Option<&Injection>,
 ) -> Result<StepOutput> {
+    run(hw, mode, p, bufs, fault, false)
+}
+
+/// [`run_program`]; `keep` keeps every buffer (no releases).
+fn run(
+    hw: &HwConfig,
+    mode: ExecMode,
+    p: &Program,
+    bufs: &mut [Vec<u32>],
+    fault: Option<&Injection>,
+    keep: bool,
+) -> Result<StepOutput> {
     if let Some(f) = fault {
+        if f.seq.is_some() {
+            return Err(TrainError::Config("a sequencer fault runs through Executor::step_with_fault".into()));
+        }
         if f.instr >= p.instrs.len() {
             return Err(TrainError::Config(format!(
                 "fault targets instruction {}, but the step has {} instructions (0..{})",
@@ -348,7 +411,7 @@ pub fn run_program(
         }
         if let Some(m) = mem.as_mut() {
             m.apply(bufs, Some(i), true);
-        } else {
+        } else if !keep {
             // A memory fault may read any earlier buffer's words: nothing is freed then.
             for r in &p.release[i] {
                 bufs[r.index()] = Vec::new();
@@ -358,15 +421,8 @@ pub fn run_program(
     if let Some(mut m) = mem {
         m.apply(bufs, None, false);
         effect = m.effect.or_else(|| {
-            let h = words[0];
-            Some(Effect {
-                instr: fault.map_or(0, |f| f.instr),
-                buffer: p.buffers[h.buf.index()].name.clone(),
-                elements: words.len(),
-                corrupted: 0,
-                max_abs_error: 0.0,
-                max_rel_error: 0.0,
-            })
+            let e = Effect::none(fault.map_or(0, |f| f.instr), p.buffers[words[0].buf.index()].name.clone());
+            Some(Effect { elements: words.len(), ..e })
         });
     }
     // The step's cycles: the measured durations, issued by the program's timing rule.
@@ -407,12 +463,8 @@ impl WordEffect<'_> {
                 restore.push((h.buf, h.elem, old));
             }
             let e = self.effect.get_or_insert_with(|| Effect {
-                instr: at.unwrap_or(self.p.instrs.len()),
-                buffer: self.p.buffers[h.buf.index()].name.clone(),
                 elements: self.words.len(),
-                corrupted: 0,
-                max_abs_error: 0.0,
-                max_rel_error: 0.0,
+                ..Effect::none(at.unwrap_or(self.p.instrs.len()), self.p.buffers[h.buf.index()].name.clone())
             });
             e.record(old, new);
         }
@@ -439,14 +491,7 @@ fn inject(
     }
     let c = isa::execute(hw, ins, bufs, ExecMode::CycleLevel, faults)?;
     let len = ins.out_len();
-    let mut e = Effect {
-        instr: i,
-        buffer: p.buffers[dests[0].buf.index()].name.clone(),
-        elements: len * dests.len(),
-        corrupted: 0,
-        max_abs_error: 0.0,
-        max_rel_error: 0.0,
-    };
+    let mut e = Effect { elements: len * dests.len(), ..Effect::none(i, p.buffers[dests[0].buf.index()].name.clone()) };
     for (d, g) in dests.iter().zip(&golden) {
         let (f, off) = (&bufs[d.buf.index()], d.offset);
         for (&gb, &fb) in g[off..off + len].iter().zip(&f[off..off + len]) {

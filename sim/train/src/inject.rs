@@ -10,16 +10,19 @@
 //! instruction runs, or before a GEMM's first fold) is masked: every GEMM and VPU instruction
 //! loads its operand registers afresh, so an idle register's upset is overwritten before use.
 //!
-//! Training values do not yet pass through the memories, so training faults target `mxu.*` and
-//! `vpu.*` sites; a stuck-at acts within the instruction it starts in.
+//! A register fault's stuck-at acts within the instruction it starts in. Memory-word,
+//! weight-buffer and DMA-register faults change the buffer words the program placed there
+//! ([`memfault`]); sequencer faults change the fold loop of the GEMM running then
+//! ([`seqfault`]).
 
 use crate::error::{Result, TrainError};
 use crate::exec::{Effect, Executor, Injection};
 use crate::memfault;
+use crate::seqfault;
 use faultline_graph::{Phase, StepSchedule};
 use faultline_hw::fault::FaultTime;
 use faultline_hw::isa::{self, ExecUnit, Instr};
-use faultline_hw::{FaultEvent, FaultSchedule, FaultSite};
+use faultline_hw::{FaultEvent, FaultSchedule, FaultSite, Unit};
 use faultline_num::BitFault;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -107,9 +110,10 @@ pub struct InjectionReport {
     pub layer: String,
     /// Whether the faulted site's unit is running that instruction (else the fault is masked).
     pub unit_busy: bool,
-    /// The fold (GEMM) or vector (VPU) the cycle falls in, when the unit is busy.
+    /// The fold (GEMM) or vector (VPU) the cycle falls in, when the unit is busy; for a
+    /// sequencer fault, the first fold slot whose loop it changes.
     pub tile: Option<usize>,
-    /// Cycle from that tile's origin.
+    /// Cycle from that tile's origin (0 for a sequencer fault that strikes before the slot).
     pub tile_cycle: Option<u64>,
     /// Output words of the instruction.
     pub elements: usize,
@@ -155,8 +159,13 @@ impl InjectionReport {
     /// Whether the fault is on a memory word or a DMA register (counted in word reads, not
     /// instruction outputs).
     fn memory_site(&self) -> bool {
+        self.site().is_some_and(|s| ExecUnit::of(s.unit).is_none() && s.unit != Unit::Seq)
+    }
+
+    /// The faulted site, from the fault's text form.
+    fn site(&self) -> Option<FaultSite> {
         let site = self.fault.split_once(':').and_then(|(_, r)| r.split_once('@')).map(|(s, _)| s);
-        site.and_then(|s| FaultSite::from_str(s).ok()).is_some_and(|s| ExecUnit::of(s.unit).is_none())
+        site.and_then(|s| FaultSite::from_str(s).ok())
     }
 }
 
@@ -166,6 +175,7 @@ impl fmt::Display for InjectionReport {
             (Some(t), Some(c)) => format!("tile {t}, cycle {c}"),
             _ if self.unit_busy => "memory word read".into(),
             _ if self.memory_site() => "no live word".into(),
+            _ if self.site().is_some_and(|s| s.unit == Unit::Seq) => "register not in use".into(),
             _ => "its unit idle".into(),
         };
         write!(
@@ -202,7 +212,13 @@ pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(
     if f.cycle >= sched.total_cycles {
         return Err(bad(format!("cycle {} is after the step ends at cycle {}", f.cycle, sched.total_cycles)));
     }
-    let Some(unit) = ExecUnit::of(f.site.unit) else { return resolve_memory(exec, sched, f) };
+    let Some(unit) = ExecUnit::of(f.site.unit) else {
+        return if f.site.unit == Unit::Seq {
+            resolve_sequencer(exec, sched, f)
+        } else {
+            resolve_memory(exec, sched, f)
+        };
+    };
     let p = exec.program();
     // The instruction the site's unit runs then; with the unit idle, the one the other unit
     // runs (or the next to start), for the report.
@@ -261,8 +277,41 @@ fn resolve_memory(
         buffer,
         ..InjectionReport::placed(exec, f, instr)
     };
-    let injection = (!words.is_empty()).then(|| Injection { instr, faults: FaultSchedule::none(), words });
+    let injection = (!words.is_empty()).then(|| Injection::words(instr, words));
     Ok((injection, report))
+}
+
+/// [`resolve`] for a sequencer site: the GEMM running at the fault's cycle, if the fault
+/// changes its fold loop ([`seqfault::strikes`]); else masked, reported against the
+/// instruction running then.
+fn resolve_sequencer(
+    exec: &Executor,
+    sched: &StepSchedule,
+    f: &StepFault,
+) -> Result<(Option<Injection>, InjectionReport)> {
+    let p = exec.program();
+    let event =
+        FaultEvent { site: f.site, kind: f.kind, at: FaultTime { tile: 0, cycle: f.cycle }, duration: f.duration };
+    let active = event.activate(0);
+    let map = memfault::StepMap { p, sched, hw: &exec.hw };
+    let gemm = seqfault::gemm_at(&map, f.cycle);
+    let struck = match gemm {
+        Some(g) => seqfault::strikes(&map, g, active)?.map(|at| (g, at)),
+        None => None,
+    };
+    let running = (0..p.instrs.len())
+        .find(|&i| sched.instrs[i].start <= f.cycle && f.cycle - sched.instrs[i].start < sched.instrs[i].cycles);
+    let instr = gemm.or(running).unwrap_or(0);
+    let ins = &p.instrs[instr];
+    let report = InjectionReport {
+        unit_busy: struck.is_some(),
+        tile: struck.map(|(_, (slot, _))| slot),
+        tile_cycle: struck.map(|(_, (_, c))| c),
+        elements: ins.out_len(),
+        buffer: p.buffers[ins.writes()[0].index()].name.clone(),
+        ..InjectionReport::placed(exec, f, instr)
+    };
+    Ok((struck.map(|(g, _)| Injection::sequencer(g, active)), report))
 }
 
 /// Fills the effect fields of a report from what the executor measured.
@@ -307,7 +356,6 @@ pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSpace> {
     let total = sched.total_cycles as u128;
     faultline_hw::SiteClass::all(hw)
         .into_iter()
-        .filter(|c| c.unit != faultline_hw::Unit::Seq)
         .map(|c| {
             let bits = c.bit_count(hw);
             let width = c.width(hw) as u128;
@@ -320,6 +368,17 @@ pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSpace> {
                 (None, faultline_hw::Unit::Dma) => {
                     let n = (0..p.instrs.len()).filter(|&i| unit_of(i) == ExecUnit::Dma).count();
                     (n, sched.dma_cycles, bits as u128 * sched.dma_cycles as u128)
+                }
+                (None, Unit::Seq) => {
+                    // Each GEMM's fold loop ([`seqfault::live_cycles`]).
+                    let (mut live, mut n) = (0u128, 0);
+                    for ins in &p.instrs {
+                        let Instr::Gemm { m, k, n: nn, .. } = ins else { continue };
+                        let Ok(s) = faultline_hw::mxu::Schedule::new(&hw.mxu, *m, *k, *nn) else { continue };
+                        n += 1;
+                        live += width * seqfault::live_cycles(&s, c.register) as u128;
+                    }
+                    (n, sched.mxu_cycles, live)
                 }
                 (None, faultline_hw::Unit::Wbuf) => {
                     // Each GEMM fold's weight tile, from its write to its read ([`memfault`]).

@@ -6,6 +6,8 @@
 //!   into one instruction and its effect on that instruction's outputs reported.
 //! * [`inject`]: faults on the training clock (step, cycle within the step), resolved to the
 //!   instruction, fold or vector they hit, with the effect on that instruction's outputs.
+//! * [`memfault`], [`seqfault`]: which reads a memory, weight-buffer, DMA-register or
+//!   sequencer fault changes, from the placed program and its schedule.
 //! * [`trainer`]: the loop (batches, steps, evaluation on the held-out split, per-step
 //!   records, summary), optimizer choice and run options.
 //! * [`state`]: parameters and optimizer state, initialised from a seed or `.npy` files.
@@ -41,6 +43,7 @@ pub mod idx;
 pub mod inject;
 pub mod memfault;
 pub mod npy;
+pub mod seqfault;
 pub mod source;
 pub mod state;
 pub mod synth;

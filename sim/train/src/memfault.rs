@@ -84,7 +84,7 @@ pub struct StepMap<'a> {
 }
 
 impl StepMap<'_> {
-    fn start(&self, i: usize) -> u64 {
+    pub(crate) fn start(&self, i: usize) -> u64 {
         self.sched.instrs[i].start
     }
 
@@ -142,7 +142,7 @@ impl StepMap<'_> {
 
     /// The buffer element `(mem, addr)` holds at cycle `t` (after that cycle's writes): the one
     /// written last at or before `t`, if any.
-    fn holder(&self, mem: Unit, addr: u64, t: u64) -> Option<(BufId, usize)> {
+    pub(crate) fn holder(&self, mem: Unit, addr: u64, t: u64) -> Option<(BufId, usize)> {
         self.at(mem, addr)
             .filter_map(|(b, x)| {
                 // Only writes matter here: no read's address pattern needs walking.
@@ -155,7 +155,7 @@ impl StepMap<'_> {
 
     /// The reads of element `x` of `b` that see `op` applied at cycle `t` (a value written into
     /// the word at `t`): those after `t` and before the word's next write.
-    fn reads_after(&self, b: BufId, x: usize, t: u64, op: WordOp) -> Vec<WordHit> {
+    pub(crate) fn reads_after(&self, b: BufId, x: usize, t: u64, op: WordOp) -> Vec<WordHit> {
         let mut hits = Vec::new();
         for a in self.accesses(b, x).into_iter().filter(|a| a.cycle > t) {
             if !a.read {
@@ -208,9 +208,8 @@ pub fn word_hits(m: &StepMap, f: ActiveFault) -> Vec<WordHit> {
 /// The words a weight-buffer fault changes: the weight of the GEMM fold whose tile sits in
 /// the faulted word while the fault acts (see the module docs), as its GEMM reads it.
 pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
-    let (r, c) = (m.hw.mxu.rows, m.hw.mxu.cols);
-    let slot_words = (r * c) as u64;
-    let slots = (m.hw.memory.weight_buffer.words() / slot_words).max(1);
+    let c = m.hw.mxu.cols;
+    let (slot_words, slots) = wbuf_slots(m.hw);
     let word = f.event.site.instance[0] as u64;
     let (slot, i, j) = (word / slot_words, (word % slot_words) as usize / c, (word % slot_words) as usize % c);
     let mut hits = Vec::new();
@@ -230,6 +229,12 @@ pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
         }
     }
     Ok(hits)
+}
+
+/// The weight buffer's tile slots: words per slot (`R x C`) and how many slots it holds.
+pub fn wbuf_slots(hw: &HwConfig) -> (u64, u64) {
+    let slot_words = (hw.mxu.rows * hw.mxu.cols) as u64;
+    (slot_words, (hw.memory.weight_buffer.words() / slot_words).max(1))
 }
 
 /// When fold `f`'s weight tile is written into the weight buffer, from its GEMM's issue: when
@@ -299,8 +304,7 @@ pub fn apply(op: WordOp, old: u32, bufs: &[Vec<u32>], format: NumFormat) -> u32 
 }
 
 /// The hits of a fault on a memory or DMA site, with the DMA instruction it struck (for DMA
-/// register faults). Sequencer sites are refused: training GEMMs do not model the sequencer's
-/// fold loop.
+/// register faults). Other sites are refused (they are not memory words).
 pub fn hits(m: &StepMap, f: ActiveFault) -> Result<(Option<usize>, Vec<WordHit>)> {
     Ok(match f.event.site.unit {
         Unit::Ub | Unit::Acc | Unit::Dram => (None, word_hits(m, f)),
@@ -309,12 +313,6 @@ pub fn hits(m: &StepMap, f: ActiveFault) -> Result<(Option<usize>, Vec<WordHit>)
             Some((d, h)) => (Some(d), h),
             None => (None, Vec::new()),
         },
-        u => {
-            return Err(TrainError::Config(format!(
-                "`{}` sites are not reachable during training yet: training GEMMs do not model the sequencer's \
-                 fold loop; training faults target mxu, vpu, ub, acc, wbuf, dram and dma sites",
-                u.name()
-            )))
-        }
+        u => return Err(TrainError::Config(format!("`{}` sites are not memory words or DMA registers", u.name()))),
     })
 }

@@ -1,4 +1,4 @@
-//! Faults on the training clock reach every MXU and VPU site class: for each class there is a
+//! Faults on the training clock reach every site class: for each class there is a
 //! cycle of a training step at which a flip of one of its bits corrupts exactly the output of
 //! the instruction running then (the predicted tensor), and a cycle at which its unit is idle
 //! and the same flip is masked in hardware (the step's result is bit-identical to golden).
@@ -277,11 +277,9 @@ fn every_memory_and_dma_class_is_live_in_a_step_and_masked_at_a_dead_time() {
         (FaultSite::control(Unit::Dma, Register::SrcAddr, 3), loaded),
         (FaultSite::control(Unit::Dma, Register::DstAddr, 3), loaded),
     ];
-    let classes: Vec<SiteClass> = SiteClass::all(hw).into_iter().filter(|c| ExecUnit::of(c.unit).is_none()).collect();
+    let classes: Vec<SiteClass> =
+        SiteClass::all(hw).into_iter().filter(|c| ExecUnit::of(c.unit).is_none() && c.unit != Unit::Seq).collect();
     for class in &classes {
-        if class.unit == Unit::Seq {
-            continue;
-        }
         assert!(cases.iter().any(|(s, _)| s.class() == *class), "{class} has no case");
     }
     for (site, buf) in cases {
@@ -305,13 +303,78 @@ fn every_memory_and_dma_class_is_live_in_a_step_and_masked_at_a_dead_time() {
         let (rep, s) = faulty_step(&t, &fault(dead), &x, &y);
         assert!(rep.masked() && s == golden, "{site}@{dead}: {rep}");
     }
-    // The sequencer's fold loop is not modelled in training GEMMs: refused, not ignored.
-    let seq = StepFault {
-        kind: faultline_num::BitFault::Flip,
-        site: FaultSite::control(Unit::Seq, Register::TileCounter, 0),
-        step: 1,
-        cycle: 0,
-        duration: 1,
-    };
-    assert!(inject::resolve(&t.exec, sched, &seq).unwrap_err().to_string().contains("sequencer"));
+}
+
+/// The sequencer's registers are sites during training: a flip of the tile counter or the
+/// accumulator address while a GEMM's fold loop uses it corrupts that GEMM's result (and the
+/// step), and the same flip while the loop does not use it is masked. The live cycles are
+/// exactly those the injection space counts.
+#[test]
+fn sequencer_classes_are_live_while_a_gemm_loops_and_masked_otherwise() {
+    let t = trainer(Dataflow::WeightStationary);
+    let (hw, p, sched) = (&t.exec.hw, t.exec.program(), &t.schedule);
+    let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
+    let mut state = t.state.clone();
+    let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
+    let golden = (state, loss);
+    let space = inject::space(&t.exec, sched);
+    for class in SiteClass::all(hw).into_iter().filter(|c| c.unit == Unit::Seq) {
+        let site = FaultSite::control(Unit::Seq, class.register, 1);
+        let fault = |cycle| StepFault { kind: faultline_num::BitFault::Flip, site, step: 1, cycle, duration: 1 };
+        let live: Vec<u64> = (0..sched.total_cycles)
+            .filter(|&c| inject::resolve(&t.exec, sched, &fault(c)).unwrap().0.is_some())
+            .collect();
+        let counted = space.iter().find(|s| s.class == class.pattern()).unwrap().bit_cycles;
+        assert_eq!(live.len() as u128 * class.width(hw) as u128, counted, "{class}");
+        // The first live cycle: in a GEMM, whose result the report names.
+        let (rep, s) = faulty_step(&t, &fault(live[0]), &x, &y);
+        let g = rep.instr;
+        assert!(matches!(p.instrs[g], Instr::Gemm { .. }), "{rep}");
+        assert_eq!(rep.buffer, p.buffers[p.instrs[g].writes()[0].index()].name, "{rep}");
+        assert!(rep.corrupted >= 1 && s != golden, "{class}@{}: {rep}", live[0]);
+        // A cycle inside the same GEMM at which the register is not in use.
+        let (start, end) = (sched.instrs[g].start, sched.instrs[g].start + sched.instrs[g].cycles);
+        let dead = (start..end).find(|c| !live.contains(c)).unwrap_or_else(|| panic!("{class}: never dead in {g}"));
+        let (rep, s) = faulty_step(&t, &fault(dead), &x, &y);
+        assert!(rep.masked() && s == golden && rep.instr == g, "{class}@{dead}: {rep}");
+    }
+}
+
+/// The sequencer's fault-free fold loop (each fold's partial sums from its own weight tile,
+/// added into the result in fold order) is the GEMM, to the bit: a sequencer fault injected
+/// into every GEMM of every shipped model at a cycle its registers are not used changes
+/// nothing, in both dataflows.
+#[test]
+fn a_fault_free_fold_loop_reproduces_every_gemm_to_the_bit() {
+    for model in ["mlp-digits", "cnn-small", "transformer-tiny"] {
+        for dataflow in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
+            let spec = ModelSpec::load(root().join(format!("models/{model}.ron"))).unwrap();
+            let mut hw = HwConfig::load(root().join("configs/tpu-8x8.ron")).unwrap();
+            hw.mxu.dataflow = dataflow;
+            let data = source::shipped(&spec, 1, &Default::default()).unwrap();
+            let opts = TrainOptions { batch: 4, eval_every: 0, ..TrainOptions::default() };
+            let t = Trainer::new(&spec, &hw, data, opts).unwrap();
+            let (p, sched) = (t.exec.program(), &t.schedule);
+            let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
+            let mut state = t.state.clone();
+            let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
+            for g in (0..p.instrs.len()).filter(|&i| matches!(p.instrs[i], Instr::Gemm { .. })) {
+                // The last cycle of the GEMM: after its last fold started, so the counter is
+                // never read again.
+                let at = sched.instrs[g].start + sched.instrs[g].cycles - 1;
+                let event = faultline_hw::FaultEvent {
+                    site: FaultSite::control(Unit::Seq, Register::TileCounter, 0),
+                    kind: faultline_num::BitFault::Flip,
+                    at: faultline_hw::fault::FaultTime { tile: 0, cycle: at },
+                    duration: 1,
+                };
+                let inj = faultline_train::exec::Injection::sequencer(g, event.activate(0));
+                let mut s = t.state.clone();
+                let out = t.exec.step_with_fault(&mut s, &x, &y, Some(&inj)).unwrap();
+                let e = out.effect.unwrap();
+                assert!(e.corrupted == 0 && e.instr == g, "{model} {dataflow:?} gemm {g}: {e:?}");
+                assert!(s == state && out.loss.to_bits() == loss, "{model} {dataflow:?} gemm {g}");
+            }
+        }
+    }
 }

@@ -1,0 +1,246 @@
+//! Faults in the core sequencer's fold loop during a training GEMM (`seq.tile`,
+//! `seq.acc_addr`).
+//!
+//! A training GEMM runs its folds ([`faultline_hw::mxu::Schedule`]) under the sequencer, as in
+//! [`faultline_hw::op`]:
+//! * `seq.tile`, the tile counter, is loaded with 0 when the GEMM issues, read at each fold
+//!   slot's start and then incremented. The MXU executes the fold the counter names: that fold's
+//!   activations, the weight tile then in that fold's weight-buffer slot (`fold mod slots`,
+//!   [`crate::memfault::wbuf_slots`]), that fold's output rows, overwriting or adding as that
+//!   fold does. A value past the last fold ends the loop: the remaining slots run nothing.
+//! * `seq.acc_addr` is loaded with a fold's first output-row address when that row is written
+//!   (WS: row `m` of a fold starting at `s` at `s + m + R + nc`; OS: row `i` at
+//!   `s + period - 1 - i`, bottom row first) and advanced by `+N` (WS) / `-N` (OS) per row; the
+//!   words of a row go to `acc_addr + j` in the memory the GEMM's result lives in. A narrower
+//!   WS fold's rows can start before the previous fold's last: the address is then kept per
+//!   fold, and a fault in the overlap changes both.
+//!
+//! The GEMM's timing does not change (the schedule is the program's). The effect is exact at
+//! the words: the result the GEMM leaves (rows never written keep what their words held before,
+//! partial sums added to the wrong rows), and the words its misdirected writes land in, which
+//! every later read of them sees until they are rewritten. Values come from a fault-free run of
+//! the step: the GEMM's operands and the words it overwrites are the same in the faulty run,
+//! since nothing before the fault differs. A weight-buffer word no GEMM of the step has
+//! written reads as 0 (the previous step's tiles are not tracked).
+
+use crate::error::Result;
+use crate::memfault::{tile_written, wbuf_slots, StepMap, WordHit, WordOp};
+use faultline_hw::dma::AddrReg;
+use faultline_hw::fault::ActiveFault;
+use faultline_hw::isa::{self, ExecUnit, Instr};
+use faultline_hw::matrix::Matrix;
+use faultline_hw::mxu::{self, Schedule};
+use faultline_hw::sites::{addr_bits, DMA_ADDR_BITS, TILE_COUNTER_BITS};
+use faultline_hw::{Dataflow, ExecMode, FaultSchedule, Register, Unit};
+use faultline_num::{with_precision, MacFormat};
+use std::collections::BTreeMap;
+
+/// One fold slot of the loop as the sequencer ran it: the slot, the fold the tile counter
+/// named, and each output row's (row, write cycle, first word address).
+#[derive(Debug, Clone, PartialEq)]
+struct Slot {
+    slot: usize,
+    fold: usize,
+    rows: Vec<(usize, u64, u64)>,
+}
+
+/// The GEMM the MXU runs at `cycle` of the step, if any.
+pub fn gemm_at(m: &StepMap, cycle: u64) -> Option<usize> {
+    (0..m.p.instrs.len()).find(|&i| {
+        let c = &m.sched.instrs[i];
+        c.unit == ExecUnit::Mxu && c.start <= cycle && cycle - c.start < c.cycles
+    })
+}
+
+/// The memory the result of GEMM `g` is written into, and the address of its element 0.
+fn dest(m: &StepMap, g: usize) -> (Unit, u64) {
+    let Instr::Gemm { out, .. } = &m.p.instrs[g] else { unreachable!("gemm_at names GEMMs") };
+    let h = m.p.homes[out.buf.index()];
+    (h.mem, h.base + out.offset as u64)
+}
+
+/// The fold loop of GEMM `g` with sequencer fault `f` (`None`: fault-free).
+fn run_loop(m: &StepMap, g: usize, s: &Schedule, f: Option<ActiveFault>) -> Vec<Slot> {
+    let (mem, base) = dest(m, g);
+    let on = |r: Register| f.filter(|f| f.event.site.register == r).into_iter().collect::<Vec<_>>();
+    let (tile_faults, acc_faults) = (on(Register::TileCounter), on(Register::AccAddr));
+    let width = m.hw.memory.sram(mem).map_or(DMA_ADDR_BITS, |c| addr_bits(c.words()));
+    let start = m.start(g);
+    let n = s.n;
+    let ws = s.dataflow == Dataflow::WeightStationary;
+    let mut counter = AddrReg::new(0, TILE_COUNTER_BITS, start, &tile_faults);
+    let mut slots = Vec::with_capacity(s.folds.len());
+    for (q, fq) in s.folds.iter().enumerate() {
+        let at = start + fq.start;
+        let c = counter.use_at(at) as usize;
+        counter.advance(1);
+        let Some(fold) = s.folds.get(c) else { break };
+        let times = row_times(s, c, at);
+        let m0 = if ws { 0 } else { fold.m0 };
+        let golden = |row: usize| base + ((m0 + row) * n + fold.n0) as u64;
+        let mut reg = AddrReg::new(golden(times[0].0), width, times[0].1, &acc_faults);
+        let mut rows = Vec::with_capacity(times.len());
+        for (idx, &(row, t)) in times.iter().enumerate() {
+            rows.push((row, t, reg.use_at(t)));
+            if let Some(&(next, _)) = times.get(idx + 1) {
+                reg.advance(golden(next) as i64 - golden(row) as i64);
+            }
+        }
+        slots.push(Slot { slot: q, fold: c, rows });
+    }
+    slots
+}
+
+/// When fold `c` of `s`, run from cycle `at`, writes its output rows: (row, cycle) in write
+/// order (WS: row `m` at `at + m + R + nc`; OS: bottom row first, row `i` at
+/// `at + period - 1 - i`).
+fn row_times(s: &Schedule, c: usize, at: u64) -> Vec<(usize, u64)> {
+    let fold = s.folds[c];
+    if s.dataflow == Dataflow::WeightStationary {
+        (0..s.m).map(|mi| (mi, at + (mi + s.rows + fold.nc) as u64)).collect()
+    } else {
+        (0..fold.mr).rev().map(|i| (i, at + s.period - 1 - i as u64)).collect()
+    }
+}
+
+/// Cycles of a GEMM with schedule `s` in which a fault on sequencer register `reg` changes
+/// its fold loop: the tile counter's from the GEMM's issue to the last fold's start; the
+/// accumulator address's between a fold's first and last row write (the union over folds: a
+/// narrower fold's rows can start before the previous fold's last).
+pub fn live_cycles(s: &Schedule, reg: Register) -> u64 {
+    if reg == Register::TileCounter {
+        return s.folds.last().map_or(0, |f| f.start);
+    }
+    let (mut live, mut covered) = (0, 0);
+    for c in 0..s.folds.len() {
+        let t = row_times(s, c, s.folds[c].start);
+        let (from, to) = (t.first().map_or(0, |f| f.1).max(covered), t.last().map_or(0, |l| l.1));
+        live += to.saturating_sub(from);
+        covered = covered.max(to);
+    }
+    live
+}
+
+/// Whether sequencer fault `f` changes the fold loop of GEMM `g` (a fold run out of turn or
+/// a row written to another address): the first slot it changes and the fault's cycle from
+/// that slot's start (saturating), or `None` when the fault is masked in the registers.
+pub fn strikes(m: &StepMap, g: usize, f: ActiveFault) -> Result<Option<(usize, u64)>> {
+    let Instr::Gemm { m: gm, k, n, .. } = m.p.instrs[g] else { return Ok(None) };
+    let s = Schedule::new(&m.hw.mxu, gm, k, n)?;
+    let (golden, faulty) = (run_loop(m, g, &s, None), run_loop(m, g, &s, Some(f)));
+    let first = (0..golden.len()).find(|&q| faulty.get(q) != Some(&golden[q]));
+    Ok(first.map(|q| (q, f.start.saturating_sub(m.start(g) + s.folds[q].start))))
+}
+
+/// The words sequencer fault `f` in GEMM `g` changes, given the fault-free step's buffers
+/// `golden` (nothing released): the GEMM's result words that differ (written by `g`) and the
+/// reads of other buffers' words its misdirected writes land in.
+pub fn words(m: &StepMap, g: usize, f: ActiveFault, golden: &[Vec<u32>]) -> Result<Vec<WordHit>> {
+    with_precision!(m.hw.mxu.precision(), F => words_typed::<F>(m, g, f, golden))
+}
+
+fn words_typed<F: MacFormat>(m: &StepMap, g: usize, f: ActiveFault, golden: &[Vec<u32>]) -> Result<Vec<WordHit>> {
+    let ins = &m.p.instrs[g];
+    let Instr::Gemm { out, m: gm, k, n, .. } = *ins else { return Ok(Vec::new()) };
+    let s = Schedule::new(&m.hw.mxu, gm, k, n)?;
+    let (am, bm) = isa::gemm_operands(m.hw, ins, golden)?.expect("a GEMM");
+    let (mem, base) = dest(m, g);
+    let len = (gm * n) as u64;
+    let ws = s.dataflow == Dataflow::WeightStationary;
+    // What a word held before this GEMM touched it: the value of the buffer living there.
+    let prior =
+        |addr: u64, t: u64| m.holder(mem, addr, t).and_then(|(b, y)| golden[b.index()].get(y).copied()).unwrap_or(0);
+    // The words the loop writes: value and cycle of the last write.
+    let mut written: BTreeMap<u64, (u32, u64)> = BTreeMap::new();
+    for sl in run_loop(m, g, &s, Some(f)) {
+        let fold = s.folds[sl.fold];
+        let at = m.start(g) + s.folds[sl.slot].start;
+        let w = weights(m, g, &s, sl.fold, at, golden, &bm)?;
+        let a = if ws {
+            Matrix::from_fn(gm, fold.kr, |i, j| am.get(i, fold.k0 + j))
+        } else {
+            Matrix::from_fn(fold.mr, k, |i, j| am.get(fold.m0 + i, j))
+        };
+        let psum = mxu::gemm(m.hw, &a, &w, ExecMode::Functional, &FaultSchedule::none())?.out;
+        for (row, t, first) in sl.rows {
+            for j in 0..fold.nc {
+                let addr = first + j as u64;
+                let p = psum.get(row, j);
+                let v = if fold.overwrite {
+                    p
+                } else {
+                    F::add(written.get(&addr).map_or_else(|| prior(addr, t), |w| w.0), p)
+                };
+                written.insert(addr, (v, t));
+            }
+        }
+    }
+    let mut hits = Vec::new();
+    // The result: words written, or left holding what was there before the GEMM.
+    let before = m.start(g);
+    for e in 0..len {
+        let v = written.get(&(base + e)).map_or_else(|| prior(base + e, before), |w| w.0);
+        let elem = out.offset + e as usize;
+        if golden[out.buf.index()].get(elem) != Some(&v) {
+            hits.push(WordHit { instr: Some(g), buf: out.buf, elem, op: WordOp::Bits(v), written: true });
+        }
+    }
+    // Misdirected writes: every read of the word's holder until its next write sees them.
+    for (&addr, &(v, t)) in written.range(..base).chain(written.range(base + len..)) {
+        if let Some((b, y)) = m.holder(mem, addr, t) {
+            hits.extend(m.reads_after(b, y, t, WordOp::Bits(v)));
+        }
+    }
+    Ok(hits)
+}
+
+/// The weights fold `c` of GEMM `g` multiplies by when it runs at cycle `at`: the words of its
+/// weight-buffer slot (`c mod slots`) then, each from the latest tile written there at or
+/// before `at` by any GEMM of the step that covers it (0 if none), in the MXU input format.
+fn weights(m: &StepMap, g: usize, s: &Schedule, c: usize, at: u64, golden: &[Vec<u32>], bg: &Matrix) -> Result<Matrix> {
+    let (_, slots) = wbuf_slots(m.hw);
+    let slot = c as u64 % slots;
+    let fold = s.folds[c];
+    // Tiles written into the slot by `at`, newest first: (write cycle, GEMM, fold).
+    let mut tiles: Vec<(u64, usize, usize)> = Vec::new();
+    let mut schedules: BTreeMap<usize, Schedule> = BTreeMap::new();
+    for (h, ins) in m.p.instrs.iter().enumerate() {
+        let Instr::Gemm { m: hm, k, n, .. } = *ins else { continue };
+        if m.start(h) > at {
+            continue;
+        }
+        let sh = if h == g { s.clone() } else { Schedule::new(&m.hw.mxu, hm, k, n)? };
+        for f in (0..sh.folds.len()).filter(|&f| f as u64 % slots == slot) {
+            let t = m.start(h) + tile_written(&sh, f);
+            if t <= at {
+                tiles.push((t, h, f));
+            }
+        }
+        schedules.insert(h, sh);
+    }
+    tiles.sort_by(|x, y| y.cmp(x));
+    // Only the tiles that cover some word of this fold's extent matter: the newest first.
+    let mut operands: BTreeMap<usize, Matrix> = BTreeMap::new();
+    let mut w = Matrix::zeros(fold.kr, fold.nc);
+    let mut set = vec![false; fold.kr * fold.nc];
+    for (_, h, f) in tiles {
+        if set.iter().all(|&x| x) {
+            break;
+        }
+        let tf = schedules[&h].folds[f];
+        if !operands.contains_key(&h) && h != g {
+            let (_, b) = isa::gemm_operands(m.hw, &m.p.instrs[h], golden)?.expect("a GEMM");
+            operands.insert(h, b);
+        }
+        let b = if h == g { bg } else { &operands[&h] };
+        for i in 0..fold.kr.min(tf.kr) {
+            for j in 0..fold.nc.min(tf.nc) {
+                if !set[i * fold.nc + j] {
+                    set[i * fold.nc + j] = true;
+                    w.set(i, j, b.get(tf.k0 + i, tf.n0 + j));
+                }
+            }
+        }
+    }
+    Ok(w)
+}
