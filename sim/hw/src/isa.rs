@@ -465,6 +465,16 @@ pub fn fault_time(cfg: &HwConfig, instr: &Instr, cycle: u64) -> Result<Option<Fa
     })
 }
 
+/// One fp32 word as the MXU's input converter rounds it to `format` (what [`gemm_operands`]
+/// does to every operand word).
+pub fn to_input(format: NumFormat, raw: u32) -> u32 {
+    match format {
+        NumFormat::Fp32 => raw,
+        NumFormat::Bf16 => f32_to_bf16_bits(f32::from_bits(raw)),
+        other => other.f64_to_bits(f32::from_bits(raw) as f64),
+    }
+}
+
 /// The `rows x cols` matrix stored at the front of `s` (transposed: stored `[cols][rows]`), with
 /// every fp32 word rounded to the MXU's input format by its input converter.
 fn load_matrix(format: NumFormat, s: &[u32], rows: usize, cols: usize, transposed: bool) -> Matrix {

@@ -9,6 +9,7 @@
 //! The cycles a step issues are, instruction for instruction, its program's schedule.
 
 use crate::error::{shape_str, Result, TrainError};
+use crate::gemmfold;
 use crate::memfault::{self, WordHit};
 use crate::seqfault;
 use crate::state::{ModelState, Tensor32};
@@ -290,7 +291,7 @@ impl Executor {
         let mut golden = bufs.to_vec();
         run(&self.hw, ExecMode::Functional, p, &mut golden, None, true)?;
         let sched = self.schedule();
-        let map = memfault::StepMap { p, sched: &sched, hw: &self.hw };
+        let map = memfault::StepMap::new(p, &sched, &self.hw)?;
         let words = seqfault::words(&map, g, f, &golden)?;
         Ok(Injection::words(g, words))
     }
@@ -397,11 +398,16 @@ fn run(
             }
         }
         let restore = mem.as_mut().map(|m| m.apply(bufs, Some(i), false)).unwrap_or_default();
+        let folds: Vec<&WordHit> = words.iter().filter(|h| h.instr == Some(i) && h.fold.is_some()).collect();
         let c = match fault.filter(|f| f.instr == i && f.words.is_empty()) {
             Some(f) => {
                 let (c, e) = inject(hw, p, i, bufs, &f.faults)?;
                 effect = Some(e);
                 c
+            }
+            None if !folds.is_empty() => {
+                let m = mem.as_mut().expect("fold hits are word hits");
+                m.gemm_folds(bufs, i, &folds)?
             }
             None => isa::execute(hw, ins, bufs, mode, &none)?,
         };
@@ -452,7 +458,7 @@ impl WordEffect<'_> {
     /// wrote (`written` true). Counts every word whose bits change.
     fn apply(&mut self, bufs: &mut [Vec<u32>], at: Option<usize>, written: bool) -> Vec<(BufId, usize, u32)> {
         let mut restore = Vec::new();
-        for h in self.words.iter().filter(|h| h.instr == at && h.written == written) {
+        for h in self.words.iter().filter(|h| h.instr == at && h.written == written && h.fold.is_none()) {
             let Some(&old) = bufs[h.buf.index()].get(h.elem) else { continue };
             let new = memfault::apply(h.op, old, bufs, self.hw.mxu.input_format);
             if new == old {
@@ -469,6 +475,20 @@ impl WordEffect<'_> {
             e.record(old, new);
         }
         restore
+    }
+}
+
+impl WordEffect<'_> {
+    /// Runs GEMM `i` fold by fold with the reads `folds` changed ([`crate::gemmfold`]),
+    /// counting every read that sees a changed word.
+    fn gemm_folds(&mut self, bufs: &mut [Vec<u32>], i: usize, folds: &[&WordHit]) -> Result<u64> {
+        let (c, seen) = gemmfold::run(self.hw, &self.p.instrs[i], bufs, folds)?;
+        for (old, new) in seen.into_iter().filter(|(o, n)| o != n) {
+            let name = self.p.buffers[folds[0].buf.index()].name.clone();
+            let e = self.effect.get_or_insert_with(|| Effect { elements: self.words.len(), ..Effect::none(i, name) });
+            e.record(old, new);
+        }
+        Ok(c)
     }
 }
 

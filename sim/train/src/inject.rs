@@ -264,7 +264,7 @@ fn resolve_memory(
     let p = exec.program();
     let event =
         FaultEvent { site: f.site, kind: f.kind, at: FaultTime { tile: 0, cycle: f.cycle }, duration: f.duration };
-    let map = memfault::StepMap { p, sched, hw: &exec.hw };
+    let map = memfault::StepMap::new(p, sched, &exec.hw)?;
     let (dma, words) = memfault::hits(&map, event.activate(0))?;
     let first_reader = words.iter().filter_map(|h| h.instr).min_by_key(|&i| (sched.instrs[i].start, i));
     let running = (0..p.instrs.len())
@@ -293,7 +293,7 @@ fn resolve_sequencer(
     let event =
         FaultEvent { site: f.site, kind: f.kind, at: FaultTime { tile: 0, cycle: f.cycle }, duration: f.duration };
     let active = event.activate(0);
-    let map = memfault::StepMap { p, sched, hw: &exec.hw };
+    let map = memfault::StepMap::new(p, sched, &exec.hw)?;
     let gemm = seqfault::gemm_at(&map, f.cycle);
     let struck = match gemm {
         Some(g) => seqfault::strikes(&map, g, active)?.map(|at| (g, at)),
@@ -406,14 +406,24 @@ pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSpace> {
                         let users: Vec<usize> = (0..p.instrs.len())
                             .filter(|&i| p.instrs[i].reads().contains(&id) || p.instrs[i].writes().contains(&id))
                             .collect();
-                        let first = users
-                            .iter()
-                            .find(|&&i| p.instrs[i].writes().contains(&id))
-                            .map_or(0, |&i| sched.instrs[i].start + sched.instrs[i].cycles);
+                        // A GEMM writes and reads fold by fold: from its issue to its end.
+                        let gemm = |i: usize| matches!(p.instrs[i], Instr::Gemm { .. });
+                        let end = |i: usize| sched.instrs[i].start + sched.instrs[i].cycles;
+                        let first = users.iter().find(|&&i| p.instrs[i].writes().contains(&id)).map_or(0, |&i| {
+                            if gemm(i) {
+                                sched.instrs[i].start
+                            } else {
+                                end(i)
+                            }
+                        });
                         let last = if p.kept.contains(&id) {
                             sched.total_cycles
                         } else {
-                            users.iter().map(|&i| sched.instrs[i].start).max().unwrap_or(0)
+                            users
+                                .iter()
+                                .map(|&i| if gemm(i) { end(i) } else { sched.instrs[i].start })
+                                .max()
+                                .unwrap_or(0)
                         };
                         touching.extend(users);
                         live += p.buffers[b].len as u128 * width * last.saturating_sub(first) as u128;

@@ -7,7 +7,8 @@
 //! * [`inject`]: faults on the training clock (step, cycle within the step), resolved to the
 //!   instruction, fold or vector they hit, with the effect on that instruction's outputs.
 //! * [`memfault`], [`seqfault`]: which reads a memory, weight-buffer, DMA-register or
-//!   sequencer fault changes, from the placed program and its schedule.
+//!   sequencer fault changes, from the placed program and its schedule; [`gemmfold`]: a GEMM's
+//!   SRAM reads and writes fold by fold, and the GEMM recomputed with some of them changed.
 //! * [`trainer`]: the loop (batches, steps, evaluation on the held-out split, per-step
 //!   records, summary), optimizer choice and run options.
 //! * [`state`]: parameters and optimizer state, initialised from a seed or `.npy` files.
@@ -39,6 +40,7 @@ pub mod dataset;
 pub mod digits;
 pub mod error;
 pub mod exec;
+pub mod gemmfold;
 pub mod idx;
 pub mod inject;
 pub mod memfault;

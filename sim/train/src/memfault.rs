@@ -4,9 +4,12 @@
 //! Every buffer of the placed step program has a home ([`faultline_graph::residency`]), so a
 //! memory word names, at any cycle, the element of the buffer living there. When each word is
 //! written and read comes from the step's schedule:
-//! * a GEMM or VPU instruction reads its operands when it issues and writes its results in its
-//!   last cycle (transaction level: the SRAM side of an instruction, not its internal fold and
-//!   vector timing);
+//! * a VPU instruction reads its operands when it issues and writes its results in its last
+//!   cycle (transaction level: not its internal vector timing);
+//! * a GEMM reads and writes fold by fold ([`crate::gemmfold`]): an activation word once per
+//!   fold that uses it, a weight word when its tile is written into the weight buffer, a result
+//!   word once per K fold (reading the partial sum first to add to it); a fault that only
+//!   later folds see changes only what they compute;
 //! * a DMA transfer reads and writes word `i` at [`faultline_hw::isa::dma_word_cycle`];
 //! * the batch, parameters and optimizer state are in DRAM before the step, and the host
 //!   reads the values it keeps (loss, output, next parameters and optimizer state) from DRAM
@@ -27,6 +30,7 @@
 //! destination words keep their previous contents.
 
 use crate::error::{Result, TrainError};
+use crate::gemmfold::GemmMap;
 use faultline_graph::program::{Program, Role, StepSchedule};
 use faultline_hw::dma::AddrReg;
 use faultline_hw::fault::ActiveFault;
@@ -47,7 +51,8 @@ pub enum WordOp {
 }
 
 /// One word an instruction sees changed: while instruction `instr` runs (or, for `None`, when
-/// the host reads the step's results), element `elem` of `buf` is `op` of its value.
+/// the host reads the step's results), element `elem` of `buf` is `op` of its value; for a
+/// GEMM's read in one fold only ([`crate::gemmfold`]), `fold` names it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WordHit {
     /// The instruction that reads the changed word; `None`: the host, after the step.
@@ -61,16 +66,41 @@ pub struct WordHit {
     /// Whether the change stays after the instruction (a DMA writing the wrong value into
     /// its own destination) rather than being seen by that one read only.
     pub written: bool,
+    /// The GEMM fold whose read sees the change (`None`: every read by `instr`).
+    pub fold: Option<usize>,
 }
 
-/// One access to a word: its cycle, whether it writes, and by which instruction (`None`:
-/// before the step for a write, the host after the step for a read).
+impl WordHit {
+    /// `op` seen by every read of element `elem` of `buf` by `instr`.
+    pub fn read(instr: Option<usize>, buf: BufId, elem: usize, op: WordOp) -> WordHit {
+        WordHit { instr, buf, elem, op, written: false, fold: None }
+    }
+}
+
+/// One access to a word: its cycle, its kind, and by which instruction (`None`: before the
+/// step for a write, the host after the step for a read) and GEMM fold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Access {
     cycle: u64,
-    /// Reads sort after writes of the same cycle.
-    read: bool,
+    /// Within a cycle: a GEMM fold reading a result word to add to it, then writes, then reads.
+    kind: Kind,
     instr: Option<usize>,
+    fold: Option<usize>,
+}
+
+/// What an [`Access`] does, in the order accesses of one cycle happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    /// A GEMM fold reading the partial sum it adds to (then writing it in the same cycle).
+    AddRead,
+    Write,
+    Read,
+}
+
+impl Access {
+    fn reads(&self) -> bool {
+        self.kind != Kind::Write
+    }
 }
 
 /// The program and its timing, for locating words in time.
@@ -81,11 +111,25 @@ pub struct StepMap<'a> {
     pub sched: &'a StepSchedule,
     /// The machine (with the executor's MXU format).
     pub hw: &'a HwConfig,
+    /// Each GEMM's fold timing (`None` for other instructions).
+    gemms: Vec<Option<GemmMap<'a>>>,
 }
 
-impl StepMap<'_> {
+impl<'a> StepMap<'a> {
+    /// The map of program `p` with schedule `sched` on `hw`.
+    pub fn new(p: &'a Program, sched: &'a StepSchedule, hw: &'a HwConfig) -> Result<StepMap<'a>> {
+        let gemms =
+            p.instrs.iter().zip(&sched.instrs).map(|(i, c)| GemmMap::new(hw, i, c.start)).collect::<Result<_>>()?;
+        Ok(StepMap { p, sched, hw, gemms })
+    }
+
     pub(crate) fn start(&self, i: usize) -> u64 {
         self.sched.instrs[i].start
+    }
+
+    /// The fold timing of GEMM `i` (`None` for other instructions).
+    pub(crate) fn gemm(&self, i: usize) -> Option<&GemmMap<'a>> {
+        self.gemms[i].as_ref()
     }
 
     /// The cycle instruction `i` writes element `x` of its destination(s).
@@ -95,9 +139,25 @@ impl StepMap<'_> {
             .unwrap_or_else(|| self.start(i) + self.sched.instrs[i].cycles.saturating_sub(1))
     }
 
-    /// The cycle instruction `i` reads element `x` of a source.
-    fn read_cycle(&self, i: usize, x: usize) -> u64 {
-        isa::dma_word_cycle(self.hw, &self.p.instrs[i], self.start(i), x as u64).unwrap_or(self.start(i))
+    /// The accesses by instruction `i` writing element `x` of `b` (a GEMM writes a result word
+    /// once per K fold, reading it first to add to it after the first).
+    fn write_accesses(&self, i: usize, b: BufId, x: usize) -> Vec<Access> {
+        let ins = &self.p.instrs[i];
+        let len = ins.out_len();
+        let Some(d) = ins.dests().into_iter().find(|d| d.buf == b && (d.offset..d.offset + len).contains(&x)) else {
+            return Vec::new();
+        };
+        let at = |cycle, kind, fold| Access { cycle, kind, instr: Some(i), fold };
+        match self.gemm(i) {
+            Some(g) => g
+                .writes(x - d.offset)
+                .into_iter()
+                .flat_map(|(t, c, add)| {
+                    add.then(|| at(t, Kind::AddRead, Some(c))).into_iter().chain([at(t, Kind::Write, Some(c))])
+                })
+                .collect(),
+            None => vec![at(self.write_cycle(i, x), Kind::Write, None)],
+        }
     }
 
     /// The writes of element `x` of `b`, in program order (the host's before the step first).
@@ -105,15 +165,12 @@ impl StepMap<'_> {
         let p = self.p;
         let before =
             matches!(p.buffers[b.index()].role, Role::Input | Role::Label | Role::Step | Role::Param | Role::OptState);
-        let host = before.then_some(Access { cycle: 0, read: false, instr: None });
-        host.into_iter().chain(p.instrs.iter().enumerate().filter_map(move |(i, ins)| {
-            let len = ins.out_len();
-            ins.dests().iter().any(|d| d.buf == b && (d.offset..d.offset + len).contains(&x)).then(|| Access {
-                cycle: self.write_cycle(i, x),
-                read: false,
-                instr: Some(i),
-            })
-        }))
+        let host = before.then_some(Access { cycle: 0, kind: Kind::Write, instr: None, fold: None });
+        host.into_iter().chain(
+            (0..p.instrs.len())
+                .filter(move |&i| p.instrs[i].writes().contains(&b))
+                .flat_map(move |i| self.write_accesses(i, b, x).into_iter().filter(|a| a.kind == Kind::Write)),
+        )
     }
 
     /// Every access to element `x` of `b` in time order.
@@ -121,12 +178,21 @@ impl StepMap<'_> {
         let p = self.p;
         let mut v: Vec<Access> = self.writes(b, x).collect();
         for (i, ins) in p.instrs.iter().enumerate() {
-            if reads_word(ins, b, x) {
-                v.push(Access { cycle: self.read_cycle(i, x), read: true, instr: Some(i) });
+            if ins.writes().contains(&b) {
+                v.extend(self.write_accesses(i, b, x).into_iter().filter(|a| a.kind == Kind::AddRead));
+            }
+            let read = |cycle, fold| Access { cycle, kind: Kind::Read, instr: Some(i), fold };
+            match (self.gemm(i), ins) {
+                (Some(g), _) => v.extend(g.reads(b, x).into_iter().map(|(t, c)| read(t, Some(c)))),
+                (None, Instr::Dma { src, len, .. }) if *src == b && x < *len => {
+                    v.push(read(isa::dma_word_cycle(self.hw, ins, self.start(i), x as u64).unwrap_or(0), None))
+                }
+                (None, Instr::Vpu { .. }) if vpu_reads(ins, b, x) => v.push(read(self.start(i), None)),
+                _ => {}
             }
         }
         if p.kept.contains(&b) {
-            v.push(Access { cycle: self.sched.total_cycles, read: true, instr: None });
+            v.push(Access { cycle: self.sched.total_cycles, kind: Kind::Read, instr: None, fold: None });
         }
         v.sort();
         v
@@ -158,32 +224,26 @@ impl StepMap<'_> {
     pub(crate) fn reads_after(&self, b: BufId, x: usize, t: u64, op: WordOp) -> Vec<WordHit> {
         let mut hits = Vec::new();
         for a in self.accesses(b, x).into_iter().filter(|a| a.cycle > t) {
-            if !a.read {
+            if !a.reads() {
                 break;
             }
-            hits.push(WordHit { instr: a.instr, buf: b, elem: x, op, written: false });
+            hits.push(WordHit { fold: a.fold, ..WordHit::read(a.instr, b, x, op) });
         }
         hits
     }
 }
 
-/// Whether `ins` reads element `x` of `b`.
-fn reads_word(ins: &Instr, b: BufId, x: usize) -> bool {
-    match ins {
-        Instr::Gemm { a, b: w, m, k, n, .. } => {
-            let hit = |o: &isa::MatOperand, words: usize| o.buf == b && x >= o.offset && x - o.offset < words;
-            hit(a, m * k) || hit(w, k * n)
+/// Whether VPU instruction `ins` reads element `x` of `b`.
+fn vpu_reads(ins: &Instr, b: BufId, x: usize) -> bool {
+    let Instr::Vpu { n, ins, .. } = ins else { return false };
+    ins.iter().any(|o| {
+        if o.buf != b || x < o.offset {
+            return false;
         }
-        Instr::Vpu { n, ins, .. } => ins.iter().any(|o| {
-            if o.buf != b || x < o.offset {
-                return false;
-            }
-            let span = o.view.span(*n);
-            let idx: Vec<u32> = (0..span as u32).collect();
-            x - o.offset < span && o.view.gather(&idx, *n).contains(&((x - o.offset) as u32))
-        }),
-        Instr::Dma { src, len, .. } => *src == b && x < *len,
-    }
+        let span = o.view.span(*n);
+        let idx: Vec<u32> = (0..span as u32).collect();
+        x - o.offset < span && o.view.gather(&idx, *n).contains(&((x - o.offset) as u32))
+    })
 }
 
 /// The words a memory-word fault (`ub`, `acc`, `dram`) changes: every read of the buffer
@@ -195,10 +255,10 @@ pub fn word_hits(m: &StepMap, f: ActiveFault) -> Vec<WordHit> {
     for (b, x) in m.at(mem, addr) {
         let mut last_write = None;
         for a in m.accesses(b, x) {
-            if !a.read {
+            if !a.reads() {
                 last_write = Some(a.cycle);
             } else if last_write.is_some_and(|w| f.acts_between(w, a.cycle)) {
-                hits.push(WordHit { instr: a.instr, buf: b, elem: x, op: WordOp::Fault(f), written: false });
+                hits.push(WordHit { fold: a.fold, ..WordHit::read(a.instr, b, x, WordOp::Fault(f)) });
             }
         }
     }
@@ -214,18 +274,17 @@ pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
     let (slot, i, j) = (word / slot_words, (word % slot_words) as usize / c, (word % slot_words) as usize % c);
     let mut hits = Vec::new();
     for (g, ins) in m.p.instrs.iter().enumerate() {
-        let Instr::Gemm { b, m: gm, k, n, .. } = ins else { continue };
-        let s = faultline_hw::mxu::Schedule::new(&m.hw.mxu, *gm, *k, *n)?;
-        let start = m.start(g);
+        let (Instr::Gemm { b, k, n, .. }, Some(map)) = (ins, m.gemm(g)) else { continue };
+        let (s, start) = (&map.s, map.start);
         for (fi, fold) in s.folds.iter().enumerate() {
-            let written = start + tile_written(&s, fi);
+            let written = start + tile_written(s, fi);
             let read = start + fold.start + (i + j) as u64;
             if fi as u64 % slots != slot || i >= fold.kr || j >= fold.nc || !f.acts_between(written, read) {
                 continue;
             }
             let (kk, nn) = (fold.k0 + i, fold.n0 + j);
             let elem = b.offset + if b.transposed { nn * k + kk } else { kk * n + nn };
-            hits.push(WordHit { instr: Some(g), buf: b.buf, elem, op: WordOp::Fault(f), written: false });
+            hits.push(WordHit::read(Some(g), b.buf, elem, WordOp::Fault(f)));
         }
     }
     Ok(hits)
@@ -266,7 +325,7 @@ pub fn dma_hits(m: &StepMap, f: ActiveFault) -> Option<(usize, Vec<WordHit>)> {
         if a == first + i as u64 {
             continue;
         }
-        let set = |op| WordHit { instr: Some(d), buf: dst, elem: i, op, written: true };
+        let set = |op| WordHit { written: true, ..WordHit::read(Some(d), dst, i, op) };
         if src_reg {
             // Word i comes from whatever lives at the wrong source address.
             let op = m.holder(hs.mem, a, t).map_or(WordOp::Bits(0), |(b, y)| WordOp::Copy(b, y));
@@ -278,7 +337,7 @@ pub fn dma_hits(m: &StepMap, f: ActiveFault) -> Option<(usize, Vec<WordHit>)> {
         hits.push(set(stale.map_or(WordOp::Bits(0), |(b, y)| WordOp::Copy(b, y))));
         if a >= hd.base && a - hd.base < len as u64 {
             let y = (a - hd.base) as usize;
-            hits.push(WordHit { instr: Some(d), buf: dst, elem: y, op: WordOp::Copy(src, i), written: true });
+            hits.push(WordHit { written: true, ..WordHit::read(Some(d), dst, y, WordOp::Copy(src, i)) });
         } else if let Some((b, y)) = m.holder(hd.mem, a, t) {
             hits.extend(m.reads_after(b, y, t, WordOp::Copy(src, i)));
         }

@@ -24,14 +24,15 @@
 //! written reads as 0 (the previous step's tiles are not tracked).
 
 use crate::error::Result;
+use crate::gemmfold::{fold_psum, row_times};
 use crate::memfault::{tile_written, wbuf_slots, StepMap, WordHit, WordOp};
 use faultline_hw::dma::AddrReg;
 use faultline_hw::fault::ActiveFault;
 use faultline_hw::isa::{self, ExecUnit, Instr};
 use faultline_hw::matrix::Matrix;
-use faultline_hw::mxu::{self, Schedule};
+use faultline_hw::mxu::Schedule;
 use faultline_hw::sites::{addr_bits, DMA_ADDR_BITS, TILE_COUNTER_BITS};
-use faultline_hw::{Dataflow, ExecMode, FaultSchedule, Register, Unit};
+use faultline_hw::{Dataflow, Register, Unit};
 use faultline_num::{with_precision, MacFormat};
 use std::collections::BTreeMap;
 
@@ -91,18 +92,6 @@ fn run_loop(m: &StepMap, g: usize, s: &Schedule, f: Option<ActiveFault>) -> Vec<
     slots
 }
 
-/// When fold `c` of `s`, run from cycle `at`, writes its output rows: (row, cycle) in write
-/// order (WS: row `m` at `at + m + R + nc`; OS: bottom row first, row `i` at
-/// `at + period - 1 - i`).
-fn row_times(s: &Schedule, c: usize, at: u64) -> Vec<(usize, u64)> {
-    let fold = s.folds[c];
-    if s.dataflow == Dataflow::WeightStationary {
-        (0..s.m).map(|mi| (mi, at + (mi + s.rows + fold.nc) as u64)).collect()
-    } else {
-        (0..fold.mr).rev().map(|i| (i, at + s.period - 1 - i as u64)).collect()
-    }
-}
-
 /// Cycles of a GEMM with schedule `s` in which a fault on sequencer register `reg` changes
 /// its fold loop: the tile counter's from the GEMM's issue to the last fold's start; the
 /// accumulator address's between a fold's first and last row write (the union over folds: a
@@ -125,9 +114,9 @@ pub fn live_cycles(s: &Schedule, reg: Register) -> u64 {
 /// a row written to another address): the first slot it changes and the fault's cycle from
 /// that slot's start (saturating), or `None` when the fault is masked in the registers.
 pub fn strikes(m: &StepMap, g: usize, f: ActiveFault) -> Result<Option<(usize, u64)>> {
-    let Instr::Gemm { m: gm, k, n, .. } = m.p.instrs[g] else { return Ok(None) };
-    let s = Schedule::new(&m.hw.mxu, gm, k, n)?;
-    let (golden, faulty) = (run_loop(m, g, &s, None), run_loop(m, g, &s, Some(f)));
+    let Some(map) = m.gemm(g) else { return Ok(None) };
+    let s = &map.s;
+    let (golden, faulty) = (run_loop(m, g, s, None), run_loop(m, g, s, Some(f)));
     let first = (0..golden.len()).find(|&q| faulty.get(q) != Some(&golden[q]));
     Ok(first.map(|q| (q, f.start.saturating_sub(m.start(g) + s.folds[q].start))))
 }
@@ -141,27 +130,21 @@ pub fn words(m: &StepMap, g: usize, f: ActiveFault, golden: &[Vec<u32>]) -> Resu
 
 fn words_typed<F: MacFormat>(m: &StepMap, g: usize, f: ActiveFault, golden: &[Vec<u32>]) -> Result<Vec<WordHit>> {
     let ins = &m.p.instrs[g];
-    let Instr::Gemm { out, m: gm, k, n, .. } = *ins else { return Ok(Vec::new()) };
-    let s = Schedule::new(&m.hw.mxu, gm, k, n)?;
+    let (&Instr::Gemm { out, m: gm, n, .. }, Some(map)) = (ins, m.gemm(g)) else { return Ok(Vec::new()) };
+    let s = &map.s;
     let (am, bm) = isa::gemm_operands(m.hw, ins, golden)?.expect("a GEMM");
     let (mem, base) = dest(m, g);
     let len = (gm * n) as u64;
-    let ws = s.dataflow == Dataflow::WeightStationary;
     // What a word held before this GEMM touched it: the value of the buffer living there.
     let prior =
         |addr: u64, t: u64| m.holder(mem, addr, t).and_then(|(b, y)| golden[b.index()].get(y).copied()).unwrap_or(0);
     // The words the loop writes: value and cycle of the last write.
     let mut written: BTreeMap<u64, (u32, u64)> = BTreeMap::new();
-    for sl in run_loop(m, g, &s, Some(f)) {
+    for sl in run_loop(m, g, s, Some(f)) {
         let fold = s.folds[sl.fold];
         let at = m.start(g) + s.folds[sl.slot].start;
-        let w = weights(m, g, &s, sl.fold, at, golden, &bm)?;
-        let a = if ws {
-            Matrix::from_fn(gm, fold.kr, |i, j| am.get(i, fold.k0 + j))
-        } else {
-            Matrix::from_fn(fold.mr, k, |i, j| am.get(fold.m0 + i, j))
-        };
-        let psum = mxu::gemm(m.hw, &a, &w, ExecMode::Functional, &FaultSchedule::none())?.out;
+        let w = weights(m, g, s, sl.fold, at, golden, &bm)?;
+        let psum = fold_psum(m.hw, s, sl.fold, &am, &w)?;
         for (row, t, first) in sl.rows {
             for j in 0..fold.nc {
                 let addr = first + j as u64;
@@ -182,7 +165,7 @@ fn words_typed<F: MacFormat>(m: &StepMap, g: usize, f: ActiveFault, golden: &[Ve
         let v = written.get(&(base + e)).map_or_else(|| prior(base + e, before), |w| w.0);
         let elem = out.offset + e as usize;
         if golden[out.buf.index()].get(elem) != Some(&v) {
-            hits.push(WordHit { instr: Some(g), buf: out.buf, elem, op: WordOp::Bits(v), written: true });
+            hits.push(WordHit { written: true, ..WordHit::read(Some(g), out.buf, elem, WordOp::Bits(v)) });
         }
     }
     // Misdirected writes: every read of the word's holder until its next write sees them.
@@ -203,20 +186,17 @@ fn weights(m: &StepMap, g: usize, s: &Schedule, c: usize, at: u64, golden: &[Vec
     let fold = s.folds[c];
     // Tiles written into the slot by `at`, newest first: (write cycle, GEMM, fold).
     let mut tiles: Vec<(u64, usize, usize)> = Vec::new();
-    let mut schedules: BTreeMap<usize, Schedule> = BTreeMap::new();
-    for (h, ins) in m.p.instrs.iter().enumerate() {
-        let Instr::Gemm { m: hm, k, n, .. } = *ins else { continue };
+    for h in 0..m.p.instrs.len() {
+        let Some(sh) = m.gemm(h).map(|x| &x.s) else { continue };
         if m.start(h) > at {
             continue;
         }
-        let sh = if h == g { s.clone() } else { Schedule::new(&m.hw.mxu, hm, k, n)? };
         for f in (0..sh.folds.len()).filter(|&f| f as u64 % slots == slot) {
-            let t = m.start(h) + tile_written(&sh, f);
+            let t = m.start(h) + tile_written(sh, f);
             if t <= at {
                 tiles.push((t, h, f));
             }
         }
-        schedules.insert(h, sh);
     }
     tiles.sort_by(|x, y| y.cmp(x));
     // Only the tiles that cover some word of this fold's extent matter: the newest first.
@@ -227,7 +207,7 @@ fn weights(m: &StepMap, g: usize, s: &Schedule, c: usize, at: u64, golden: &[Vec
         if set.iter().all(|&x| x) {
             break;
         }
-        let tf = schedules[&h].folds[f];
+        let tf = m.gemm(h).expect("tiles come from GEMMs").s.folds[f];
         if !operands.contains_key(&h) && h != g {
             let (_, b) = isa::gemm_operands(m.hw, &m.p.instrs[h], golden)?.expect("a GEMM");
             operands.insert(h, b);

@@ -131,7 +131,7 @@ fn trainer_injects_on_its_clock_and_refuses_bad_faults() {
     assert!(!json.contains("injection"), "fault-free records keep the landed schema: {json}");
     let end = t.schedule.total_cycles;
     for (text, why) in [
-        ("flip:seq.tile[0]@step=3,cycle=0".to_string(), "not reachable during training".to_string()),
+        ("flip:seq.tile[16]@step=3,cycle=0".to_string(), "bit 16 out of range".to_string()),
         (format!("flip:mxu.pe[0][0].psum[30]@step=3,cycle={end}"), format!("ends at cycle {end}")),
         ("flip:mxu.pe[9][0].psum[30]@step=3,cycle=0".into(), "pe[9][0]".into()),
     ] {

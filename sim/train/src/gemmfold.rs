@@ -1,0 +1,262 @@
+//! A training GEMM fold by fold, as the sequencer runs it ([`faultline_hw::mxu::Schedule`]):
+//! when each operand word is read from its SRAM and each result word written, and the GEMM
+//! recomputed fold by fold with some of those reads changed.
+//!
+//! From the GEMM's issue `S`, fold `c` starts at `T = S + fold.start`; as in
+//! [`faultline_hw::op`]:
+//! * WS: `A[m][k0 + i]` is read at `T + 1 + m + i` by every fold whose K range holds it (once per
+//!   column tile); OS: `A[m0 + i][k]` at `T + k + i` by every fold of its row tile.
+//! * `B[k][n]` is read into the weight buffer when its fold's tile is written there
+//!   ([`crate::memfault::tile_written`]), by every fold that multiplies by it (WS: one; OS: one
+//!   per row tile).
+//! * Result row `m` of a WS fold is written at `T + m + R + nc` (OS: row `i`, bottom row first,
+//!   at `T + period - 1 - i`); a fold that adds to earlier K folds reads the word in the same
+//!   cycle, before writing it back.
+//!
+//! [`run`] recomputes a GEMM this way (each fold's partial sums from its own operands, added
+//! into the result in fold order), bit-identical to [`faultline_hw::mxu::gemm`] when no read is
+//! changed.
+
+use crate::error::Result;
+use crate::memfault::{self, tile_written, WordHit};
+use faultline_hw::isa::{self, Instr, MatOperand};
+use faultline_hw::matrix::Matrix;
+use faultline_hw::mxu::{self, Schedule};
+use faultline_hw::{Dataflow, ExecMode, FaultSchedule, HwConfig};
+use faultline_num::{with_precision, MacFormat};
+
+/// When fold `c` of `s`, run from cycle `at`, writes its result rows: (row within the fold,
+/// cycle), in write order.
+pub fn row_times(s: &Schedule, c: usize, at: u64) -> Vec<(usize, u64)> {
+    let fold = s.folds[c];
+    if s.dataflow == Dataflow::WeightStationary {
+        (0..s.m).map(|mi| (mi, at + (mi + s.rows + fold.nc) as u64)).collect()
+    } else {
+        (0..fold.mr).rev().map(|i| (i, at + s.period - 1 - i as u64)).collect()
+    }
+}
+
+/// The (row, column) of element `idx` of an operand stored as `rows x cols` (transposed:
+/// `[cols][rows]`).
+fn coords(o: &MatOperand, idx: usize, rows: usize, cols: usize) -> (usize, usize) {
+    if o.transposed {
+        (idx % rows, idx / rows)
+    } else {
+        (idx / cols, idx % cols)
+    }
+}
+
+/// One GEMM instruction of a step and its fold schedule, issued at `start`.
+#[derive(Debug, Clone)]
+pub struct GemmMap<'a> {
+    ins: &'a Instr,
+    /// The fold schedule.
+    pub s: Schedule,
+    /// Issue cycle.
+    pub start: u64,
+}
+
+impl<'a> GemmMap<'a> {
+    /// The map of `ins` issued at `start` (`None` if it is not a GEMM).
+    pub fn new(hw: &HwConfig, ins: &'a Instr, start: u64) -> Result<Option<GemmMap<'a>>> {
+        let Instr::Gemm { m, k, n, .. } = *ins else { return Ok(None) };
+        Ok(Some(GemmMap { ins, s: Schedule::new(&hw.mxu, m, k, n)?, start }))
+    }
+
+    fn operands(&self) -> (&MatOperand, &MatOperand, isa::Dest) {
+        let Instr::Gemm { a, b, out, .. } = self.ins else { unreachable!("a GemmMap holds a GEMM") };
+        (a, b, *out)
+    }
+
+    /// The reads of element `x` of buffer `buf` as an operand: (cycle, fold), in fold order.
+    pub fn reads(&self, buf: isa::BufId, x: usize) -> Vec<(u64, usize)> {
+        let (a, b, _) = self.operands();
+        let (s, ws) = (&self.s, self.s.dataflow == Dataflow::WeightStationary);
+        let mut v = Vec::new();
+        let at = |c: usize| self.start + s.folds[c].start;
+        if a.buf == buf && x >= a.offset && x - a.offset < s.m * s.k {
+            let (mm, kk) = coords(a, x - a.offset, s.m, s.k);
+            for (c, f) in s.folds.iter().enumerate() {
+                if ws && (f.k0..f.k0 + f.kr).contains(&kk) {
+                    v.push((at(c) + 1 + (mm + kk - f.k0) as u64, c));
+                } else if !ws && (f.m0..f.m0 + f.mr).contains(&mm) {
+                    v.push((at(c) + (kk + mm - f.m0) as u64, c));
+                }
+            }
+        }
+        if b.buf == buf && x >= b.offset && x - b.offset < s.k * s.n {
+            let (kk, nn) = coords(b, x - b.offset, s.k, s.n);
+            for (c, f) in s.folds.iter().enumerate() {
+                if (f.k0..f.k0 + f.kr).contains(&kk) && (f.n0..f.n0 + f.nc).contains(&nn) {
+                    v.push((self.start + tile_written(s, c), c));
+                }
+            }
+        }
+        v
+    }
+
+    /// The writes of result element `e` (from the destination's first word): (cycle, fold,
+    /// whether the fold reads the word first to add to it), in fold order.
+    pub fn writes(&self, e: usize) -> Vec<(u64, usize, bool)> {
+        let s = &self.s;
+        let (mm, nn) = (e / s.n, e % s.n);
+        let mut v = Vec::new();
+        for (c, f) in s.folds.iter().enumerate() {
+            if !(f.n0..f.n0 + f.nc).contains(&nn) || !(f.m0..f.m0 + f.mr).contains(&mm) {
+                continue;
+            }
+            let row = mm - f.m0;
+            let t = row_times(s, c, self.start + f.start).into_iter().find(|r| r.0 == row).map_or(0, |r| r.1);
+            v.push((t, c, !f.overwrite));
+        }
+        v
+    }
+}
+
+/// The partial sums of fold `c` of `s`: `A`'s rows and columns the fold reads (all of
+/// `am`'s rows for WS) times `w` (the fold's `kr x nc` weights).
+pub fn fold_psum(hw: &HwConfig, s: &Schedule, c: usize, am: &Matrix, w: &Matrix) -> Result<Matrix> {
+    let f = s.folds[c];
+    let a = if s.dataflow == Dataflow::WeightStationary {
+        Matrix::from_fn(s.m, f.kr, |i, j| am.get(i, f.k0 + j))
+    } else {
+        Matrix::from_fn(f.mr, s.k, |i, j| am.get(f.m0 + i, j))
+    };
+    Ok(mxu::gemm(hw, &a, w, ExecMode::Functional, &FaultSchedule::none())?.out)
+}
+
+/// Runs GEMM `ins` on `bufs` fold by fold, with the reads `hits` name (each with its fold)
+/// changed: an operand word as that fold reads it, or a result word as a later K fold reads it
+/// to add to it. Writes the result; returns the GEMM's cycles and each changed read's
+/// (fault-free, changed) raw word.
+pub fn run(hw: &HwConfig, ins: &Instr, bufs: &mut [Vec<u32>], hits: &[&WordHit]) -> Result<(u64, Vec<(u32, u32)>)> {
+    with_precision!(hw.mxu.precision(), F => run_typed::<F>(hw, ins, bufs, hits))
+}
+
+fn run_typed<F: MacFormat>(
+    hw: &HwConfig,
+    ins: &Instr,
+    bufs: &mut [Vec<u32>],
+    hits: &[&WordHit],
+) -> Result<(u64, Vec<(u32, u32)>)> {
+    let map = GemmMap::new(hw, ins, 0)?.expect("gemmfold::run runs GEMMs");
+    let (a, b, out) = map.operands();
+    let s = &map.s;
+    let (am, bm) = isa::gemm_operands(hw, ins, bufs)?.expect("a GEMM");
+    let fmt = hw.mxu.input_format;
+    let mut seen = Vec::new();
+    // The operand value a changed read sees, converted as the MXU's input converter does.
+    let changed = |h: &WordHit, bufs: &[Vec<u32>], seen: &mut Vec<(u32, u32)>| {
+        let old = bufs[h.buf.index()][h.elem];
+        let new = memfault::apply(h.op, old, bufs, fmt);
+        seen.push((old, new));
+        isa::to_input(fmt, new)
+    };
+    let mut res = vec![0u32; s.m * s.n];
+    for (c, f) in s.folds.iter().enumerate() {
+        let here = || hits.iter().filter(move |h| h.fold == Some(c));
+        let mut am_c = None;
+        let mut w = Matrix::from_fn(f.kr, f.nc, |i, j| bm.get(f.k0 + i, f.n0 + j));
+        for h in here() {
+            if h.buf == a.buf && h.elem >= a.offset && h.elem - a.offset < s.m * s.k {
+                let (mm, kk) = coords(a, h.elem - a.offset, s.m, s.k);
+                am_c.get_or_insert_with(|| am.clone()).set(mm, kk, changed(h, bufs, &mut seen));
+            }
+            if h.buf == b.buf && h.elem >= b.offset && h.elem - b.offset < s.k * s.n {
+                let (kk, nn) = coords(b, h.elem - b.offset, s.k, s.n);
+                w.set(kk - f.k0, nn - f.n0, changed(h, bufs, &mut seen));
+            }
+        }
+        let psum = fold_psum(hw, s, c, am_c.as_ref().unwrap_or(&am), &w)?;
+        for i in 0..psum.rows {
+            for j in 0..f.nc {
+                let e = (f.m0 + i) * s.n + f.n0 + j;
+                let p = psum.get(i, j);
+                res[e] = if f.overwrite {
+                    p
+                } else {
+                    // The accumulator word as this fold reads it to add.
+                    let elem = out.offset + e;
+                    let mut acc = res[e];
+                    for h in here().filter(|h| h.buf == out.buf && h.elem == elem) {
+                        let new = memfault::apply(h.op, acc, bufs, fmt);
+                        seen.push((acc, new));
+                        acc = new;
+                    }
+                    F::add(acc, p)
+                };
+            }
+        }
+    }
+    let dst = &mut bufs[out.buf.index()];
+    if dst.is_empty() && out.offset == 0 {
+        *dst = res;
+    } else {
+        dst[out.offset..out.offset + res.len()].copy_from_slice(&res);
+    }
+    Ok((isa::cycles(hw, ins), seen))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memfault::WordOp;
+    use faultline_hw::isa::{BufId, Dest};
+    use faultline_num::Precision;
+    use proptest::prelude::*;
+
+    /// `out = A * B` with `A` in buffer 0 (maybe transposed), `B` in buffer 1, `out` in 2.
+    fn gemm(m: usize, k: usize, n: usize, at: bool) -> Instr {
+        let op = |b: u32, transposed: bool| MatOperand { buf: BufId(b), offset: 0, transposed };
+        Instr::Gemm { a: op(0, at), b: op(1, false), out: Dest::whole(BufId(2)), m, k, n }
+    }
+
+    fn values(len: usize, seed: u64) -> Vec<u32> {
+        (0..len as u64).map(|i| (((i * 7919 + seed * 104729) % 2001) as f32 / 400.0 - 2.5).to_bits()).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Fold by fold with nothing changed is the GEMM, to the bit; an activation word
+        /// changed in one fold changes only that fold's outputs, exactly as the whole GEMM
+        /// with that word changed does there.
+        #[test]
+        fn folds_are_the_gemm_and_a_changed_read_reaches_only_its_fold(
+            m in 1usize..11, k in 1usize..11, n in 1usize..11, os in any::<bool>(), at in any::<bool>(),
+            seed in 0u64..1000, pick in 0usize..1000,
+        ) {
+            let df = if os { Dataflow::OutputStationary } else { Dataflow::WeightStationary };
+            let hw = HwConfig::test_config(4, 4, df, Precision::Bf16Fp32);
+            let ins = gemm(m, k, n, at);
+            let bufs = vec![values(m * k, seed), values(k * n, seed + 1), Vec::new()];
+            let mut golden = bufs.clone();
+            isa::execute(&hw, &ins, &mut golden, ExecMode::Functional, &FaultSchedule::none()).unwrap();
+            let mut folds = bufs.clone();
+            run(&hw, &ins, &mut folds, &[]).unwrap();
+            prop_assert_eq!(&folds[2], &golden[2]);
+
+            // Change A's element `x` in one of the folds that read it.
+            let x = pick % (m * k);
+            let map = GemmMap::new(&hw, &ins, 0).unwrap().unwrap();
+            let reads = map.reads(BufId(0), x);
+            prop_assert!(!reads.is_empty());
+            let (_, c) = reads[pick % reads.len()];
+            let new = (f32::from_bits(bufs[0][x]) * 3.0 + 1.0).to_bits();
+            let hit = WordHit { fold: Some(c), ..WordHit::read(Some(0), BufId(0), x, WordOp::Bits(new)) };
+            let mut one = bufs.clone();
+            let (_, seen) = run(&hw, &ins, &mut one, &[&hit]).unwrap();
+            prop_assert_eq!(seen, vec![(bufs[0][x], new)]);
+            let mut whole = bufs.clone();
+            whole[0][x] = new;
+            isa::execute(&hw, &ins, &mut whole, ExecMode::Functional, &FaultSchedule::none()).unwrap();
+            let f = map.s.folds[c];
+            for e in 0..m * n {
+                let (r, col) = (e / n, e % n);
+                let in_fold = (f.m0..f.m0 + f.mr).contains(&r) && (f.n0..f.n0 + f.nc).contains(&col);
+                let want = if in_fold { whole[2][e] } else { golden[2][e] };
+                prop_assert_eq!(one[2][e], want, "element {} (fold {} of {:?})", e, c, f);
+            }
+        }
+    }
+}
