@@ -50,3 +50,51 @@ fn functional_cycle_level_and_hybrid_steps_are_bit_identical() {
         }
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(8))]
+
+    /// Hybrid == cycle-level with a fault: one random fault of every site class (DRAM words
+    /// included), struck at a random cycle of a step, gives the same loss, output, state and
+    /// reported effect whether only the instruction it hits runs at cycle level (inside a
+    /// functional step) or every instruction does.
+    #[test]
+    fn a_faulty_hybrid_step_equals_a_faulty_cycle_level_step(
+        idx in proptest::prelude::any::<u64>(),
+        cycle in proptest::prelude::any::<u64>(),
+        model in 0usize..3,
+    ) {
+        let (model, config) = (MODELS[model], "tpu-8x8");
+        let make = |mode| {
+            let mut t = trainer(model, config, MxuFormat::Bf16, mode);
+            t.exec.hw.dram.fault_sites = true;
+            t
+        };
+        let (f, cyc) = (make(ExecMode::Functional), make(ExecMode::CycleLevel));
+        let (x, y) = f.data.train.gather(&f.batcher.clone().next_indices());
+        let hw = &f.exec.hw;
+        for class in faultline_hw::SiteClass::all(hw) {
+            let site = class.site_at(hw, idx % class.bit_count(hw)).unwrap();
+            let fault = faultline_train::StepFault {
+                kind: faultline_num::BitFault::Flip,
+                site,
+                step: 1,
+                cycle: cycle % f.schedule.total_cycles,
+                duration: 1,
+            };
+            let run = |t: &Trainer| {
+                let (inj, rep) = faultline_train::inject::resolve(&t.exec, &t.schedule, &fault).unwrap();
+                let mut s = t.state.clone();
+                let o = t.exec.step_with_fault(&mut s, &x, &y, inj.as_ref()).unwrap();
+                let out: Vec<u32> = o.output.iter().map(|v| v.to_bits()).collect();
+                // Bits, not floats: a fault may leave NaNs, which compare unequal to themselves.
+                let state: Vec<(String, Vec<u32>)> =
+                    s.tensors.iter().map(|(k, t)| (k.clone(), t.data.iter().map(|v| v.to_bits()).collect())).collect();
+                let rep = faultline_train::inject::complete(rep, o.effect.as_ref()).to_string();
+                (o.loss.to_bits(), out, state, s.step, rep)
+            };
+            let (h, c) = (run(&f), run(&cyc));
+            proptest::prop_assert!(h == c, "{} on {}: {} differs: {} vs {}", model, config, fault, h.4, c.4);
+        }
+    }
+}
