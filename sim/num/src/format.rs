@@ -109,10 +109,21 @@ pub fn bf16_bits_to_f32(bits: u32) -> f32 {
     f32::from_bits(bits << 16)
 }
 
-/// Rounds an `f32` to bf16 raw bits: nearest, ties to even; NaN stays (quiet) NaN.
-#[inline]
+/// Rounds an `f32` to bf16 raw bits: nearest, ties to even; NaN stays NaN, its top payload
+/// bits kept and made quiet (bit for bit what `half::bf16::from_f32` gives; a test checks).
+/// Written branch-free so that loops over operand matrices vectorise.
+#[inline(always)]
 pub fn f32_to_bf16_bits(x: f32) -> u32 {
-    half::bf16::from_f32(x).to_bits() as u32
+    let b = x.to_bits();
+    // Round to nearest even: add 0x7fff plus the lowest kept bit, then truncate. An overflow
+    // carries into the exponent (to infinity), as it should.
+    let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+    let nan = (b >> 16) | 0x40;
+    if x.is_nan() {
+        nan
+    } else {
+        rounded
+    }
 }
 
 /// Rounds an `f64` straight to bf16 (one rounding, no f32 double rounding).
@@ -156,6 +167,19 @@ mod tests {
         let upper = b >> 16;
         let round_up = lower > 0x8000 || (lower == 0x8000 && upper & 1 == 1);
         upper + round_up as u32
+    }
+
+    /// The branch-free rounding is `half`'s, bit for bit: every sign, exponent and top
+    /// mantissa pattern (all 2^16 upper halves, NaN payloads included) with the lower halves
+    /// that decide the rounding (below, at and above the tie, and the extremes).
+    #[test]
+    fn bf16_rounding_is_the_half_crates() {
+        for upper in 0u32..=0xffff {
+            for lower in [0u32, 1, 0x7fff, 0x8000, 0x8001, 0xc000, 0xfffe, 0xffff] {
+                let x = f32::from_bits(upper << 16 | lower);
+                assert_eq!(f32_to_bf16_bits(x), half::bf16::from_f32(x).to_bits() as u32, "{:#010x}", x.to_bits());
+            }
+        }
     }
 
     #[test]
