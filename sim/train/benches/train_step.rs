@@ -1,6 +1,7 @@
 //! `train_step`: one training step of mlp-digits (batch 32, bf16 MXU, sgd) on tpu-32x32 in
 //! functional and cycle-level mode, and in functional mode with one fault (the hit GEMM at cycle
-//! level: a hybrid step); restoring a `TrainState` snapshot, as a campaign trial does. The
+//! level: a hybrid step; a unified-buffer word; the sequencer's tile counter); restoring a
+//! `TrainState` snapshot, as a campaign trial does. The
 //! throughput line of the step benchmarks is steps per second.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -42,6 +43,23 @@ fn train_step(c: &mut Criterion) {
             black_box(t.step_with(Some(&fault)).expect("step").loss)
         })
     });
+    // A unified-buffer flip in the batch's first word while the fc1 GEMM reads it (its first
+    // column tile's fold has read it, the second's has not), and a tile-counter flip before the
+    // GEMM's second fold: the memory and sequencer paths of a campaign trial.
+    for (name, fault) in [
+        ("mlp-digits/ub-word-fault", format!("flip:ub.word[0x0][30]@step=1,cycle={}", at - 100 + 8)),
+        ("mlp-digits/seq-tile-fault", format!("flip:seq.tile[0]@step=1,cycle={}", at - 100 + 8)),
+    ] {
+        let fault: StepFault = fault.parse().expect("fault");
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                t.restore_snapshot(&snap);
+                let r = t.step_with(Some(&fault)).expect("step");
+                assert!(r.injection.as_ref().is_some_and(|i| !i.masked()), "{name}: a live fault");
+                black_box(r.loss)
+            })
+        });
+    }
     group.bench_function("mlp-digits/restore-snapshot", |b| b.iter(|| t.restore_snapshot(black_box(&snap))));
     group.finish();
 }

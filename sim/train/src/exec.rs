@@ -285,11 +285,26 @@ impl Executor {
     /// The words sequencer fault `f` in GEMM `g` changes ([`crate::seqfault`]), from a
     /// fault-free run of the step on `bufs` (the bound placeholders, not modified).
     fn sequencer_words(&self, p: &Program, bufs: &[Vec<u32>], g: usize, f: ActiveFault) -> Result<Injection> {
+        let mut golden = bufs.to_vec();
+        run(&self.hw, ExecMode::Functional, p, &mut golden, None, true)?;
+        self.words_of_sequencer_fault(g, f, &golden)
+    }
+
+    /// Every buffer of a fault-free step on a batch (nothing released), as the program's
+    /// buffer table numbers them; `state` is not changed.
+    pub fn step_buffers(&self, state: &ModelState, x: &[f32], labels: &[u32]) -> Result<Vec<Vec<u32>>> {
+        let mut bufs = self.bind(&self.step, state, x, Some(labels))?;
+        run(&self.hw, ExecMode::Functional, &self.step, &mut bufs, None, true)?;
+        Ok(bufs)
+    }
+
+    /// The injection of sequencer fault `f` in GEMM `g` of the step program, given the
+    /// fault-free step's buffers ([`Executor::step_buffers`]).
+    pub fn words_of_sequencer_fault(&self, g: usize, f: ActiveFault, golden: &[Vec<u32>]) -> Result<Injection> {
+        let p = &self.step;
         if !matches!(p.instrs.get(g), Some(isa::Instr::Gemm { .. })) {
             return Err(TrainError::Config(format!("a sequencer fault targets a GEMM; instruction {g} is not one")));
         }
-        let mut golden = bufs.to_vec();
-        run(&self.hw, ExecMode::Functional, p, &mut golden, None, true)?;
         let sched = self.schedule();
         let map = memfault::StepMap::new(p, &sched, &self.hw)?;
         let words = seqfault::words(&map, g, f, &golden)?;

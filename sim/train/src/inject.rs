@@ -111,7 +111,8 @@ pub struct InjectionReport {
     /// Whether the faulted site's unit is running that instruction (else the fault is masked).
     pub unit_busy: bool,
     /// The fold (GEMM) or vector (VPU) the cycle falls in, when the unit is busy; for a
-    /// sequencer fault, the first fold slot whose loop it changes.
+    /// sequencer fault, the first fold slot whose loop it changes; for a memory word a GEMM
+    /// reads fold by fold, the first fold that reads the changed word.
     pub tile: Option<usize>,
     /// Cycle from that tile's origin (0 for a sequencer fault that strikes before the slot).
     pub tile_cycle: Option<u64>,
@@ -172,6 +173,7 @@ impl InjectionReport {
 impl fmt::Display for InjectionReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let at = match (self.tile, self.tile_cycle) {
+            (Some(t), _) if self.memory_site() => format!("memory word read, first by fold {t}"),
             (Some(t), Some(c)) => format!("tile {t}, cycle {c}"),
             _ if self.unit_busy => "memory word read".into(),
             _ if self.memory_site() => "no live word".into(),
@@ -187,7 +189,7 @@ impl fmt::Display for InjectionReport {
             write!(f, "masked in hardware (no value is read from the word after the fault)")
         } else if self.masked() {
             write!(f, "masked in hardware ({} outputs bit-identical)", self.elements)
-        } else if self.tile.is_none() && self.memory_site() {
+        } else if self.memory_site() {
             write!(
                 f,
                 "{} of {} word reads see a changed word of `{}`, max abs error {:.3e}, max rel error {:.3e}",
@@ -271,8 +273,11 @@ fn resolve_memory(
         .find(|&i| sched.instrs[i].start <= f.cycle && f.cycle - sched.instrs[i].start < sched.instrs[i].cycles);
     let instr = dma.or(first_reader).or(running).unwrap_or(0);
     let buffer = words.first().map_or_else(|| "(none)".to_string(), |h| p.buffers[h.buf.index()].name.clone());
+    // A GEMM reading the word fold by fold: the first of its folds that sees the change.
+    let fold = words.iter().filter(|h| h.instr == Some(instr)).filter_map(|h| h.fold).min();
     let report = InjectionReport {
         unit_busy: !words.is_empty(),
+        tile: fold,
         elements: words.len(),
         buffer,
         ..InjectionReport::placed(exec, f, instr)

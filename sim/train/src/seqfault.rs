@@ -135,9 +135,14 @@ fn words_typed<F: MacFormat>(m: &StepMap, g: usize, f: ActiveFault, golden: &[Ve
     let (am, bm) = isa::gemm_operands(m.hw, ins, golden)?.expect("a GEMM");
     let (mem, base) = dest(m, g);
     let len = (gm * n) as u64;
-    // What a word held before this GEMM touched it: the value of the buffer living there.
-    let prior =
-        |addr: u64, t: u64| m.holder(mem, addr, t).and_then(|(b, y)| golden[b.index()].get(y).copied()).unwrap_or(0);
+    // What a word held before this GEMM touched it: the value of the buffer living there (for
+    // the result's own words, the one before the GEMM issued: the fault-free run's writes of
+    // them are what this loop replaces).
+    let before = m.start(g);
+    let prior = |addr: u64, t: u64| {
+        let t = if (base..base + len).contains(&addr) { before } else { t };
+        m.holder(mem, addr, t).and_then(|(b, y)| golden[b.index()].get(y).copied()).unwrap_or(0)
+    };
     // The words the loop writes: value and cycle of the last write.
     let mut written: BTreeMap<u64, (u32, u64)> = BTreeMap::new();
     for sl in run_loop(m, g, s, Some(f)) {
@@ -160,7 +165,6 @@ fn words_typed<F: MacFormat>(m: &StepMap, g: usize, f: ActiveFault, golden: &[Ve
     }
     let mut hits = Vec::new();
     // The result: words written, or left holding what was there before the GEMM.
-    let before = m.start(g);
     for e in 0..len {
         let v = written.get(&(base + e)).map_or_else(|| prior(base + e, before), |w| w.0);
         let elem = out.offset + e as usize;

@@ -378,3 +378,53 @@ fn a_fault_free_fold_loop_reproduces_every_gemm_to_the_bit() {
         }
     }
 }
+
+/// A result row the accumulator address sends away leaves its words holding what they held
+/// before the GEMM, and the later K folds add to that: with the fc1 GEMM's last row of fold 0
+/// sent far out of its result (the top address bit flipped just before that row's write), the
+/// row's first column tile is exactly the GEMM over the remaining K folds (added to +0: no
+/// value lived there before), not the fault-free result plus them.
+#[test]
+fn a_row_sent_away_leaves_the_words_before_the_gemm_for_later_folds_to_add_to() {
+    use faultline_hw::isa::{self, BufId, Dest, MatOperand};
+    use faultline_train::memfault::WordOp;
+    let t = trainer(Dataflow::WeightStationary);
+    let (hw, p, sched) = (&t.exec.hw, t.exec.program(), &t.schedule);
+    let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
+    let golden = t.exec.step_buffers(&t.state, &x, &y).unwrap();
+    let g = (0..p.instrs.len()).find(|&i| matches!(p.instrs[i], Instr::Gemm { .. })).unwrap();
+    let Instr::Gemm { a, b, out, m, k, n } = p.instrs[g] else { unreachable!() };
+    let (r, c) = (hw.mxu.rows, hw.mxu.cols);
+    assert!(k > r && n >= c && m >= 2, "fc1 needs several K folds: {m}x{k}x{n}");
+    assert_eq!(p.homes[out.buf.index()].base, 0, "fc1's result is the first thing in the accumulators");
+    // Fold 0's row m-1 is written at issue + (m - 1) + R + C.
+    let row_write = sched.instrs[g].start + (m - 1 + r + c) as u64;
+    let width = SiteClass { unit: Unit::Seq, register: Register::AccAddr }.width(hw);
+    let event = faultline_hw::FaultEvent {
+        site: FaultSite::control(Unit::Seq, Register::AccAddr, width - 1),
+        kind: faultline_num::BitFault::Flip,
+        at: faultline_hw::fault::FaultTime { tile: 0, cycle: row_write - 1 },
+        duration: 1,
+    };
+    let inj = t.exec.words_of_sequencer_fault(g, event.activate(0), &golden).unwrap();
+    // The oracle: row m-1 of A without its first R columns, times B's first C columns without
+    // its first R rows, as one GEMM.
+    let row = m - 1;
+    let a_rest: Vec<u32> = (r..k)
+        .map(|kk| golden[a.buf.index()][a.offset + if a.transposed { kk * m + row } else { row * k + kk }])
+        .collect();
+    let b_rest: Vec<u32> = (r..k)
+        .flat_map(|kk| (0..c).map(move |j| (kk, j)))
+        .map(|(kk, j)| golden[b.buf.index()][b.offset + if b.transposed { j * k + kk } else { kk * n + j }])
+        .collect();
+    let op = |buf: u32| MatOperand { buf: BufId(buf), offset: 0, transposed: false };
+    let sub = Instr::Gemm { a: op(0), b: op(1), out: Dest::whole(BufId(2)), m: 1, k: k - r, n: c };
+    let mut bufs = vec![a_rest, b_rest, Vec::new()];
+    isa::execute(hw, &sub, &mut bufs, faultline_hw::ExecMode::Functional, &faultline_hw::FaultSchedule::none())
+        .unwrap();
+    for j in 0..c {
+        let elem = out.offset + row * n + j;
+        let hit = inj.words.iter().find(|h| h.buf == out.buf && h.elem == elem).expect("the row's words change");
+        assert_eq!(hit.op, WordOp::Bits(bufs[2][j]), "column {j}");
+    }
+}
