@@ -307,7 +307,7 @@ impl Executor {
         }
         let sched = self.schedule();
         let map = memfault::StepMap::new(p, &sched, &self.hw)?;
-        let words = seqfault::words(&map, g, f, &golden)?;
+        let words = seqfault::words(&map, g, f, golden)?;
         Ok(Injection::words(g, words))
     }
 

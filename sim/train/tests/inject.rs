@@ -422,9 +422,10 @@ fn a_row_sent_away_leaves_the_words_before_the_gemm_for_later_folds_to_add_to() 
     let mut bufs = vec![a_rest, b_rest, Vec::new()];
     isa::execute(hw, &sub, &mut bufs, faultline_hw::ExecMode::Functional, &faultline_hw::FaultSchedule::none())
         .unwrap();
-    for j in 0..c {
+    assert_eq!(bufs[2].len(), c);
+    for (j, &want) in bufs[2].iter().enumerate() {
         let elem = out.offset + row * n + j;
         let hit = inj.words.iter().find(|h| h.buf == out.buf && h.elem == elem).expect("the row's words change");
-        assert_eq!(hit.op, WordOp::Bits(bufs[2][j]), "column {j}");
+        assert_eq!(hit.op, WordOp::Bits(want), "column {j}");
     }
 }
