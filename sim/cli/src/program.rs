@@ -9,7 +9,7 @@ use faultline_hw::budget::HostMemory;
 use faultline_hw::isa::Instr;
 use faultline_hw::ExecMode;
 use faultline_hw::HwConfig;
-use faultline_train::{inject, Executor, MxuFormat, OptimizerKind};
+use faultline_train::{space, Executor, MxuFormat, OptimizerKind};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -64,7 +64,7 @@ struct Report {
     /// Busy and stall cycles per layer and unit.
     per_layer: BTreeMap<String, BTreeMap<String, UnitCycles>>,
     instructions: Vec<Row>,
-    injection_space: Vec<inject::ClassSpace>,
+    injection_space: Vec<space::ClassSpace>,
 }
 
 /// Runs the command.
@@ -123,7 +123,7 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
         per_phase: s.per_phase_unit.iter().map(|(p, u)| (p.name().to_string(), u.clone())).collect(),
         per_layer: s.per_layer_unit.clone(),
         instructions: rows,
-        injection_space: inject::space(&exec, s),
+        injection_space: space::space(&exec, s),
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -297,6 +297,16 @@ impl SiteClass {
         Some(FaultSite { unit: self.unit, instance, register: self.register, bit })
     }
 
+    /// The element index of `site` in this class (row-major, as [`SiteClass::site_at`] numbers
+    /// elements): a PE's `row * cols + col`, a lane, a word address, 0 for a control register.
+    pub fn element_of(self, cfg: &HwConfig, site: &FaultSite) -> u64 {
+        match info(self).arity {
+            0 => 0,
+            1 => site.instance[0] as u64,
+            _ => site.instance[0] as u64 * self.dims(cfg)[1] as u64 + site.instance[1] as u64,
+        }
+    }
+
     /// Glob-style pattern of the class, e.g. `mxu.pe[*][*].psum`.
     pub fn pattern(self) -> String {
         let i = info(self);

@@ -21,7 +21,7 @@ use crate::memfault;
 use crate::seqfault;
 use faultline_graph::{Phase, StepSchedule};
 use faultline_hw::fault::FaultTime;
-use faultline_hw::isa::{self, ExecUnit, Instr};
+use faultline_hw::isa::{self, ExecUnit};
 use faultline_hw::{FaultEvent, FaultSchedule, FaultSite, Unit};
 use faultline_num::BitFault;
 use serde::{Deserialize, Serialize};
@@ -329,123 +329,6 @@ pub fn complete(mut report: InjectionReport, effect: Option<&Effect>) -> Injecti
         report.buffer = e.buffer.clone();
     }
     report
-}
-
-/// The (bit, cycle) space of one site class during one training step, from the program alone.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ClassSpace {
-    /// The class, e.g. `mxu.pe[*][*].psum`.
-    pub class: String,
-    /// Bits in the class.
-    pub bits: u64,
-    /// Instructions of the step that run on the class's unit (MXU, VPU, DMA) or, for a memory,
-    /// that access it.
-    pub instructions: usize,
-    /// Cycles of the step in which the unit runs one of them (DMA: a transfer's data phase);
-    /// for a memory, the step's cycles.
-    pub busy_cycles: u64,
-    /// The (bit, cycle) pairs a uniform sampler draws from: `bits * busy_cycles` for a unit;
-    /// for a memory, the bits of the words holding a value between its write and its last read
-    /// (a word's bits are dead outside that window).
-    pub bit_cycles: u128,
-    /// The rest of the step's `bits * cycles`: masked without running.
-    pub idle_bit_cycles: u128,
-}
-
-/// The injection space of a step of `exec` (schedule `sched`): for every site class training
-/// reaches, its bits and its live (bit, cycle) pairs, so a campaign can sample uniformly over
-/// the live part and count the rest as masked. Listed without running a step.
-pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSpace> {
-    let (p, hw) = (exec.program(), &exec.hw);
-    let unit_of = |i: usize| p.instrs[i].unit();
-    let total = sched.total_cycles as u128;
-    faultline_hw::SiteClass::all(hw)
-        .into_iter()
-        .map(|c| {
-            let bits = c.bit_count(hw);
-            let width = c.width(hw) as u128;
-            let (instructions, busy_cycles, live) = match (ExecUnit::of(c.unit), c.unit) {
-                (Some(u), _) => {
-                    let busy = if u == ExecUnit::Mxu { sched.mxu_cycles } else { sched.vpu_cycles };
-                    let n = (0..p.instrs.len()).filter(|&i| unit_of(i) == u).count();
-                    (n, busy, bits as u128 * busy as u128)
-                }
-                (None, faultline_hw::Unit::Dma) => {
-                    let n = (0..p.instrs.len()).filter(|&i| unit_of(i) == ExecUnit::Dma).count();
-                    (n, sched.dma_cycles, bits as u128 * sched.dma_cycles as u128)
-                }
-                (None, Unit::Seq) => {
-                    // Each GEMM's fold loop ([`seqfault::live_cycles`]).
-                    let (mut live, mut n) = (0u128, 0);
-                    for ins in &p.instrs {
-                        let Instr::Gemm { m, k, n: nn, .. } = ins else { continue };
-                        let Ok(s) = faultline_hw::mxu::Schedule::new(&hw.mxu, *m, *k, *nn) else { continue };
-                        n += 1;
-                        live += width * seqfault::live_cycles(&s, c.register) as u128;
-                    }
-                    (n, sched.mxu_cycles, live)
-                }
-                (None, faultline_hw::Unit::Wbuf) => {
-                    // Each GEMM fold's weight tile, from its write to its read ([`memfault`]).
-                    let mut live = 0u128;
-                    let mut n = 0;
-                    for ins in &p.instrs {
-                        let Instr::Gemm { m, k, n: nn, .. } = ins else { continue };
-                        let Ok(s) = faultline_hw::mxu::Schedule::new(&hw.mxu, *m, *k, *nn) else { continue };
-                        n += 1;
-                        for (f, fold) in s.folds.iter().enumerate() {
-                            let written = memfault::tile_written(&s, f);
-                            // Element (i, j) is read i + j cycles into its fold (the skewed load).
-                            let (kr, nc) = (fold.kr as u128, fold.nc as u128);
-                            let skew = nc * kr * kr.saturating_sub(1) / 2 + kr * nc * nc.saturating_sub(1) / 2;
-                            live += width * (kr * nc * (fold.start - written) as u128 + skew);
-                        }
-                    }
-                    (n, sched.total_cycles, live)
-                }
-                (None, mem) => {
-                    // Each buffer homed there, from its first write to its last read.
-                    let (mut live, mut touching) = (0u128, std::collections::BTreeSet::new());
-                    for (b, _) in p.homes.iter().enumerate().filter(|(_, h)| h.mem == mem) {
-                        let id = faultline_hw::isa::BufId(b as u32);
-                        let users: Vec<usize> = (0..p.instrs.len())
-                            .filter(|&i| p.instrs[i].reads().contains(&id) || p.instrs[i].writes().contains(&id))
-                            .collect();
-                        // A GEMM writes and reads fold by fold: from its issue to its end.
-                        let gemm = |i: usize| matches!(p.instrs[i], Instr::Gemm { .. });
-                        let end = |i: usize| sched.instrs[i].start + sched.instrs[i].cycles;
-                        let first = users.iter().find(|&&i| p.instrs[i].writes().contains(&id)).map_or(0, |&i| {
-                            if gemm(i) {
-                                sched.instrs[i].start
-                            } else {
-                                end(i)
-                            }
-                        });
-                        let last = if p.kept.contains(&id) {
-                            sched.total_cycles
-                        } else {
-                            users
-                                .iter()
-                                .map(|&i| if gemm(i) { end(i) } else { sched.instrs[i].start })
-                                .max()
-                                .unwrap_or(0)
-                        };
-                        touching.extend(users);
-                        live += p.buffers[b].len as u128 * width * last.saturating_sub(first) as u128;
-                    }
-                    (touching.len(), sched.total_cycles, live.min(bits as u128 * total))
-                }
-            };
-            ClassSpace {
-                class: c.pattern(),
-                bits,
-                instructions,
-                busy_cycles,
-                bit_cycles: live,
-                idle_bit_cycles: (bits as u128 * total).saturating_sub(live),
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

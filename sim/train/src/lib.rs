@@ -6,6 +6,8 @@
 //!   into one instruction and its effect on that instruction's outputs reported.
 //! * [`inject`]: faults on the training clock (step, cycle within the step), resolved to the
 //!   instruction, fold or vector they hit, with the effect on that instruction's outputs.
+//! * [`space`]: a step's injection space from its program alone: the (bit, cycle) pairs of
+//!   each site class that may be live, and the rest, dead.
 //! * [`memfault`], [`seqfault`]: which reads a memory, weight-buffer, DMA-register or
 //!   sequencer fault changes, from the placed program and its schedule; [`gemmfold`]: a GEMM's
 //!   SRAM reads and writes fold by fold, and the GEMM recomputed with some of them changed.
@@ -47,6 +49,7 @@ pub mod memfault;
 pub mod npy;
 pub mod seqfault;
 pub mod source;
+pub mod space;
 pub mod state;
 pub mod synth;
 pub mod trace;

@@ -102,12 +102,18 @@ pub fn live_cycles(s: &Schedule, reg: Register) -> u64 {
     }
     let (mut live, mut covered) = (0, 0);
     for c in 0..s.folds.len() {
-        let t = row_times(s, c, s.folds[c].start);
-        let (from, to) = (t.first().map_or(0, |f| f.1).max(covered), t.last().map_or(0, |l| l.1));
-        live += to.saturating_sub(from);
-        covered = covered.max(to);
+        let rows = row_window(s, c);
+        live += rows.end.saturating_sub(rows.start.max(covered));
+        covered = covered.max(rows.end);
     }
     live
+}
+
+/// The cycles (from the GEMM's issue) in which fold `c` of `s` uses `seq.acc_addr`: from its
+/// first result-row write (the register's load) to its last.
+pub fn row_window(s: &Schedule, c: usize) -> std::ops::Range<u64> {
+    let t = row_times(s, c, s.folds[c].start);
+    t.first().map_or(0, |f| f.1)..t.last().map_or(0, |l| l.1)
 }
 
 /// Whether sequencer fault `f` changes the fold loop of GEMM `g` (a fold run out of turn or

@@ -7,7 +7,7 @@ use faultline_graph::ModelSpec;
 use faultline_hw::isa::{ExecUnit, Instr};
 use faultline_hw::sites::SiteKind;
 use faultline_hw::{Dataflow, FaultSite, HwConfig, Register, SiteClass, Unit};
-use faultline_train::{inject, source, ModelState, StepFault, TrainOptions, Trainer};
+use faultline_train::{inject, source, space, ModelState, StepFault, TrainOptions, Trainer};
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -317,7 +317,7 @@ fn sequencer_classes_are_live_while_a_gemm_loops_and_masked_otherwise() {
     let mut state = t.state.clone();
     let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
     let golden = (state, loss);
-    let space = inject::space(&t.exec, sched);
+    let space = space::space(&t.exec, sched);
     for class in SiteClass::all(hw).into_iter().filter(|c| c.unit == Unit::Seq) {
         let site = FaultSite::control(Unit::Seq, class.register, 1);
         let fault = |cycle| StepFault { kind: faultline_num::BitFault::Flip, site, step: 1, cycle, duration: 1 };
@@ -427,5 +427,48 @@ fn a_row_sent_away_leaves_the_words_before_the_gemm_for_later_folds_to_add_to() 
         let elem = out.offset + row * n + j;
         let hit = inj.words.iter().find(|h| h.buf == out.buf && h.elem == elem).expect("the row's words change");
         assert_eq!(hit.op, WordOp::Bits(want), "column {j}");
+    }
+}
+
+/// The injection space never calls a live pair dead: for every site class of every shipped
+/// model's step, faults at random (bit, cycle) pairs outside the live windows are masked in
+/// hardware (resolved to nothing, or run and bit-identical).
+#[test]
+fn pairs_outside_the_live_windows_are_masked() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
+    for model in ["mlp-digits", "cnn-small", "transformer-tiny"] {
+        let spec = ModelSpec::load(root().join(format!("models/{model}.ron"))).unwrap();
+        let mut hw = HwConfig::load(root().join("configs/tpu-8x8.ron")).unwrap();
+        hw.dram.fault_sites = true;
+        let data = source::shipped(&spec, 1, &Default::default()).unwrap();
+        let opts = TrainOptions { batch: 4, eval_every: 0, ..TrainOptions::default() };
+        let t = Trainer::new(&spec, &hw, data, opts).unwrap();
+        let (hw, sched) = (&t.exec.hw, &t.schedule);
+        let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
+        let mut state = t.state.clone();
+        let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
+        let golden = (state, loss);
+        let windows = space::windows(&t.exec, sched);
+        for class in SiteClass::all(hw) {
+            let (mut dead, mut ran) = (0, 0);
+            for _ in 0..400 {
+                let site = class.site_at(hw, rng.gen_range(0..class.bit_count(hw))).unwrap();
+                let cycle = rng.gen_range(0..sched.total_cycles);
+                if windows.iter().any(|w| w.contains(hw, &site, cycle)) {
+                    continue;
+                }
+                dead += 1;
+                let fault = StepFault { kind: faultline_num::BitFault::Flip, site, step: 1, cycle, duration: 1 };
+                if inject::resolve(&t.exec, sched, &fault).unwrap().0.is_none() {
+                    continue;
+                }
+                ran += 1;
+                let (rep, s) = faulty_step(&t, &fault, &x, &y);
+                assert!(rep.masked() && s == golden, "{model}: {fault} is outside every live window: {rep}");
+            }
+            assert!(dead > 0, "{model}: {class} has no dead pair in 400 draws");
+            let _ = ran;
+        }
     }
 }

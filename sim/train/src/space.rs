@@ -1,0 +1,219 @@
+//! The injection space of a training step, from its program and schedule alone: which (bit,
+//! cycle) pairs of each site class may change what the step computes.
+//!
+//! A [`LiveWindow`] is a block of pairs: some elements of one class (PEs, lanes, words, a
+//! control register), all their bits, over a range of cycles. Every pair outside every window
+//! is dead: a fault there is masked without running anything (a test samples dead pairs and
+//! checks). Pairs inside may still be masked; the windows over-approximate, never under:
+//! * MXU and VPU registers: every element while an instruction runs on the unit.
+//! * DMA address registers: a transfer's data phase.
+//! * `seq.tile`: a GEMM's issue up to its last fold's start (the counter's last read);
+//!   `seq.acc_addr`: each fold's first to last result-row write ([`crate::seqfault`]).
+//! * Weight-buffer words: a fold's tile row from its write into the slot to the last read of
+//!   that row ([`crate::memfault`]).
+//! * Unified buffer, accumulators, DRAM: a buffer's words from its first writer's issue (the
+//!   step's start for what the host writes) to its last read: a VPU instruction reads at issue,
+//!   a GEMM or DMA transfer until it ends, the host after the step.
+
+use crate::exec::Executor;
+use crate::gemmfold::GemmMap;
+use crate::memfault::{tile_written, wbuf_slots};
+use crate::seqfault;
+use faultline_graph::program::Role;
+use faultline_graph::StepSchedule;
+use faultline_hw::isa::{BufId, ExecUnit, Instr};
+use faultline_hw::{FaultSite, HwConfig, Register, SiteClass, Unit};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::ops::Range;
+
+/// A block of possibly live (bit, cycle) pairs: elements `elems` of `class` (numbered as
+/// [`SiteClass::site_at`] does), all their bits, at `cycles` of the step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LiveWindow {
+    /// The class.
+    pub class: SiteClass,
+    /// Its elements.
+    pub elems: Range<u64>,
+    /// Step cycles.
+    pub cycles: Range<u64>,
+}
+
+impl LiveWindow {
+    /// The (bit, cycle) pairs in the window.
+    pub fn bit_cycles(&self, hw: &HwConfig) -> u128 {
+        let n = |r: &Range<u64>| r.end.saturating_sub(r.start) as u128;
+        n(&self.elems) * n(&self.cycles) * self.class.width(hw) as u128
+    }
+
+    /// Whether a fault on `site` at `cycle` falls in the window.
+    pub fn contains(&self, hw: &HwConfig, site: &FaultSite, cycle: u64) -> bool {
+        site.class() == self.class
+            && self.elems.contains(&self.class.element_of(hw, site))
+            && self.cycles.contains(&cycle)
+    }
+}
+
+/// The possibly live windows of every site class of a step of `exec` (schedule `sched`); in
+/// each class, windows on the same elements do not overlap.
+pub fn windows(exec: &Executor, sched: &StepSchedule) -> Vec<LiveWindow> {
+    let (p, hw) = (exec.program(), &exec.hw);
+    let span = |i: usize| sched.instrs[i].start..sched.instrs[i].start + sched.instrs[i].cycles;
+    let mut w = Vec::new();
+    for class in SiteClass::all(hw) {
+        let mut push = |elems: Range<u64>, cycles: Range<u64>| {
+            if !elems.is_empty() && !cycles.is_empty() {
+                w.push(LiveWindow { class, elems, cycles });
+            }
+        };
+        let all = 0..class.elements(hw);
+        let on = |u: ExecUnit| (0..p.instrs.len()).filter(move |&i| p.instrs[i].unit() == u);
+        match class.unit {
+            Unit::Mxu => on(ExecUnit::Mxu).for_each(|i| push(all.clone(), span(i))),
+            Unit::Vpu => on(ExecUnit::Vpu).for_each(|i| push(all.clone(), span(i))),
+            Unit::Dma => on(ExecUnit::Dma).for_each(|i| push(all.clone(), span(i).start + p.dma_overhead..span(i).end)),
+            Unit::Seq | Unit::Wbuf => {
+                for g in on(ExecUnit::Mxu) {
+                    let Ok(Some(map)) = GemmMap::new(hw, &p.instrs[g], sched.instrs[g].start) else { continue };
+                    match (class.unit, class.register) {
+                        (Unit::Wbuf, _) => wbuf_windows(hw, &map, &mut push),
+                        (_, Register::TileCounter) => push(
+                            all.clone(),
+                            map.start..map.start + seqfault::live_cycles(&map.s, Register::TileCounter),
+                        ),
+                        _ => {
+                            for c in 0..map.s.folds.len() {
+                                let rows = seqfault::row_window(&map.s, c);
+                                push(all.clone(), map.start + rows.start..map.start + rows.end);
+                            }
+                        }
+                    }
+                }
+            }
+            mem => {
+                for (b, h) in p.homes.iter().enumerate().filter(|(_, h)| h.mem == mem) {
+                    let cycles = buffer_window(p, sched, BufId(b as u32));
+                    push(h.base..h.base + p.buffers[b].len as u64, cycles);
+                }
+            }
+        }
+    }
+    merge(w)
+}
+
+/// The weight-buffer windows of one GEMM: each fold's tile, row by row, from its write into
+/// the slot to the last read of that row (element `(i, j)` is read `i + j` cycles into the
+/// fold).
+fn wbuf_windows(hw: &HwConfig, map: &GemmMap, push: &mut impl FnMut(Range<u64>, Range<u64>)) {
+    let (slot_words, slots) = wbuf_slots(hw);
+    let c = hw.mxu.cols as u64;
+    for (f, fold) in map.s.folds.iter().enumerate() {
+        let base = (f as u64 % slots) * slot_words;
+        let written = map.start + tile_written(&map.s, f);
+        for i in 0..fold.kr as u64 {
+            let last_read = map.start + fold.start + i + fold.nc as u64 - 1;
+            push(base + i * c..base + i * c + fold.nc as u64, written..last_read);
+        }
+    }
+}
+
+/// When buffer `b`'s words may hold a value something reads: from its first writer's issue
+/// (0 if the host writes it before the step) to its last read.
+fn buffer_window(p: &faultline_graph::Program, sched: &StepSchedule, b: BufId) -> Range<u64> {
+    let host =
+        matches!(p.buffers[b.index()].role, Role::Input | Role::Label | Role::Step | Role::Param | Role::OptState);
+    let (mut first, mut last) = (if host { Some(0) } else { None }, 0u64);
+    for (i, ins) in p.instrs.iter().enumerate() {
+        let (start, end) = (sched.instrs[i].start, sched.instrs[i].start + sched.instrs[i].cycles);
+        let gemm = matches!(ins, Instr::Gemm { .. });
+        if ins.writes().contains(&b) {
+            first = Some(first.map_or(start, |f: u64| f.min(start)));
+            if gemm {
+                // A GEMM reads its result back fold by fold to add to it.
+                last = last.max(end);
+            }
+        }
+        if ins.reads().contains(&b) {
+            last = last.max(if matches!(ins, Instr::Vpu { .. }) { start } else { end });
+        }
+    }
+    if p.kept.contains(&b) {
+        last = sched.total_cycles;
+    }
+    first.map_or(0..0, |f| f..last)
+}
+
+/// Merges overlapping windows of the same class and elements.
+fn merge(mut w: Vec<LiveWindow>) -> Vec<LiveWindow> {
+    let key = |x: &LiveWindow| (x.class.unit.name(), x.class.pattern(), x.elems.start, x.elems.end, x.cycles.start);
+    w.sort_by_key(|x| key(x));
+    let mut out: Vec<LiveWindow> = Vec::with_capacity(w.len());
+    for x in w {
+        match out.last_mut() {
+            Some(l) if l.class == x.class && l.elems == x.elems && x.cycles.start <= l.cycles.end => {
+                l.cycles.end = l.cycles.end.max(x.cycles.end)
+            }
+            _ => out.push(x),
+        }
+    }
+    out
+}
+
+/// The (bit, cycle) space of one site class during one training step, from the program alone.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassSpace {
+    /// The class, e.g. `mxu.pe[*][*].psum`.
+    pub class: String,
+    /// Bits in the class.
+    pub bits: u64,
+    /// Instructions of the step that run on the class's unit (MXU, VPU, DMA; the GEMMs for the
+    /// sequencer and weight buffer) or, for a memory, that access a buffer placed there.
+    pub instructions: usize,
+    /// Cycles of the step in which the unit runs one of them (DMA: a transfer's data phase);
+    /// for a memory, the step's cycles.
+    pub busy_cycles: u64,
+    /// The (bit, cycle) pairs in the class's [`LiveWindow`]s: what a campaign samples from.
+    pub bit_cycles: u128,
+    /// The rest of the step's `bits * cycles`: dead, masked without running.
+    pub idle_bit_cycles: u128,
+}
+
+/// The injection space of a step of `exec` (schedule `sched`) per site class: its bits and its
+/// possibly live (bit, cycle) pairs ([`windows`]). Listed without running a step.
+pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSpace> {
+    let (p, hw) = (exec.program(), &exec.hw);
+    let w = windows(exec, sched);
+    let total = sched.total_cycles as u128;
+    SiteClass::all(hw)
+        .into_iter()
+        .map(|c| {
+            let bits = c.bit_count(hw);
+            let live: u128 = w.iter().filter(|x| x.class == c).map(|x| x.bit_cycles(hw)).sum();
+            let n_on = |u: ExecUnit| p.instrs.iter().filter(|i| i.unit() == u).count();
+            let (instructions, busy_cycles) = match c.unit {
+                Unit::Mxu | Unit::Seq | Unit::Wbuf => (n_on(ExecUnit::Mxu), sched.mxu_cycles),
+                Unit::Vpu => (n_on(ExecUnit::Vpu), sched.vpu_cycles),
+                Unit::Dma => (n_on(ExecUnit::Dma), sched.dma_cycles),
+                mem => {
+                    let homed: BTreeSet<BufId> =
+                        (0..p.buffers.len()).filter(|&b| p.homes[b].mem == mem).map(|b| BufId(b as u32)).collect();
+                    let touching = p
+                        .instrs
+                        .iter()
+                        .filter(|i| i.reads().iter().chain(&i.writes()).any(|b| homed.contains(b)))
+                        .count();
+                    (touching, sched.total_cycles)
+                }
+            };
+            let live = live.min(bits as u128 * total);
+            ClassSpace {
+                class: c.pattern(),
+                bits,
+                instructions,
+                busy_cycles,
+                bit_cycles: live,
+                idle_bit_cycles: bits as u128 * total - live,
+            }
+        })
+        .collect()
+}
