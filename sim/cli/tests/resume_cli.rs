@@ -211,14 +211,23 @@ fn runs_killed_at_random_moments_resume_to_the_uninterrupted_result() {
             .spawn()
             .unwrap()
     };
+    // Kill when the run has reached a random step (its trace has that many lines) plus a random
+    // part of a step's time, so kills land mid-run however fast this machine runs just now, at
+    // any point of a step (trace, checkpoint or state writes).
+    let lines = || std::fs::read(killed.join("t.jsonl")).map_or(0, |t| t.iter().filter(|&&c| c == b'\n').count());
+    let per_step = wall / 240;
     let mut kills = Vec::new();
     for _ in 0..5 {
         let mut child = spawn(has_checkpoint(&killed.join("ck")));
-        let at = wall.mul_f64(rng.gen_range(0.05..0.9));
-        std::thread::sleep(at);
+        let target = rng.gen_range(lines().min(230) + 1..=235);
+        let extra = per_step.mul_f64(rng.gen_range(0.0..1.0));
+        while lines() < target && child.try_wait().unwrap().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::thread::sleep(extra);
         let _ = child.kill(); // SIGKILL; the run may also have finished already
         let status = child.wait().unwrap();
-        kills.push((at, status));
+        kills.push((target, status));
     }
     use std::os::unix::process::ExitStatusExt;
     assert!(kills.iter().any(|(_, st)| st.signal() == Some(9)), "no run was killed mid-way: {kills:?}");
