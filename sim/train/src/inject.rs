@@ -20,7 +20,7 @@ use crate::exec::{Effect, Executor, Injection};
 use crate::memfault;
 use crate::seqfault;
 use faultline_graph::{Phase, StepSchedule};
-use faultline_hw::fault::FaultTime;
+use faultline_hw::fault::{ActiveFault, FaultTime};
 use faultline_hw::isa::{self, ExecUnit};
 use faultline_hw::{FaultEvent, FaultSchedule, FaultSite, Unit};
 use faultline_num::BitFault;
@@ -46,6 +46,15 @@ pub struct StepFault {
     pub cycle: u64,
     /// Cycles a stuck-at stays active (>= 1; 1 for a flip).
     pub duration: u64,
+}
+
+impl StepFault {
+    /// The fault on its step's own clock (times counted from the step's first cycle), as the
+    /// memory, DMA and sequencer models take it.
+    pub fn on_step_clock(&self) -> ActiveFault {
+        let at = FaultTime { tile: 0, cycle: self.cycle };
+        FaultEvent { site: self.site, kind: self.kind, at, duration: self.duration }.activate(0)
+    }
 }
 
 impl fmt::Display for StepFault {
@@ -264,14 +273,10 @@ fn resolve_memory(
     f: &StepFault,
 ) -> Result<(Option<Injection>, InjectionReport)> {
     let p = exec.program();
-    let event =
-        FaultEvent { site: f.site, kind: f.kind, at: FaultTime { tile: 0, cycle: f.cycle }, duration: f.duration };
     let map = memfault::StepMap::new(p, sched, &exec.hw)?;
-    let (dma, words) = memfault::hits(&map, event.activate(0))?;
+    let (dma, words) = memfault::hits(&map, f.on_step_clock())?;
     let first_reader = words.iter().filter_map(|h| h.instr).min_by_key(|&i| (sched.instrs[i].start, i));
-    let running = (0..p.instrs.len())
-        .find(|&i| sched.instrs[i].start <= f.cycle && f.cycle - sched.instrs[i].start < sched.instrs[i].cycles);
-    let instr = dma.or(first_reader).or(running).unwrap_or(0);
+    let instr = dma.or(first_reader).or(running(sched, f.cycle)).unwrap_or(0);
     let buffer = words.first().map_or_else(|| "(none)".to_string(), |h| p.buffers[h.buf.index()].name.clone());
     // A GEMM reading the word fold by fold: the first of its folds that sees the change.
     let fold = words.iter().filter(|h| h.instr == Some(instr)).filter_map(|h| h.fold).min();
@@ -295,18 +300,14 @@ fn resolve_sequencer(
     f: &StepFault,
 ) -> Result<(Option<Injection>, InjectionReport)> {
     let p = exec.program();
-    let event =
-        FaultEvent { site: f.site, kind: f.kind, at: FaultTime { tile: 0, cycle: f.cycle }, duration: f.duration };
-    let active = event.activate(0);
+    let active = f.on_step_clock();
     let map = memfault::StepMap::new(p, sched, &exec.hw)?;
     let gemm = seqfault::gemm_at(&map, f.cycle);
     let struck = match gemm {
         Some(g) => seqfault::strikes(&map, g, active)?.map(|at| (g, at)),
         None => None,
     };
-    let running = (0..p.instrs.len())
-        .find(|&i| sched.instrs[i].start <= f.cycle && f.cycle - sched.instrs[i].start < sched.instrs[i].cycles);
-    let instr = gemm.or(running).unwrap_or(0);
+    let instr = gemm.or(running(sched, f.cycle)).unwrap_or(0);
     let ins = &p.instrs[instr];
     let report = InjectionReport {
         unit_busy: struck.is_some(),
@@ -317,6 +318,11 @@ fn resolve_sequencer(
         ..InjectionReport::placed(exec, f, instr)
     };
     Ok((struck.map(|(g, _)| Injection::sequencer(g, active)), report))
+}
+
+/// The first instruction (in program order) running at `cycle` of the step, on any unit.
+fn running(sched: &StepSchedule, cycle: u64) -> Option<usize> {
+    sched.instrs.iter().position(|c| c.start <= cycle && cycle - c.start < c.cycles)
 }
 
 /// Fills the effect fields of a report from what the executor measured.

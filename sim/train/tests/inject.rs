@@ -15,11 +15,16 @@ fn root() -> PathBuf {
 }
 
 fn trainer(dataflow: Dataflow) -> Trainer {
-    let spec = ModelSpec::load(root().join("models/mlp-digits.ron")).unwrap();
+    small_trainer("mlp-digits", 8, |hw| hw.mxu.dataflow = dataflow)
+}
+
+/// A trainer of a shipped model on tpu-8x8 (changed by `edit`) with batch `batch`.
+fn small_trainer(model: &str, batch: usize, edit: impl FnOnce(&mut HwConfig)) -> Trainer {
+    let spec = ModelSpec::load(root().join(format!("models/{model}.ron"))).unwrap();
     let mut hw = HwConfig::load(root().join("configs/tpu-8x8.ron")).unwrap();
-    hw.mxu.dataflow = dataflow;
+    edit(&mut hw);
     let data = source::shipped(&spec, 1, &Default::default()).unwrap();
-    Trainer::new(&spec, &hw, data, TrainOptions { batch: 8, eval_every: 0, ..TrainOptions::default() }).unwrap()
+    Trainer::new(&spec, &hw, data, TrainOptions { batch, eval_every: 0, ..TrainOptions::default() }).unwrap()
 }
 
 /// One step from `t`'s state with fault `f`: the report, and the state after the step with the
@@ -241,12 +246,7 @@ fn a_training_fault_is_the_gemm_fault_at_the_reported_fold_and_cycle() {
 #[test]
 fn every_memory_and_dma_class_is_live_in_a_step_and_masked_at_a_dead_time() {
     use faultline_graph::program::Role;
-    let spec = ModelSpec::load(root().join("models/mlp-digits.ron")).unwrap();
-    let mut hw = HwConfig::load(root().join("configs/tpu-8x8.ron")).unwrap();
-    hw.dram.fault_sites = true;
-    let data = source::shipped(&spec, 1, &Default::default()).unwrap();
-    let t =
-        Trainer::new(&spec, &hw, data, TrainOptions { batch: 8, eval_every: 0, ..TrainOptions::default() }).unwrap();
+    let t = small_trainer("mlp-digits", 8, |hw| hw.dram.fault_sites = true);
     let (hw, p, sched) = (&t.exec.hw, t.exec.program(), &t.schedule);
     let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
     let mut state = t.state.clone();
@@ -348,12 +348,7 @@ fn sequencer_classes_are_live_while_a_gemm_loops_and_masked_otherwise() {
 fn a_fault_free_fold_loop_reproduces_every_gemm_to_the_bit() {
     for model in ["mlp-digits", "cnn-small", "transformer-tiny"] {
         for dataflow in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
-            let spec = ModelSpec::load(root().join(format!("models/{model}.ron"))).unwrap();
-            let mut hw = HwConfig::load(root().join("configs/tpu-8x8.ron")).unwrap();
-            hw.mxu.dataflow = dataflow;
-            let data = source::shipped(&spec, 1, &Default::default()).unwrap();
-            let opts = TrainOptions { batch: 4, eval_every: 0, ..TrainOptions::default() };
-            let t = Trainer::new(&spec, &hw, data, opts).unwrap();
+            let t = small_trainer(model, 4, |hw| hw.mxu.dataflow = dataflow);
             let (p, sched) = (t.exec.program(), &t.schedule);
             let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
             let mut state = t.state.clone();
@@ -438,12 +433,7 @@ fn pairs_outside_the_live_windows_are_masked() {
     use rand::{Rng, SeedableRng};
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
     for model in ["mlp-digits", "cnn-small", "transformer-tiny"] {
-        let spec = ModelSpec::load(root().join(format!("models/{model}.ron"))).unwrap();
-        let mut hw = HwConfig::load(root().join("configs/tpu-8x8.ron")).unwrap();
-        hw.dram.fault_sites = true;
-        let data = source::shipped(&spec, 1, &Default::default()).unwrap();
-        let opts = TrainOptions { batch: 4, eval_every: 0, ..TrainOptions::default() };
-        let t = Trainer::new(&spec, &hw, data, opts).unwrap();
+        let t = small_trainer(model, 4, |hw| hw.dram.fault_sites = true);
         let (hw, sched) = (&t.exec.hw, &t.schedule);
         let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
         let mut state = t.state.clone();
