@@ -158,6 +158,20 @@ impl View {
         }
     }
 
+    /// Whether an operand of `n` words read through this view reads word `x` (from the
+    /// operand's offset). The repeating views read every word of their span; the im2col views
+    /// may skip some (padding, strides), so those are checked by gathering.
+    pub fn reads(&self, x: usize, n: usize) -> bool {
+        let span = self.span(n);
+        match self {
+            View::Whole | View::PerRow { .. } | View::Cycle { .. } | View::RepeatRows { .. } => x < span,
+            View::Im2Col { .. } | View::Col2ImTap { .. } => {
+                let idx: Vec<u32> = (0..span as u32).collect();
+                x < span && self.gather(&idx, n).contains(&(x as u32))
+            }
+        }
+    }
+
     /// The `n` operand words read from `src` (which starts at the operand's offset).
     pub fn gather<'a>(&self, src: &'a [u32], n: usize) -> Cow<'a, [u32]> {
         match *self {
@@ -588,4 +602,33 @@ fn write(bufs: &mut [Vec<u32>], d: Dest, v: Vec<u32>, len: usize) -> Result<(), 
     let dst = buf.get_mut(d.offset..d.offset + len).ok_or(have)?;
     dst.copy_from_slice(&v[..len]);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `View::reads` says exactly which words a gather of the view reads, for every kind
+    /// (the im2col ones with strides that skip pixels and with padding).
+    #[test]
+    fn a_view_reads_exactly_the_words_its_gather_reads() {
+        let image = [2, 5, 5, 3];
+        let views = [
+            (View::Whole, 12),
+            (View::PerRow { cols: 4 }, 12),
+            (View::Cycle { len: 5 }, 15),
+            (View::RepeatRows { d: 3, t: 2 }, 12),
+            (View::Im2Col { window: Window { kh: 2, kw: 2, stride: 3, padding: 0 }, image }, 2 * 2 * 2 * 12),
+            (View::Im2Col { window: Window { kh: 3, kw: 3, stride: 1, padding: 1 }, image }, 2 * 25 * 27),
+            (View::Col2ImTap { window: Window { kh: 2, kw: 2, stride: 3, padding: 0 }, image, tap: 3 }, 150),
+        ];
+        for (view, n) in views {
+            let span = view.span(n);
+            let idx: Vec<u32> = (0..span as u32).collect();
+            let read = view.gather(&idx, n);
+            for x in 0..span + 3 {
+                assert_eq!(view.reads(x, n), read.contains(&(x as u32)), "{view:?}, word {x}");
+            }
+        }
+    }
 }

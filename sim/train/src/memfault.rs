@@ -113,6 +113,8 @@ pub struct StepMap<'a> {
     pub hw: &'a HwConfig,
     /// Each GEMM's fold timing (`None` for other instructions).
     gemms: Vec<Option<GemmMap<'a>>>,
+    /// Each instruction's destinations (looked up per word, so listed once).
+    dests: Vec<Vec<isa::Dest>>,
 }
 
 impl<'a> StepMap<'a> {
@@ -120,7 +122,8 @@ impl<'a> StepMap<'a> {
     pub fn new(p: &'a Program, sched: &'a StepSchedule, hw: &'a HwConfig) -> Result<StepMap<'a>> {
         let gemms =
             p.instrs.iter().zip(&sched.instrs).map(|(i, c)| GemmMap::new(hw, i, c.start)).collect::<Result<_>>()?;
-        Ok(StepMap { p, sched, hw, gemms })
+        let dests = p.instrs.iter().map(|i| i.dests()).collect();
+        Ok(StepMap { p, sched, hw, gemms, dests })
     }
 
     pub(crate) fn start(&self, i: usize) -> u64 {
@@ -144,7 +147,7 @@ impl<'a> StepMap<'a> {
     fn write_accesses(&self, i: usize, b: BufId, x: usize) -> Vec<Access> {
         let ins = &self.p.instrs[i];
         let len = ins.out_len();
-        let Some(d) = ins.dests().into_iter().find(|d| d.buf == b && (d.offset..d.offset + len).contains(&x)) else {
+        let Some(d) = self.dests[i].iter().find(|d| d.buf == b && (d.offset..d.offset + len).contains(&x)) else {
             return Vec::new();
         };
         let at = |cycle, kind, fold| Access { cycle, kind, instr: Some(i), fold };
@@ -168,7 +171,7 @@ impl<'a> StepMap<'a> {
         let host = before.then_some(Access { cycle: 0, kind: Kind::Write, instr: None, fold: None });
         host.into_iter().chain(
             (0..p.instrs.len())
-                .filter(move |&i| p.instrs[i].writes().contains(&b))
+                .filter(move |&i| self.dests[i].iter().any(|d| d.buf == b))
                 .flat_map(move |i| self.write_accesses(i, b, x).into_iter().filter(|a| a.kind == Kind::Write)),
         )
     }
@@ -178,7 +181,7 @@ impl<'a> StepMap<'a> {
         let p = self.p;
         let mut v: Vec<Access> = self.writes(b, x).collect();
         for (i, ins) in p.instrs.iter().enumerate() {
-            if ins.writes().contains(&b) {
+            if self.dests[i].iter().any(|d| d.buf == b) {
                 v.extend(self.write_accesses(i, b, x).into_iter().filter(|a| a.kind == Kind::AddRead));
             }
             let read = |cycle, fold| Access { cycle, kind: Kind::Read, instr: Some(i), fold };
@@ -236,14 +239,7 @@ impl<'a> StepMap<'a> {
 /// Whether VPU instruction `ins` reads element `x` of `b`.
 fn vpu_reads(ins: &Instr, b: BufId, x: usize) -> bool {
     let Instr::Vpu { n, ins, .. } = ins else { return false };
-    ins.iter().any(|o| {
-        if o.buf != b || x < o.offset {
-            return false;
-        }
-        let span = o.view.span(*n);
-        let idx: Vec<u32> = (0..span as u32).collect();
-        x - o.offset < span && o.view.gather(&idx, *n).contains(&((x - o.offset) as u32))
-    })
+    ins.iter().any(|o| o.buf == b && x >= o.offset && o.view.reads(x - o.offset, *n))
 }
 
 /// The words a memory-word fault (`ub`, `acc`, `dram`) changes: every read of the buffer
