@@ -162,12 +162,31 @@ impl View {
     /// operand's offset). The repeating views read every word of their span; the im2col views
     /// may skip some (padding, strides), so those are checked by gathering.
     pub fn reads(&self, x: usize, n: usize) -> bool {
-        let span = self.span(n);
         match self {
-            View::Whole | View::PerRow { .. } | View::Cycle { .. } | View::RepeatRows { .. } => x < span,
+            View::Whole | View::PerRow { .. } | View::Cycle { .. } | View::RepeatRows { .. } => x < self.span(n),
+            View::Im2Col { .. } | View::Col2ImTap { .. } => !self.readers(x, n).is_empty(),
+        }
+    }
+
+    /// The operand elements (of `n`) that read word `x` through this view, ascending.
+    pub fn readers(&self, x: usize, n: usize) -> Vec<usize> {
+        if x >= self.span(n) {
+            return Vec::new();
+        }
+        match *self {
+            View::Whole => vec![x],
+            View::PerRow { cols } => (x * cols..((x + 1) * cols).min(n)).collect(),
+            View::Cycle { len } => (x..n).step_by(len.max(1)).collect(),
+            View::RepeatRows { d, t } => {
+                let (r, c) = (x / d.max(1), x % d.max(1));
+                (0..t).map(|k| (r * t + k) * d + c).filter(|&e| e < n).collect()
+            }
             View::Im2Col { .. } | View::Col2ImTap { .. } => {
-                let idx: Vec<u32> = (0..span as u32).collect();
-                x < span && self.gather(&idx, n).contains(&(x as u32))
+                // Word i gathered as i + 1, so that the zeros the view reads no word for
+                // (padding, taps that copied nothing) are told apart.
+                let idx: Vec<u32> = (1..=self.span(n) as u32).collect();
+                let got = self.gather(&idx, n);
+                (0..n).filter(|&e| got[e] == x as u32 + 1).collect()
             }
         }
     }
@@ -549,26 +568,7 @@ pub fn execute(
                 .map_err(|have| missing("output", out.buf, out.offset + m * n, have))?;
             Ok(res.stats.total_cycles)
         }
-        Instr::Vpu { op, n, ins, outs } => {
-            let n = *n;
-            let mut inputs = Vec::with_capacity(ins.len());
-            for o in ins {
-                let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
-                let need = o.view.span(n);
-                if s.len() < need {
-                    return Err(missing("operand", o.buf, o.offset + need, o.offset + s.len()));
-                }
-                inputs.push(o.view.gather(s, n));
-            }
-            let refs: Vec<&[u32]> = inputs.iter().map(|c| c.as_ref()).collect();
-            let res = vpu::run(cfg, *op, &refs, mode, faults)?;
-            drop(inputs);
-            let len = instr.out_len();
-            for (d, v) in outs.iter().zip(res.out) {
-                write(bufs, *d, v, len).map_err(|have| missing("output", d.buf, d.offset + len, have))?;
-            }
-            Ok(res.stats.cycles)
-        }
+        Instr::Vpu { .. } => execute_vpu(cfg, instr, bufs, mode, faults, None),
         Instr::Dma { src, dst, len, .. } => {
             let (src, dst, len) = (*src, *dst, *len);
             let have = bufs[src.index()].len();
@@ -580,6 +580,60 @@ pub fn execute(
             Ok(cycles(cfg, instr))
         }
     }
+}
+
+/// [`execute`] for a VPU instruction whose operands, as the lanes read them (operand `o`'s
+/// element `e`: `inputs[o][e]`, after the view's gather), `edit` may change first.
+pub fn execute_vpu_edited(
+    cfg: &HwConfig,
+    instr: &Instr,
+    bufs: &mut [Vec<u32>],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+    edit: &mut OperandEdit<'_>,
+) -> Result<u64, HwError> {
+    execute_vpu(cfg, instr, bufs, mode, faults, Some(edit))
+}
+
+/// A change to a VPU instruction's gathered operands (see [`execute_vpu_edited`]).
+pub type OperandEdit<'a> = dyn FnMut(&mut [Vec<u32>]) + 'a;
+
+fn execute_vpu(
+    cfg: &HwConfig,
+    instr: &Instr,
+    bufs: &mut [Vec<u32>],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+    edit: Option<&mut OperandEdit<'_>>,
+) -> Result<u64, HwError> {
+    let Instr::Vpu { op, n, ins, outs } = instr else { unreachable!("execute_vpu runs VPU instructions") };
+    let n = *n;
+    let mut inputs = Vec::with_capacity(ins.len());
+    for o in ins {
+        let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
+        let need = o.view.span(n);
+        if s.len() < need {
+            return Err(missing(instr, "operand", o.buf, o.offset + need, o.offset + s.len()));
+        }
+        inputs.push(o.view.gather(s, n));
+    }
+    let res = match edit {
+        None => {
+            let refs: Vec<&[u32]> = inputs.iter().map(|c| c.as_ref()).collect();
+            vpu::run(cfg, *op, &refs, mode, faults)?
+        }
+        Some(edit) => {
+            let mut owned: Vec<Vec<u32>> = inputs.into_iter().map(|c| c.into_owned()).collect();
+            edit(&mut owned);
+            let refs: Vec<&[u32]> = owned.iter().map(|c| c.as_slice()).collect();
+            vpu::run(cfg, *op, &refs, mode, faults)?
+        }
+    };
+    let len = instr.out_len();
+    for (d, v) in outs.iter().zip(res.out) {
+        write(bufs, *d, v, len).map_err(|have| missing(instr, "output", d.buf, d.offset + len, have))?;
+    }
+    Ok(res.stats.cycles)
 }
 
 /// The error for a buffer `b` of `instr` holding `have` words where it needs `need`.
@@ -608,8 +662,9 @@ fn write(bufs: &mut [Vec<u32>], d: Dest, v: Vec<u32>, len: usize) -> Result<(), 
 mod tests {
     use super::*;
 
-    /// `View::reads` says exactly which words a gather of the view reads, for every kind
-    /// (the im2col ones with strides that skip pixels and with padding).
+    /// `View::readers` says exactly which elements read each word, and `View::reads` which
+    /// words are read, as a gather of the view does, for every kind (the im2col ones with
+    /// strides that skip pixels and with padding).
     #[test]
     fn a_view_reads_exactly_the_words_its_gather_reads() {
         let image = [2, 5, 5, 3];
@@ -624,10 +679,13 @@ mod tests {
         ];
         for (view, n) in views {
             let span = view.span(n);
-            let idx: Vec<u32> = (0..span as u32).collect();
+            // Word i gathered as i + 1: a 0 is an element that reads no word.
+            let idx: Vec<u32> = (1..=span as u32).collect();
             let read = view.gather(&idx, n);
             for x in 0..span + 3 {
-                assert_eq!(view.reads(x, n), read.contains(&(x as u32)), "{view:?}, word {x}");
+                let readers: Vec<usize> = (0..n).filter(|&e| read[e] == x as u32 + 1).collect();
+                assert_eq!(view.readers(x, n), readers, "{view:?}, word {x}");
+                assert_eq!(view.reads(x, n), !readers.is_empty(), "{view:?}, word {x}");
             }
         }
     }

@@ -413,16 +413,16 @@ fn run(
             }
         }
         let restore = mem.as_mut().map(|m| m.apply(bufs, Some(i), false)).unwrap_or_default();
-        let folds: Vec<&WordHit> = words.iter().filter(|h| h.instr == Some(i) && h.fold.is_some()).collect();
+        let parts: Vec<&WordHit> = words.iter().filter(|h| h.instr == Some(i) && h.part.is_some()).collect();
         let c = match fault.filter(|f| f.instr == i && f.words.is_empty()) {
             Some(f) => {
                 let (c, e) = inject(hw, p, i, bufs, &f.faults)?;
                 effect = Some(e);
                 c
             }
-            None if !folds.is_empty() => {
-                let m = mem.as_mut().expect("fold hits are word hits");
-                m.gemm_folds(bufs, i, &folds)?
+            None if !parts.is_empty() => {
+                let m = mem.as_mut().expect("part hits are word hits");
+                m.parts(bufs, i, &parts, mode)?
             }
             None => isa::execute(hw, ins, bufs, mode, &none)?,
         };
@@ -473,7 +473,7 @@ impl WordEffect<'_> {
     /// wrote (`written` true). Counts every word whose bits change.
     fn apply(&mut self, bufs: &mut [Vec<u32>], at: Option<usize>, written: bool) -> Vec<(BufId, usize, u32)> {
         let mut restore = Vec::new();
-        for h in self.words.iter().filter(|h| h.instr == at && h.written == written && h.fold.is_none()) {
+        for h in self.words.iter().filter(|h| h.instr == at && h.written == written && h.part.is_none()) {
             let Some(&old) = bufs[h.buf.index()].get(h.elem) else { continue };
             let new = memfault::apply(h.op, old, bufs, self.hw.mxu.input_format);
             if new == old {
@@ -494,12 +494,35 @@ impl WordEffect<'_> {
 }
 
 impl WordEffect<'_> {
-    /// Runs GEMM `i` fold by fold with the reads `folds` changed ([`crate::gemmfold`]),
-    /// counting every read that sees a changed word.
-    fn gemm_folds(&mut self, bufs: &mut [Vec<u32>], i: usize, folds: &[&WordHit]) -> Result<u64> {
-        let (c, seen) = gemmfold::run(self.hw, &self.p.instrs[i], bufs, folds)?;
+    /// Runs instruction `i` with only some of its reads of a word changed (`parts`): a GEMM
+    /// fold by fold ([`crate::gemmfold`]), a VPU op with some operand elements changed.
+    /// Counts every read that sees a changed word.
+    fn parts(&mut self, bufs: &mut [Vec<u32>], i: usize, parts: &[&WordHit], mode: ExecMode) -> Result<u64> {
+        let ins = &self.p.instrs[i];
+        let (c, seen) = match ins {
+            isa::Instr::Vpu { n, .. } => {
+                let fmt = self.hw.mxu.input_format;
+                // (operand, element, changed value) for each read, from the words as they are.
+                let changes: Vec<(usize, usize, u32, u32)> = parts
+                    .iter()
+                    .filter_map(|h| {
+                        let (k, e) = (h.part? / n, h.part? % n);
+                        let old = *bufs[h.buf.index()].get(h.elem)?;
+                        Some((k, e, old, memfault::apply(h.op, old, bufs, fmt)))
+                    })
+                    .collect();
+                let mut edit = |inputs: &mut [Vec<u32>]| {
+                    for &(k, e, _, new) in &changes {
+                        inputs[k][e] = new;
+                    }
+                };
+                let c = isa::execute_vpu_edited(self.hw, ins, bufs, mode, &FaultSchedule::none(), &mut edit)?;
+                (c, changes.iter().map(|&(_, _, old, new)| (old, new)).collect())
+            }
+            _ => gemmfold::run(self.hw, ins, bufs, parts)?,
+        };
         for (old, new) in seen.into_iter().filter(|(o, n)| o != n) {
-            let name = self.p.buffers[folds[0].buf.index()].name.clone();
+            let name = self.p.buffers[parts[0].buf.index()].name.clone();
             let e = self.effect.get_or_insert_with(|| Effect { elements: self.words.len(), ..Effect::none(i, name) });
             e.record(old, new);
         }

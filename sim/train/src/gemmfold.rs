@@ -154,7 +154,7 @@ fn run_typed<F: MacFormat>(
     };
     let mut res = vec![0u32; s.m * s.n];
     for (c, f) in s.folds.iter().enumerate() {
-        let here = || hits.iter().filter(move |h| h.fold == Some(c));
+        let here = || hits.iter().filter(move |h| h.part == Some(c));
         let mut am_c = None;
         let mut w = Matrix::from_fn(f.kr, f.nc, |i, j| bm.get(f.k0 + i, f.n0 + j));
         for h in here() {
@@ -243,7 +243,7 @@ mod tests {
             prop_assert!(!reads.is_empty());
             let (_, c) = reads[pick % reads.len()];
             let new = (f32::from_bits(bufs[0][x]) * 3.0 + 1.0).to_bits();
-            let hit = WordHit { fold: Some(c), ..WordHit::read(Some(0), BufId(0), x, WordOp::Bits(new)) };
+            let hit = WordHit { part: Some(c), ..WordHit::read(Some(0), BufId(0), x, WordOp::Bits(new)) };
             let mut one = bufs.clone();
             let (_, seen) = run(&hw, &ins, &mut one, &[&hit]).unwrap();
             prop_assert_eq!(seen, vec![(bufs[0][x], new)]);

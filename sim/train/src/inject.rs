@@ -121,7 +121,8 @@ pub struct InjectionReport {
     pub unit_busy: bool,
     /// The fold (GEMM) or vector (VPU) the cycle falls in, when the unit is busy; for a
     /// sequencer fault, the first fold slot whose loop it changes; for a memory word a GEMM
-    /// reads fold by fold, the first fold that reads the changed word.
+    /// reads fold by fold (a VPU op element by element), the first fold (vector) that reads
+    /// the changed word.
     pub tile: Option<usize>,
     /// Cycle from that tile's origin (0 for a sequencer fault that strikes before the slot).
     pub tile_cycle: Option<u64>,
@@ -182,7 +183,8 @@ impl InjectionReport {
 impl fmt::Display for InjectionReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let at = match (self.tile, self.tile_cycle) {
-            (Some(t), _) if self.memory_site() => format!("memory word read, first by fold {t}"),
+            (Some(t), _) if self.memory_site() && self.op == "gemm" => format!("memory word read, first by fold {t}"),
+            (Some(t), _) if self.memory_site() => format!("memory word read, first by vector {t}"),
             (Some(t), Some(c)) => format!("tile {t}, cycle {c}"),
             _ if self.unit_busy => "memory word read".into(),
             _ if self.memory_site() => "no live word".into(),
@@ -278,8 +280,17 @@ fn resolve_memory(
     let first_reader = words.iter().filter_map(|h| h.instr).min_by_key(|&i| (sched.instrs[i].start, i));
     let instr = dma.or(first_reader).or(running(sched, f.cycle)).unwrap_or(0);
     let buffer = words.first().map_or_else(|| "(none)".to_string(), |h| p.buffers[h.buf.index()].name.clone());
-    // A GEMM reading the word fold by fold: the first of its folds that sees the change.
-    let fold = words.iter().filter(|h| h.instr == Some(instr)).filter_map(|h| h.fold).min();
+    // A GEMM reading the word fold by fold, or a VPU op element by element: the first fold or
+    // vector that sees the change.
+    let first = words.iter().filter(|h| h.instr == Some(instr)).filter_map(|h| h.part).min();
+    let fold = match &p.instrs[instr] {
+        faultline_hw::isa::Instr::Vpu { n, .. } => {
+            // Parts are `operand * n + element`; the first vector among the reading elements.
+            let lanes = exec.hw.vpu.lanes;
+            words.iter().filter(|h| h.instr == Some(instr)).filter_map(|h| h.part).map(|q| (q % n) / lanes).min()
+        }
+        _ => first,
+    };
     let report = InjectionReport {
         unit_busy: !words.is_empty(),
         tile: fold,

@@ -4,8 +4,11 @@
 //! Every buffer of the placed step program has a home ([`faultline_graph::residency`]), so a
 //! memory word names, at any cycle, the element of the buffer living there. When each word is
 //! written and read comes from the step's schedule:
-//! * a VPU instruction reads its operands when it issues and writes its results in its last
-//!   cycle (transaction level: not its internal vector timing);
+//! * an elementwise VPU instruction reads element `e`'s operands when its vector issues and
+//!   writes each result at its write-back ([`faultline_hw::vpu::element_cycles`]); a word several
+//!   elements read (a broadcast operand) is read once per element, and a fault between those
+//!   reads changes only the later elements; a reduction reads when it issues and writes in
+//!   its last cycle;
 //! * a GEMM reads and writes fold by fold ([`crate::gemmfold`]): an activation word once per
 //!   fold that uses it, a weight word when its tile is written into the weight buffer, a result
 //!   word once per K fold (reading the partial sum first to add to it); a fault that only
@@ -51,8 +54,9 @@ pub enum WordOp {
 }
 
 /// One word an instruction sees changed: while instruction `instr` runs (or, for `None`, when
-/// the host reads the step's results), element `elem` of `buf` is `op` of its value; for a
-/// GEMM's read in one fold only ([`crate::gemmfold`]), `fold` names it.
+/// the host reads the step's results), element `elem` of `buf` is `op` of its value; `part`
+/// names the one read of it that sees the change when the instruction reads the word more than
+/// once at different cycles.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WordHit {
     /// The instruction that reads the changed word; `None`: the host, after the step.
@@ -66,26 +70,27 @@ pub struct WordHit {
     /// Whether the change stays after the instruction (a DMA writing the wrong value into
     /// its own destination) rather than being seen by that one read only.
     pub written: bool,
-    /// The GEMM fold whose read sees the change (`None`: every read by `instr`).
-    pub fold: Option<usize>,
+    /// The read that sees the change: a GEMM's fold ([`crate::gemmfold`]) or a VPU
+    /// instruction's operand element (`operand * n + element`); `None`: every read by `instr`.
+    pub part: Option<usize>,
 }
 
 impl WordHit {
     /// `op` seen by every read of element `elem` of `buf` by `instr`.
     pub fn read(instr: Option<usize>, buf: BufId, elem: usize, op: WordOp) -> WordHit {
-        WordHit { instr, buf, elem, op, written: false, fold: None }
+        WordHit { instr, buf, elem, op, written: false, part: None }
     }
 }
 
 /// One access to a word: its cycle, its kind, and by which instruction (`None`: before the
-/// step for a write, the host after the step for a read) and GEMM fold.
+/// step for a write, the host after the step for a read) and part ([`WordHit::part`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Access {
     cycle: u64,
     /// Within a cycle: a GEMM fold reading a result word to add to it, then writes, then reads.
     kind: Kind,
     instr: Option<usize>,
-    fold: Option<usize>,
+    part: Option<usize>,
 }
 
 /// What an [`Access`] does, in the order accesses of one cycle happen.
@@ -150,16 +155,45 @@ impl<'a> StepMap<'a> {
         let Some(d) = self.dests[i].iter().find(|d| d.buf == b && (d.offset..d.offset + len).contains(&x)) else {
             return Vec::new();
         };
-        let at = |cycle, kind, fold| Access { cycle, kind, instr: Some(i), fold };
-        match self.gemm(i) {
-            Some(g) => g
+        let at = |cycle, kind, part| Access { cycle, kind, instr: Some(i), part };
+        if let Some(g) = self.gemm(i) {
+            return g
                 .writes(x - d.offset)
                 .into_iter()
                 .flat_map(|(t, c, add)| {
                     add.then(|| at(t, Kind::AddRead, Some(c))).into_iter().chain([at(t, Kind::Write, Some(c))])
                 })
-                .collect(),
-            None => vec![at(self.write_cycle(i, x), Kind::Write, None)],
+                .collect();
+        }
+        // An elementwise VPU op writes output `j` of element `e` at its write-back cycle.
+        let vpu = match ins {
+            Instr::Vpu { op, n, .. } => faultline_hw::vpu::element_cycles(self.hw, op, *n).map(|(_, w)| {
+                let j = self.dests[i].iter().position(|e| e == d).unwrap_or(0);
+                self.start(i) + w[j][x - d.offset]
+            }),
+            _ => None,
+        };
+        vec![at(vpu.unwrap_or_else(|| self.write_cycle(i, x)), Kind::Write, None)]
+    }
+
+    /// The reads of element `x` of `b` by VPU instruction `i`: an elementwise op reads operand
+    /// element `e` when its vector issues, a reduction everything when it issues. A word more
+    /// than one element reads (a broadcast operand) is read once per element, each its own
+    /// part (`operand * n + element`).
+    fn vpu_reads(&self, i: usize, b: BufId, x: usize) -> Vec<(u64, Option<usize>)> {
+        let Instr::Vpu { op, n, ins, .. } = &self.p.instrs[i] else { return Vec::new() };
+        let readers: Vec<(usize, usize)> = ins
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.buf == b && x >= o.offset)
+            .flat_map(|(k, o)| o.view.readers(x - o.offset, *n).into_iter().map(move |e| (k, e)))
+            .collect();
+        let start = self.start(i);
+        match (faultline_hw::vpu::element_cycles(self.hw, op, *n), readers.as_slice()) {
+            (_, []) => Vec::new(),
+            (Some((r, _)), [(_, e)]) => vec![(start + r[*e], None)],
+            (Some((r, _)), _) => readers.iter().map(|&(k, e)| (start + r[e], Some(k * n + e))).collect(),
+            (None, _) => vec![(start, None)],
         }
     }
 
@@ -168,7 +202,7 @@ impl<'a> StepMap<'a> {
         let p = self.p;
         let before =
             matches!(p.buffers[b.index()].role, Role::Input | Role::Label | Role::Step | Role::Param | Role::OptState);
-        let host = before.then_some(Access { cycle: 0, kind: Kind::Write, instr: None, fold: None });
+        let host = before.then_some(Access { cycle: 0, kind: Kind::Write, instr: None, part: None });
         host.into_iter().chain(
             (0..p.instrs.len())
                 .filter(move |&i| self.dests[i].iter().any(|d| d.buf == b))
@@ -184,18 +218,18 @@ impl<'a> StepMap<'a> {
             if self.dests[i].iter().any(|d| d.buf == b) {
                 v.extend(self.write_accesses(i, b, x).into_iter().filter(|a| a.kind == Kind::AddRead));
             }
-            let read = |cycle, fold| Access { cycle, kind: Kind::Read, instr: Some(i), fold };
+            let read = |cycle, part| Access { cycle, kind: Kind::Read, instr: Some(i), part };
             match (self.gemm(i), ins) {
                 (Some(g), _) => v.extend(g.reads(b, x).into_iter().map(|(t, c)| read(t, Some(c)))),
                 (None, Instr::Dma { src, len, .. }) if *src == b && x < *len => {
                     v.push(read(isa::dma_word_cycle(self.hw, ins, self.start(i), x as u64).unwrap_or(0), None))
                 }
-                (None, Instr::Vpu { .. }) if vpu_reads(ins, b, x) => v.push(read(self.start(i), None)),
+                (None, Instr::Vpu { .. }) => v.extend(self.vpu_reads(i, b, x).into_iter().map(|(t, p)| read(t, p))),
                 _ => {}
             }
         }
         if p.kept.contains(&b) {
-            v.push(Access { cycle: self.sched.total_cycles, kind: Kind::Read, instr: None, fold: None });
+            v.push(Access { cycle: self.sched.total_cycles, kind: Kind::Read, instr: None, part: None });
         }
         v.sort();
         v
@@ -230,16 +264,10 @@ impl<'a> StepMap<'a> {
             if !a.reads() {
                 break;
             }
-            hits.push(WordHit { fold: a.fold, ..WordHit::read(a.instr, b, x, op) });
+            hits.push(WordHit { part: a.part, ..WordHit::read(a.instr, b, x, op) });
         }
         hits
     }
-}
-
-/// Whether VPU instruction `ins` reads element `x` of `b`.
-fn vpu_reads(ins: &Instr, b: BufId, x: usize) -> bool {
-    let Instr::Vpu { n, ins, .. } = ins else { return false };
-    ins.iter().any(|o| o.buf == b && x >= o.offset && o.view.reads(x - o.offset, *n))
 }
 
 /// The words a memory-word fault (`ub`, `acc`, `dram`) changes: every read of the buffer
@@ -254,7 +282,7 @@ pub fn word_hits(m: &StepMap, f: ActiveFault) -> Vec<WordHit> {
             if !a.reads() {
                 last_write = Some(a.cycle);
             } else if last_write.is_some_and(|w| f.acts_between(w, a.cycle)) {
-                hits.push(WordHit { fold: a.fold, ..WordHit::read(a.instr, b, x, WordOp::Fault(f)) });
+                hits.push(WordHit { part: a.part, ..WordHit::read(a.instr, b, x, WordOp::Fault(f)) });
             }
         }
     }

@@ -12,8 +12,7 @@
 //! * Weight-buffer words: a fold's tile row from its write into the slot to the last read of
 //!   that row ([`crate::memfault`]).
 //! * Unified buffer, accumulators, DRAM: a buffer's words from its first writer's issue (the
-//!   step's start for what the host writes) to its last read: a VPU instruction reads at issue,
-//!   a GEMM or DMA transfer until it ends, the host after the step.
+//!   step's start for what the host writes) to its last reader's end (the host's: the step's).
 
 use crate::exec::Executor;
 use crate::gemmfold::GemmMap;
@@ -134,7 +133,7 @@ fn buffer_window(p: &faultline_graph::Program, sched: &StepSchedule, b: BufId) -
             }
         }
         if ins.reads().contains(&b) {
-            last = last.max(if matches!(ins, Instr::Vpu { .. }) { start } else { end });
+            last = last.max(end);
         }
     }
     if p.kept.contains(&b) {

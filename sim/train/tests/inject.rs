@@ -462,3 +462,46 @@ fn pairs_outside_the_live_windows_are_masked() {
         }
     }
 }
+
+/// A VPU op reads a broadcast operand word once per element that uses it, each when its vector
+/// issues: a bias word flipped after the first row's vector has read it reaches exactly the
+/// later rows' reads (each bias word is read by one element per row).
+#[test]
+fn a_broadcast_word_flipped_mid_instruction_reaches_only_the_later_reads() {
+    use faultline_hw::isa::View;
+    let t = trainer(Dataflow::WeightStationary);
+    let (hw, p, sched) = (&t.exec.hw, t.exec.program(), &t.schedule);
+    let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
+    let mut state = t.state.clone();
+    let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
+    let golden = (state, loss);
+    // The first bias add: an elementwise VPU op reading a row vector repeated over the batch.
+    let (i, o, len, n) = (0..p.instrs.len())
+        .find_map(|i| match &p.instrs[i] {
+            Instr::Vpu { ins, n, .. } => ins.iter().find_map(|o| match o.view {
+                View::Cycle { len } if *n > len && p.homes[o.buf.index()].mem == Unit::Ub => {
+                    Some((i, o.clone(), len, *n))
+                }
+                _ => None,
+            }),
+            _ => None,
+        })
+        .expect("a bias add");
+    let readers: Vec<usize> = (0..n).step_by(len).collect();
+    let (l, start) = (hw.vpu.lanes, sched.instrs[i].start);
+    let read = |e: usize| start + (e / l) as u64;
+    assert!(read(readers[1]) > read(readers[0]), "rows issue in different vectors");
+    let word = p.homes[o.buf.index()].base + o.offset as u64;
+    let fault = StepFault {
+        kind: faultline_num::BitFault::Flip,
+        site: FaultSite::word(Unit::Ub, word, 30),
+        step: 1,
+        cycle: read(readers[0]),
+        duration: 1,
+    };
+    let later = readers.iter().filter(|&&e| read(e) > fault.cycle).count();
+    let (rep, s) = faulty_step(&t, &fault, &x, &y);
+    assert_eq!(rep.instr, i, "{rep}");
+    assert_eq!((rep.corrupted, rep.elements), (later, later), "{rep}");
+    assert!(later < readers.len() && s != golden, "{rep}");
+}
