@@ -452,13 +452,21 @@ pub fn vector_at(cfg: &HwConfig, op: &VpuOp, n: usize, cycle: u64) -> Result<Opt
 /// `t_v`), and the cycle at which output `j` of element `e` is written back (`t_v + j + D + 1`).
 /// `None` for reductions (their operands are read per the schedule in the module docs).
 pub fn element_cycles(cfg: &HwConfig, op: &VpuOp, n: usize) -> Option<(Vec<u64>, Vec<Vec<u64>>)> {
+    let read: Vec<u64> = (0..n).map(|e| element_cycle(cfg, op, e, None)).collect::<Option<_>>()?;
+    let write =
+        (0..op.outputs()).map(|j| (0..n).map(|e| element_cycle(cfg, op, e, Some(j)).unwrap_or(0)).collect()).collect();
+    Some((read, write))
+}
+
+/// One entry of [`element_cycles`], without building the whole table: the cycle element `e`'s
+/// operands are read (`output` `None`) or its output `j` is written back (`Some(j)`); `None`
+/// for reductions.
+pub fn element_cycle(cfg: &HwConfig, op: &VpuOp, e: usize, output: Option<usize>) -> Option<u64> {
     if op.reduction().is_some() {
         return None;
     }
-    let (l, d, k) = (cfg.vpu.lanes, cfg.vpu.pipeline_depth, op.outputs() as u64);
-    let read: Vec<u64> = (0..n).map(|e| (e / l) as u64 * k).collect();
-    let write = (0..k).map(|j| read.iter().map(|&t| t + j + d + 1).collect()).collect();
-    Some((read, write))
+    let read = (e / cfg.vpu.lanes) as u64 * op.outputs() as u64;
+    Some(output.map_or(read, |j| read + j as u64 + cfg.vpu.pipeline_depth + 1))
 }
 
 /// Runs `op` on the vector unit of `cfg`.

@@ -5,7 +5,7 @@
 //! memory word names, at any cycle, the element of the buffer living there. When each word is
 //! written and read comes from the step's schedule:
 //! * an elementwise VPU instruction reads element `e`'s operands when its vector issues and
-//!   writes each result at its write-back ([`faultline_hw::vpu::element_cycles`]); a word several
+//!   writes each result at its write-back ([`faultline_hw::vpu::element_cycle`]); a word several
 //!   elements read (a broadcast operand) is read once per element, and a fault between those
 //!   reads changes only the later elements; a reduction reads when it issues and writes in
 //!   its last cycle;
@@ -167,10 +167,10 @@ impl<'a> StepMap<'a> {
         }
         // An elementwise VPU op writes output `j` of element `e` at its write-back cycle.
         let vpu = match ins {
-            Instr::Vpu { op, n, .. } => faultline_hw::vpu::element_cycles(self.hw, op, *n).map(|(_, w)| {
+            Instr::Vpu { op, .. } => {
                 let j = self.dests[i].iter().position(|e| e == d).unwrap_or(0);
-                self.start(i) + w[j][x - d.offset]
-            }),
+                faultline_hw::vpu::element_cycle(self.hw, op, x - d.offset, Some(j)).map(|w| self.start(i) + w)
+            }
             _ => None,
         };
         vec![at(vpu.unwrap_or_else(|| self.write_cycle(i, x)), Kind::Write, None)]
@@ -189,11 +189,13 @@ impl<'a> StepMap<'a> {
             .flat_map(|(k, o)| o.view.readers(x - o.offset, *n).into_iter().map(move |e| (k, e)))
             .collect();
         let start = self.start(i);
-        match (faultline_hw::vpu::element_cycles(self.hw, op, *n), readers.as_slice()) {
-            (_, []) => Vec::new(),
-            (Some((r, _)), [(_, e)]) => vec![(start + r[*e], None)],
-            (Some((r, _)), _) => readers.iter().map(|&(k, e)| (start + r[e], Some(k * n + e))).collect(),
-            (None, _) => vec![(start, None)],
+        let read = |e: usize| faultline_hw::vpu::element_cycle(self.hw, op, e, None).map(|r| start + r);
+        match readers.as_slice() {
+            [] => Vec::new(),
+            [(_, e)] => vec![(read(*e).unwrap_or(start), None)],
+            // A reduction reads everything when it issues (no element has its own cycle).
+            [(_, e), ..] if read(*e).is_none() => vec![(start, None)],
+            _ => readers.iter().map(|&(k, e)| (read(e).unwrap_or(start), Some(k * n + e))).collect(),
         }
     }
 

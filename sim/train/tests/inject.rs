@@ -27,6 +27,15 @@ fn small_trainer(model: &str, batch: usize, edit: impl FnOnce(&mut HwConfig)) ->
     Trainer::new(&spec, &hw, data, TrainOptions { batch, eval_every: 0, ..TrainOptions::default() }).unwrap()
 }
 
+/// The trainer's next batch and the fault-free step on it: the state after the step with the
+/// loss's bits.
+fn golden_step(t: &Trainer) -> (Vec<f32>, Vec<u32>, (ModelState, u32)) {
+    let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
+    let mut state = t.state.clone();
+    let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
+    (x, y, (state, loss))
+}
+
 /// One step from `t`'s state with fault `f`: the report, and the state after the step with the
 /// loss's bits.
 fn faulty_step(t: &Trainer, f: &StepFault, x: &[f32], y: &[u32]) -> (inject::InjectionReport, (ModelState, u32)) {
@@ -52,11 +61,7 @@ fn every_mxu_and_vpu_class_is_live_in_a_step_and_masked_when_its_unit_is_idle() 
         let t = trainer(dataflow);
         let hw = &t.exec.hw;
         let p = t.exec.program();
-        let idx: Vec<usize> = t.batcher.clone().next_indices();
-        let (x, y) = t.data.train.gather(&idx);
-        let mut state = t.state.clone();
-        let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
-        let golden = (state, loss);
+        let (x, y, golden) = golden_step(&t);
         let first = |pred: &dyn Fn(&Instr) -> bool| (0..p.instrs.len()).find(|&i| pred(&p.instrs[i])).unwrap();
         let gemm = first(&|i| matches!(i, Instr::Gemm { .. }));
         let vpu2 = first(&|i| matches!(i, Instr::Vpu { ins, .. } if ins.len() == 2));
@@ -248,10 +253,7 @@ fn every_memory_and_dma_class_is_live_in_a_step_and_masked_at_a_dead_time() {
     use faultline_graph::program::Role;
     let t = small_trainer("mlp-digits", 8, |hw| hw.dram.fault_sites = true);
     let (hw, p, sched) = (&t.exec.hw, t.exec.program(), &t.schedule);
-    let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
-    let mut state = t.state.clone();
-    let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
-    let golden = (state, loss);
+    let (x, y, golden) = golden_step(&t);
     let gemm = (0..p.instrs.len()).find(|&i| matches!(p.instrs[i], Instr::Gemm { .. })).unwrap();
     // The buffer a word holds: homed there, written by `writer` and read after.
     let homed = |mem: Unit, pick: &dyn Fn(usize) -> bool| {
@@ -313,10 +315,7 @@ fn every_memory_and_dma_class_is_live_in_a_step_and_masked_at_a_dead_time() {
 fn sequencer_classes_are_live_while_a_gemm_loops_and_masked_otherwise() {
     let t = trainer(Dataflow::WeightStationary);
     let (hw, p, sched) = (&t.exec.hw, t.exec.program(), &t.schedule);
-    let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
-    let mut state = t.state.clone();
-    let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
-    let golden = (state, loss);
+    let (x, y, golden) = golden_step(&t);
     let space = space::space(&t.exec, sched);
     for class in SiteClass::all(hw).into_iter().filter(|c| c.unit == Unit::Seq) {
         let site = FaultSite::control(Unit::Seq, class.register, 1);
@@ -435,10 +434,7 @@ fn pairs_outside_the_live_windows_are_masked() {
     for model in ["mlp-digits", "cnn-small", "transformer-tiny"] {
         let t = small_trainer(model, 4, |hw| hw.dram.fault_sites = true);
         let (hw, sched) = (&t.exec.hw, &t.schedule);
-        let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
-        let mut state = t.state.clone();
-        let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
-        let golden = (state, loss);
+        let (x, y, golden) = golden_step(&t);
         let windows = space::windows(&t.exec, sched);
         for class in SiteClass::all(hw) {
             let (mut dead, mut ran) = (0, 0);
@@ -471,10 +467,7 @@ fn a_broadcast_word_flipped_mid_instruction_reaches_only_the_later_reads() {
     use faultline_hw::isa::View;
     let t = trainer(Dataflow::WeightStationary);
     let (hw, p, sched) = (&t.exec.hw, t.exec.program(), &t.schedule);
-    let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
-    let mut state = t.state.clone();
-    let loss = t.exec.step(&mut state, &x, &y).unwrap().loss.to_bits();
-    let golden = (state, loss);
+    let (x, y, golden) = golden_step(&t);
     // The first bias add: an elementwise VPU op reading a row vector repeated over the batch.
     let (i, o, len, n) = (0..p.instrs.len())
         .find_map(|i| match &p.instrs[i] {
