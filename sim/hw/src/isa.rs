@@ -158,16 +158,6 @@ impl View {
         }
     }
 
-    /// Whether an operand of `n` words read through this view reads word `x` (from the
-    /// operand's offset). The repeating views read every word of their span; the im2col views
-    /// may skip some (padding, strides), so those are checked by gathering.
-    pub fn reads(&self, x: usize, n: usize) -> bool {
-        match self {
-            View::Whole | View::PerRow { .. } | View::Cycle { .. } | View::RepeatRows { .. } => x < self.span(n),
-            View::Im2Col { .. } | View::Col2ImTap { .. } => !self.readers(x, n).is_empty(),
-        }
-    }
-
     /// The operand elements (of `n`) that read word `x` through this view, ascending.
     pub fn readers(&self, x: usize, n: usize) -> Vec<usize> {
         if x >= self.span(n) {
@@ -662,9 +652,8 @@ fn write(bufs: &mut [Vec<u32>], d: Dest, v: Vec<u32>, len: usize) -> Result<(), 
 mod tests {
     use super::*;
 
-    /// `View::readers` says exactly which elements read each word, and `View::reads` which
-    /// words are read, as a gather of the view does, for every kind (the im2col ones with
-    /// strides that skip pixels and with padding).
+    /// `View::readers` says exactly which elements read each word, as a gather of the view
+    /// does, for every kind (the im2col ones with strides that skip pixels and with padding).
     #[test]
     fn a_view_reads_exactly_the_words_its_gather_reads() {
         let image = [2, 5, 5, 3];
@@ -685,7 +674,6 @@ mod tests {
             for x in 0..span + 3 {
                 let readers: Vec<usize> = (0..n).filter(|&e| read[e] == x as u32 + 1).collect();
                 assert_eq!(view.readers(x, n), readers, "{view:?}, word {x}");
-                assert_eq!(view.reads(x, n), !readers.is_empty(), "{view:?}, word {x}");
             }
         }
     }

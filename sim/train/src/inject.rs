@@ -313,7 +313,7 @@ fn resolve_sequencer(
     let p = exec.program();
     let active = f.on_step_clock();
     let map = memfault::StepMap::new(p, sched, &exec.hw)?;
-    let gemm = seqfault::gemm_at(&map, f.cycle);
+    let gemm = sched.locate(ExecUnit::Mxu, f.cycle).map(|(g, _)| g);
     let struck = match gemm {
         Some(g) => seqfault::strikes(&map, g, active)?.map(|at| (g, at)),
         None => None,
@@ -333,7 +333,7 @@ fn resolve_sequencer(
 
 /// The first instruction (in program order) running at `cycle` of the step, on any unit.
 fn running(sched: &StepSchedule, cycle: u64) -> Option<usize> {
-    sched.instrs.iter().position(|c| c.start <= cycle && cycle - c.start < c.cycles)
+    ExecUnit::ALL.iter().filter_map(|&u| sched.locate(u, cycle)).map(|(i, _)| i).min()
 }
 
 /// Fills the effect fields of a report from what the executor measured.

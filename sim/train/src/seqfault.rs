@@ -28,7 +28,7 @@ use crate::gemmfold::{fold_psum, row_times};
 use crate::memfault::{tile_written, wbuf_slots, StepMap, WordHit, WordOp};
 use faultline_hw::dma::AddrReg;
 use faultline_hw::fault::ActiveFault;
-use faultline_hw::isa::{self, ExecUnit, Instr};
+use faultline_hw::isa::{self, Instr};
 use faultline_hw::matrix::Matrix;
 use faultline_hw::mxu::Schedule;
 use faultline_hw::sites::{addr_bits, DMA_ADDR_BITS, TILE_COUNTER_BITS};
@@ -45,17 +45,9 @@ struct Slot {
     rows: Vec<(usize, u64, u64)>,
 }
 
-/// The GEMM the MXU runs at `cycle` of the step, if any.
-pub fn gemm_at(m: &StepMap, cycle: u64) -> Option<usize> {
-    (0..m.p.instrs.len()).find(|&i| {
-        let c = &m.sched.instrs[i];
-        c.unit == ExecUnit::Mxu && c.start <= cycle && cycle - c.start < c.cycles
-    })
-}
-
 /// The memory the result of GEMM `g` is written into, and the address of its element 0.
 fn dest(m: &StepMap, g: usize) -> (Unit, u64) {
-    let Instr::Gemm { out, .. } = &m.p.instrs[g] else { unreachable!("gemm_at names GEMMs") };
+    let Instr::Gemm { out, .. } = &m.p.instrs[g] else { unreachable!("sequencer faults strike GEMMs") };
     let h = m.p.homes[out.buf.index()];
     (h.mem, h.base + out.offset as u64)
 }
@@ -92,21 +84,10 @@ fn run_loop(m: &StepMap, g: usize, s: &Schedule, f: Option<ActiveFault>) -> Vec<
     slots
 }
 
-/// Cycles of a GEMM with schedule `s` in which a fault on sequencer register `reg` changes
-/// its fold loop: the tile counter's from the GEMM's issue to the last fold's start; the
-/// accumulator address's between a fold's first and last row write (the union over folds: a
-/// narrower fold's rows can start before the previous fold's last).
-pub fn live_cycles(s: &Schedule, reg: Register) -> u64 {
-    if reg == Register::TileCounter {
-        return s.folds.last().map_or(0, |f| f.start);
-    }
-    let (mut live, mut covered) = (0, 0);
-    for c in 0..s.folds.len() {
-        let rows = row_window(s, c);
-        live += rows.end.saturating_sub(rows.start.max(covered));
-        covered = covered.max(rows.end);
-    }
-    live
+/// The cycles (from the GEMM's issue) in which a fault on `seq.tile` changes the fold loop of
+/// a GEMM with schedule `s`: from its load at issue to its last read, at the last fold's start.
+pub fn counter_window(s: &Schedule) -> std::ops::Range<u64> {
+    0..s.folds.last().map_or(0, |f| f.start)
 }
 
 /// The cycles (from the GEMM's issue) in which fold `c` of `s` uses `seq.acc_addr`: from its

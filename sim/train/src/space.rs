@@ -74,16 +74,14 @@ pub fn windows(exec: &Executor, sched: &StepSchedule) -> Vec<LiveWindow> {
             Unit::Seq | Unit::Wbuf => {
                 for g in on(ExecUnit::Mxu) {
                     let Ok(Some(map)) = GemmMap::new(hw, &p.instrs[g], sched.instrs[g].start) else { continue };
+                    // The sequencer's windows count from the GEMM's issue.
+                    let from_issue = |r: Range<u64>| map.start + r.start..map.start + r.end;
                     match (class.unit, class.register) {
                         (Unit::Wbuf, _) => wbuf_windows(hw, &map, &mut push),
-                        (_, Register::TileCounter) => push(
-                            all.clone(),
-                            map.start..map.start + seqfault::live_cycles(&map.s, Register::TileCounter),
-                        ),
+                        (_, Register::TileCounter) => push(all.clone(), from_issue(seqfault::counter_window(&map.s))),
                         _ => {
                             for c in 0..map.s.folds.len() {
-                                let rows = seqfault::row_window(&map.s, c);
-                                push(all.clone(), map.start + rows.start..map.start + rows.end);
+                                push(all.clone(), from_issue(seqfault::row_window(&map.s, c)));
                             }
                         }
                     }
