@@ -59,6 +59,14 @@ pub enum Role {
     Staged,
 }
 
+impl Role {
+    /// Whether the host fills the buffer before the step (the batch, step counter, parameters
+    /// and optimizer state), rather than an instruction computing it.
+    pub fn is_placeholder(self) -> bool {
+        matches!(self, Role::Input | Role::Label | Role::Step | Role::Param | Role::OptState)
+    }
+}
+
 /// One entry of the buffer table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Buffer {

@@ -56,9 +56,7 @@ pub fn place(p: &Program, cfg: &HwConfig) -> Result<Program, GraphError> {
         .buffers
         .iter()
         .enumerate()
-        .map(|(b, buf)| {
-            !matches!(buf.role, Role::Value | Role::Temp | Role::Staged) || p.kept.contains(&BufId(b as u32))
-        })
+        .map(|(b, buf)| buf.role.is_placeholder() || p.kept.contains(&BufId(b as u32)))
         .collect();
     // Original buffers whose loaded copy is not shared by a node's instructions (each loads
     // its own, for a shorter life on chip): set when sharing would not fit.

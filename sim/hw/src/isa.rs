@@ -548,14 +548,11 @@ pub fn execute(
     mode: ExecMode,
     faults: &FaultSchedule,
 ) -> Result<u64, HwError> {
-    let missing = |what: &str, b: BufId, need: usize, have: usize| missing(instr, what, b, need, have);
     match instr {
-        Instr::Gemm { out, m, n, .. } => {
-            let (m, n) = (*m, *n);
+        Instr::Gemm { out, .. } => {
             let (am, bm) = gemm_operands(cfg, instr, bufs)?.expect("a GEMM has operands");
             let res = mxu::gemm(cfg, &am, &bm, mode, faults)?;
-            write(bufs, *out, res.out.data, m * n)
-                .map_err(|have| missing("output", out.buf, out.offset + m * n, have))?;
+            write_result(instr, bufs, *out, res.out.data)?;
             Ok(res.stats.total_cycles)
         }
         Instr::Vpu { .. } => execute_vpu(cfg, instr, bufs, mode, faults, None),
@@ -563,10 +560,10 @@ pub fn execute(
             let (src, dst, len) = (*src, *dst, *len);
             let have = bufs[src.index()].len();
             if have < len {
-                return Err(missing("source", src, len, have));
+                return Err(missing(instr, "source", src, len, have));
             }
             let v = bufs[src.index()][..len].to_vec();
-            write(bufs, Dest::whole(dst), v, len).map_err(|have| missing("destination", dst, len, have))?;
+            write(bufs, Dest::whole(dst), v, len).map_err(|have| missing(instr, "destination", dst, len, have))?;
             Ok(cycles(cfg, instr))
         }
     }
@@ -619,9 +616,8 @@ fn execute_vpu(
             vpu::run(cfg, *op, &refs, mode, faults)?
         }
     };
-    let len = instr.out_len();
     for (d, v) in outs.iter().zip(res.out) {
-        write(bufs, *d, v, len).map_err(|have| missing(instr, "output", d.buf, d.offset + len, have))?;
+        write_result(instr, bufs, *d, v)?;
     }
     Ok(res.stats.cycles)
 }
@@ -632,6 +628,13 @@ fn missing(instr: &Instr, what: &str, b: BufId, need: usize, have: usize) -> HwE
         op: instr.name().to_string(),
         detail: format!("{what} buffer {} holds {have} words, the instruction needs {need}", b.0),
     }
+}
+
+/// Writes `v`, one result of `instr` (`out_len` words), at `d` (see [`execute`] for how an
+/// empty destination is filled). Errors if the destination holds too few words.
+pub fn write_result(instr: &Instr, bufs: &mut [Vec<u32>], d: Dest, v: Vec<u32>) -> Result<(), HwError> {
+    let len = instr.out_len();
+    write(bufs, d, v, len).map_err(|have| missing(instr, "output", d.buf, d.offset + len, have))
 }
 
 /// Writes `v` (`len` words) at `d`; moves it in when it is the whole of an empty buffer.

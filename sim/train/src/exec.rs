@@ -149,8 +149,9 @@ impl Effect {
         self.corrupted == 0
     }
 
-    /// Nothing corrupted yet in `buffer`, written by instruction `instr`.
-    fn none(instr: usize, buffer: String) -> Effect {
+    /// Nothing corrupted yet in buffer `buf` of `p`, by instruction `instr`.
+    fn none(p: &Program, instr: usize, buf: BufId) -> Effect {
+        let buffer = p.buffers[buf.index()].name.clone();
         Effect { instr, buffer, elements: 0, corrupted: 0, max_abs_error: 0.0, max_rel_error: 0.0 }
     }
 
@@ -250,18 +251,18 @@ impl Executor {
         fault: Option<&Injection>,
     ) -> Result<StepOutput> {
         let p = &self.step;
-        let mut bufs = self.bind(p, state, x, Some(labels))?;
         let seq = match fault {
-            Some(f @ Injection { seq: Some(sf), .. }) => Some(self.sequencer_words(p, &bufs, f.instr, *sf)?),
+            Some(f @ Injection { seq: Some(sf), .. }) => {
+                Some(self.words_of_sequencer_fault(f.instr, *sf, &self.step_buffers(state, x, labels)?)?)
+            }
             _ => None,
         };
+        let mut bufs = self.bind(p, state, x, Some(labels))?;
         let mut out = run_program(&self.hw, self.mode, p, &mut bufs, seq.as_ref().or(fault))?;
         if let Some(inj) = &seq {
             // The GEMM's result is what the fault corrupts first.
             let ins = &p.instrs[inj.instr];
-            let e = out
-                .effect
-                .get_or_insert_with(|| Effect::none(inj.instr, p.buffers[ins.writes()[0].index()].name.clone()));
+            let e = out.effect.get_or_insert_with(|| Effect::none(p, inj.instr, ins.writes()[0]));
             e.instr = inj.instr;
             e.elements = ins.out_len();
         }
@@ -282,14 +283,6 @@ impl Executor {
         Ok(out)
     }
 
-    /// The words sequencer fault `f` in GEMM `g` changes ([`crate::seqfault`]), from a
-    /// fault-free run of the step on `bufs` (the bound placeholders, not modified).
-    fn sequencer_words(&self, p: &Program, bufs: &[Vec<u32>], g: usize, f: ActiveFault) -> Result<Injection> {
-        let mut golden = bufs.to_vec();
-        run(&self.hw, ExecMode::Functional, p, &mut golden, None, true)?;
-        self.words_of_sequencer_fault(g, f, &golden)
-    }
-
     /// Every buffer of a fault-free step on a batch (nothing released), as the program's
     /// buffer table numbers them; `state` is not changed.
     pub fn step_buffers(&self, state: &ModelState, x: &[f32], labels: &[u32]) -> Result<Vec<Vec<u32>>> {
@@ -298,8 +291,9 @@ impl Executor {
         Ok(bufs)
     }
 
-    /// The injection of sequencer fault `f` in GEMM `g` of the step program, given the
-    /// fault-free step's buffers ([`Executor::step_buffers`]).
+    /// The injection of sequencer fault `f` in GEMM `g` of the step program: the words it
+    /// changes ([`crate::seqfault`]), given the fault-free step's buffers
+    /// ([`Executor::step_buffers`]).
     pub fn words_of_sequencer_fault(&self, g: usize, f: ActiveFault, golden: &[Vec<u32>]) -> Result<Injection> {
         let p = &self.step;
         if !matches!(p.instrs.get(g), Some(isa::Instr::Gemm { .. })) {
@@ -441,10 +435,9 @@ fn run(
     }
     if let Some(mut m) = mem {
         m.apply(bufs, None, false);
-        effect = m.effect.or_else(|| {
-            let e = Effect::none(fault.map_or(0, |f| f.instr), p.buffers[words[0].buf.index()].name.clone());
-            Some(Effect { elements: words.len(), ..e })
-        });
+        // Nothing changed: the fault is reported against the instruction it was placed on.
+        m.effect(fault.map_or(0, |f| f.instr), words[0].buf);
+        effect = m.effect;
     }
     // The step's cycles: the measured durations, issued by the program's timing rule.
     let t = p.timeline(&durations);
@@ -483,17 +476,18 @@ impl WordEffect<'_> {
             if !written && at.is_some() {
                 restore.push((h.buf, h.elem, old));
             }
-            let e = self.effect.get_or_insert_with(|| Effect {
-                elements: self.words.len(),
-                ..Effect::none(at.unwrap_or(self.p.instrs.len()), self.p.buffers[h.buf.index()].name.clone())
-            });
-            e.record(old, new);
+            self.effect(at.unwrap_or(self.p.instrs.len()), h.buf).record(old, new);
         }
         restore
     }
-}
 
-impl WordEffect<'_> {
+    /// The effect so far; the first changed word (of `buf`, seen by instruction `instr`)
+    /// starts it.
+    fn effect(&mut self, instr: usize, buf: BufId) -> &mut Effect {
+        let (p, words) = (self.p, self.words.len());
+        self.effect.get_or_insert_with(|| Effect { elements: words, ..Effect::none(p, instr, buf) })
+    }
+
     /// Runs instruction `i` with only some of its reads of a word changed (`parts`): a GEMM
     /// fold by fold ([`crate::gemmfold`]), a VPU op with some operand elements changed.
     /// Counts every read that sees a changed word.
@@ -522,9 +516,7 @@ impl WordEffect<'_> {
             _ => gemmfold::run(self.hw, ins, bufs, parts)?,
         };
         for (old, new) in seen.into_iter().filter(|(o, n)| o != n) {
-            let name = self.p.buffers[parts[0].buf.index()].name.clone();
-            let e = self.effect.get_or_insert_with(|| Effect { elements: self.words.len(), ..Effect::none(i, name) });
-            e.record(old, new);
+            self.effect(i, parts[0].buf).record(old, new);
         }
         Ok(c)
     }
@@ -549,7 +541,7 @@ fn inject(
     }
     let c = isa::execute(hw, ins, bufs, ExecMode::CycleLevel, faults)?;
     let len = ins.out_len();
-    let mut e = Effect { elements: len * dests.len(), ..Effect::none(i, p.buffers[dests[0].buf.index()].name.clone()) };
+    let mut e = Effect { elements: len * dests.len(), ..Effect::none(p, i, dests[0].buf) };
     for (d, g) in dests.iter().zip(&golden) {
         let (f, off) = (&bufs[d.buf.index()], d.offset);
         for (&gb, &fb) in g[off..off + len].iter().zip(&f[off..off + len]) {

@@ -188,12 +188,7 @@ fn run_typed<F: MacFormat>(
             }
         }
     }
-    let dst = &mut bufs[out.buf.index()];
-    if dst.is_empty() && out.offset == 0 {
-        *dst = res;
-    } else {
-        dst[out.offset..out.offset + res.len()].copy_from_slice(&res);
-    }
+    isa::write_result(ins, bufs, out, res)?;
     Ok((isa::cycles(hw, ins), seen))
 }
 

@@ -144,8 +144,8 @@ impl InjectionReport {
         self.corrupted == 0
     }
 
-    /// The report of `f` placed on instruction `instr`, before anything is measured (no tile,
-    /// no outputs, nothing corrupted).
+    /// The report of `f` placed on instruction `instr`, before anything is measured: no tile,
+    /// nothing corrupted, the instruction's outputs and the first buffer it writes.
     fn placed(exec: &Executor, f: &StepFault, instr: usize) -> InjectionReport {
         let p = exec.program();
         let (ins, tag) = (&p.instrs[instr], &p.tags[instr]);
@@ -159,11 +159,11 @@ impl InjectionReport {
             unit_busy: false,
             tile: None,
             tile_cycle: None,
-            elements: 0,
+            elements: ins.out_len() * ins.writes().len(),
             corrupted: 0,
             max_abs_error: 0.0,
             max_rel_error: 0.0,
-            buffer: String::new(),
+            buffer: p.buffers[ins.writes()[0].index()].name.clone(),
         }
     }
 
@@ -253,8 +253,6 @@ pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(
         unit_busy: time.is_some(),
         tile: time.map(|t| t.tile),
         tile_cycle: time.map(|t| t.cycle),
-        elements: ins.out_len() * ins.writes().len(),
-        buffer: p.buffers[ins.writes()[0].index()].name.clone(),
         ..InjectionReport::placed(exec, f, instr)
     };
     let injection = time.map(|at| {
@@ -280,16 +278,12 @@ fn resolve_memory(
     let first_reader = words.iter().filter_map(|h| h.instr).min_by_key(|&i| (sched.instrs[i].start, i));
     let instr = dma.or(first_reader).or(running(sched, f.cycle)).unwrap_or(0);
     let buffer = words.first().map_or_else(|| "(none)".to_string(), |h| p.buffers[h.buf.index()].name.clone());
-    // A GEMM reading the word fold by fold, or a VPU op element by element: the first fold or
-    // vector that sees the change.
-    let first = words.iter().filter(|h| h.instr == Some(instr)).filter_map(|h| h.part).min();
+    // A GEMM reading the word fold by fold, or a VPU op element by element (parts `operand *
+    // n + element`): the first fold or vector that sees the change.
+    let parts = words.iter().filter(|h| h.instr == Some(instr)).filter_map(|h| h.part);
     let fold = match &p.instrs[instr] {
-        faultline_hw::isa::Instr::Vpu { n, .. } => {
-            // Parts are `operand * n + element`; the first vector among the reading elements.
-            let lanes = exec.hw.vpu.lanes;
-            words.iter().filter(|h| h.instr == Some(instr)).filter_map(|h| h.part).map(|q| (q % n) / lanes).min()
-        }
-        _ => first,
+        faultline_hw::isa::Instr::Vpu { n, .. } => parts.map(|q| (q % n) / exec.hw.vpu.lanes).min(),
+        _ => parts.min(),
     };
     let report = InjectionReport {
         unit_busy: !words.is_empty(),
@@ -319,13 +313,10 @@ fn resolve_sequencer(
         None => None,
     };
     let instr = gemm.or(running(sched, f.cycle)).unwrap_or(0);
-    let ins = &p.instrs[instr];
     let report = InjectionReport {
         unit_busy: struck.is_some(),
         tile: struck.map(|(_, (slot, _))| slot),
         tile_cycle: struck.map(|(_, (_, c))| c),
-        elements: ins.out_len(),
-        buffer: p.buffers[ins.writes()[0].index()].name.clone(),
         ..InjectionReport::placed(exec, f, instr)
     };
     Ok((struck.map(|(g, _)| Injection::sequencer(g, active)), report))

@@ -34,7 +34,7 @@
 
 use crate::error::{Result, TrainError};
 use crate::gemmfold::GemmMap;
-use faultline_graph::program::{Program, Role, StepSchedule};
+use faultline_graph::program::{Program, StepSchedule};
 use faultline_hw::dma::AddrReg;
 use faultline_hw::fault::ActiveFault;
 use faultline_hw::isa::{self, BufId, ExecUnit, Instr};
@@ -202,9 +202,12 @@ impl<'a> StepMap<'a> {
     /// The writes of element `x` of `b`, in program order (the host's before the step first).
     fn writes(&self, b: BufId, x: usize) -> impl Iterator<Item = Access> + '_ {
         let p = self.p;
-        let before =
-            matches!(p.buffers[b.index()].role, Role::Input | Role::Label | Role::Step | Role::Param | Role::OptState);
-        let host = before.then_some(Access { cycle: 0, kind: Kind::Write, instr: None, part: None });
+        let host = p.buffers[b.index()].role.is_placeholder().then_some(Access {
+            cycle: 0,
+            kind: Kind::Write,
+            instr: None,
+            part: None,
+        });
         host.into_iter().chain(
             (0..p.instrs.len())
                 .filter(move |&i| self.dests[i].iter().any(|d| d.buf == b))

@@ -18,7 +18,6 @@ use crate::exec::Executor;
 use crate::gemmfold::GemmMap;
 use crate::memfault::{tile_written, wbuf_slots};
 use crate::seqfault;
-use faultline_graph::program::Role;
 use faultline_graph::StepSchedule;
 use faultline_hw::isa::{BufId, ExecUnit, Instr};
 use faultline_hw::{FaultSite, HwConfig, Register, SiteClass, Unit};
@@ -117,9 +116,7 @@ fn wbuf_windows(hw: &HwConfig, map: &GemmMap, push: &mut impl FnMut(Range<u64>, 
 /// When buffer `b`'s words may hold a value something reads: from its first writer's issue
 /// (0 if the host writes it before the step) to its last read.
 fn buffer_window(p: &faultline_graph::Program, sched: &StepSchedule, b: BufId) -> Range<u64> {
-    let host =
-        matches!(p.buffers[b.index()].role, Role::Input | Role::Label | Role::Step | Role::Param | Role::OptState);
-    let (mut first, mut last) = (if host { Some(0) } else { None }, 0u64);
+    let (mut first, mut last) = (p.buffers[b.index()].role.is_placeholder().then_some(0), 0u64);
     for (i, ins) in p.instrs.iter().enumerate() {
         let (start, end) = (sched.instrs[i].start, sched.instrs[i].start + sched.instrs[i].cycles);
         let gemm = matches!(ins, Instr::Gemm { .. });
