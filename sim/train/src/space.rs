@@ -139,8 +139,7 @@ fn buffer_window(p: &faultline_graph::Program, sched: &StepSchedule, b: BufId) -
 
 /// Merges overlapping windows of the same class and elements.
 fn merge(mut w: Vec<LiveWindow>) -> Vec<LiveWindow> {
-    let key = |x: &LiveWindow| (x.class.unit.name(), x.class.pattern(), x.elems.start, x.elems.end, x.cycles.start);
-    w.sort_by_key(|x| key(x));
+    w.sort_by_key(|x| (x.class, x.elems.start, x.elems.end, x.cycles.start));
     let mut out: Vec<LiveWindow> = Vec::with_capacity(w.len());
     for x in w {
         match out.last_mut() {
