@@ -28,11 +28,19 @@ use faultline_num::{with_precision, MacFormat};
 /// When fold `c` of `s`, run from cycle `at`, writes its result rows: (row within the fold,
 /// cycle), in write order.
 pub fn row_times(s: &Schedule, c: usize, at: u64) -> Vec<(usize, u64)> {
-    let fold = s.folds[c];
+    let ws = s.dataflow == Dataflow::WeightStationary;
+    let rows = if ws { s.m } else { s.folds[c].mr };
+    // WS rows leave top first, OS rows drain bottom first.
+    (0..rows).map(|k| if ws { k } else { rows - 1 - k }).map(|r| (r, row_time(s, c, at, r))).collect()
+}
+
+/// When fold `c` of `s`, run from cycle `at`, writes its result row `row`: WS row `m` at
+/// `at + m + R + nc`; OS row `i` at `at + period - 1 - i` (the bottom row drains first).
+pub fn row_time(s: &Schedule, c: usize, at: u64, row: usize) -> u64 {
     if s.dataflow == Dataflow::WeightStationary {
-        (0..s.m).map(|mi| (mi, at + (mi + s.rows + fold.nc) as u64)).collect()
+        at + (row + s.rows + s.folds[c].nc) as u64
     } else {
-        (0..fold.mr).rev().map(|i| (i, at + s.period - 1 - i as u64)).collect()
+        at + s.period - 1 - row as u64
     }
 }
 
@@ -106,8 +114,7 @@ impl<'a> GemmMap<'a> {
                 continue;
             }
             let row = mm - f.m0;
-            let t = row_times(s, c, self.start + f.start).into_iter().find(|r| r.0 == row).map_or(0, |r| r.1);
-            v.push((t, c, !f.overwrite));
+            v.push((row_time(s, c, self.start + f.start, row), c, !f.overwrite));
         }
         v
     }
