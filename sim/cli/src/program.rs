@@ -97,7 +97,7 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
                 Instr::Vpu { n, .. } => n.to_string(),
                 Instr::Dma { len, sram, .. } => format!("{len}w {}", sram.name()),
             },
-            node: g.node(tag.node).name.clone(),
+            node: format!("{}{}", g.node(tag.node).name, tag.tile_suffix()),
             phase: tag.phase.name(),
             layer: tag.layer.clone(),
             writes: ins

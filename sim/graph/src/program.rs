@@ -91,6 +91,18 @@ pub struct Tag {
     pub phase: Phase,
     /// The node's layer.
     pub layer: String,
+    /// `(index, count)` when the instruction is one tile of an instruction placement cut along
+    /// its rows to fit the SRAMs ([`crate::residency::place`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tile: Option<(usize, usize)>,
+}
+
+impl Tag {
+    /// `" (tile k/n)"` for one tile of a cut instruction, else empty: what follows the node's
+    /// name wherever an instruction is named.
+    pub fn tile_suffix(&self) -> String {
+        self.tile.map_or_else(String::new, |(k, n)| format!(" (tile {}/{n})", k + 1))
+    }
 }
 
 /// A lowered step: instructions in issue order, each tagged, over a buffer table.
@@ -376,12 +388,12 @@ impl Builder<'_> {
     fn emit(&mut self, ins: Instr) {
         let node = self.g.node(self.node);
         self.p.instrs.push(ins);
-        self.p.tags.push(Tag { node: self.node, phase: node.phase, layer: node.layer.clone() });
+        self.p.tags.push(Tag { node: self.node, phase: node.phase, layer: node.layer.clone(), tile: None });
     }
 
     /// `op` on `n` elements of `ins`, into a new intermediate.
     fn vpu(&mut self, op: VpuOp, ins: Vec<Operand>, n: usize) -> BufId {
-        let mut instr = Instr::Vpu { op, n, ins, outs: vec![] };
+        let mut instr = Instr::Vpu { op, n, ins, outs: vec![], acc: false };
         let out = self.temp(instr.out_len());
         if let Instr::Vpu { outs, .. } = &mut instr {
             outs.push(Dest::whole(out));
@@ -580,6 +592,7 @@ impl Builder<'_> {
                         n: t * d,
                         ins: vec![Operand { buf: x, offset: ni * t * d, view: View::Whole }],
                         outs: vec![Dest { buf: s, offset: ni * d }],
+                        acc: false,
                     });
                 }
                 self.muls(s, 1.0 / t as f64, n * d)
@@ -678,6 +691,7 @@ impl Builder<'_> {
                 m,
                 k,
                 n,
+                acc: false,
             });
         }
         c

@@ -17,9 +17,16 @@
 //! that reuses them records whose words it takes so the schedule does not overwrite them early
 //! ([`Program::issue_times`]). When an SRAM is full, the longest-lived value live there is
 //! spilled to DRAM and placement starts again. DRAM words are never reused within a step.
+//!
+//! When one instruction's tensors do not fit even with every other value spilled, the
+//! instruction is cut into tiles along its rows ([`Instr::split_rows`]: GEMM result rows, VPU
+//! rows or samples), twice as many each time: a tile loads only the rows of each DRAM tensor it
+//! reads (a DMA with an offset into the tensor) and stores its result rows straight back. Tiles
+//! compute exactly what the whole instruction computes, so tiling changes the schedule, never
+//! a value.
 
 use crate::error::GraphError;
-use crate::program::{Buffer, Program, Role};
+use crate::program::{Buffer, Program, Role, Tag};
 use faultline_hw::dma::Direction;
 use faultline_hw::isa::{BufId, Instr};
 use faultline_hw::{HwConfig, Unit};
@@ -61,8 +68,13 @@ pub fn place(p: &Program, cfg: &HwConfig) -> Result<Program, GraphError> {
     // Original buffers whose loaded copy is not shared by a node's instructions (each loads
     // its own, for a shorter life on chip): set when sharing would not fit.
     let mut private = vec![false; p.buffers.len()];
+    // Tiles each instruction of `p` is cut into (1: whole).
+    let mut parts = vec![1usize; p.instrs.len()];
+    let (mut tiled, mut from) = (p.clone(), (0..p.instrs.len()).collect::<Vec<_>>());
+    // K tiles of a GEMM are whole folds.
+    let ku = cfg.mxu.rows;
     loop {
-        let (mut q, origin) = stage(p, &dram, &private);
+        let (mut q, origin, staged_for) = stage(&tiled, &dram, &private);
         let mut on_dram = dram.clone();
         on_dram.resize(q.buffers.len(), false);
         match allocate(&q, cfg, &on_dram) {
@@ -97,24 +109,80 @@ pub fn place(p: &Program, cfg: &HwConfig) -> Result<Program, GraphError> {
                     (Some(&(b, _)), _) => dram[b.index()] = true,
                     (None, Some((o, _))) => private[o.index()] = true,
                     (None, None) => {
-                        let buf = &q.buffers[full.buf.index()];
-                        return Err(GraphError::DoesNotFit {
-                            hw: cfg.name.clone(),
-                            detail: format!(
-                                "tensor `{}` ({} words) does not fit the {} ({} words) next to what the same \
-                                 instruction needs, even with every other value spilled to DRAM; splitting a \
-                                 tensor across transfers (tiling) is not implemented",
-                                buf.name,
-                                buf.len,
-                                mem_name(full.mem),
-                                capacity(cfg, full.mem)
-                            ),
-                        });
+                        // Failing that, cut the instruction that needs the words into more tiles.
+                        let i = from[staged_for[full.first]];
+                        let cut = split(p, i, parts[i] * 2, ku).filter(|t| t.len() > parts[i]);
+                        let Some(t) = cut else {
+                            let buf = &q.buffers[full.buf.index()];
+                            return Err(GraphError::DoesNotFit {
+                                hw: cfg.name.clone(),
+                                detail: format!(
+                                    "tensor `{}` ({} words) does not fit the {} ({} words) next to what the same \
+                                     instruction needs, even with every other value spilled to DRAM and the \
+                                     instruction cut into {} tiles along its rows (it cannot be cut further{})",
+                                    buf.name,
+                                    buf.len,
+                                    mem_name(full.mem),
+                                    capacity(cfg, full.mem),
+                                    parts[i],
+                                    why_not_split(p, i, ku)
+                                ),
+                            });
+                        };
+                        parts[i] = t.len();
+                        (tiled, from) = tile(p, &parts, ku);
                     }
                 }
             }
         }
     }
+}
+
+/// Instruction `i` of `p` cut into `parts` tiles (K tiles a multiple of `k_unit`), if it can be and no other instruction writes
+/// its outputs (a tile stores its rows straight to DRAM, which a tensor written in parts by
+/// several instructions would overwrite).
+fn split(p: &Program, i: usize, parts: usize, k_unit: usize) -> Option<Vec<Instr>> {
+    let shared =
+        p.instrs[i].writes().iter().any(|b| p.instrs.iter().filter(|ins| ins.writes().contains(b)).count() > 1);
+    if shared {
+        return None;
+    }
+    p.instrs[i].split_rows(parts, k_unit)
+}
+
+/// Why [`split`] cannot cut instruction `i` of `p` further (K tiles a multiple of `ku`).
+fn why_not_split(p: &Program, i: usize, ku: usize) -> &'static str {
+    let ins = &p.instrs[i];
+    match ins.split_rows(2, ku) {
+        None => match ins {
+            Instr::Gemm { .. } => ": a GEMM reading both operands transposed",
+            Instr::Dma { .. } => ": a DMA transfer",
+            Instr::Vpu { .. } => ": a column reduction, or an operand whose pattern does not repeat by rows",
+        },
+        Some(_) if split(p, i, 2, ku).is_none() => ": other instructions write parts of the same output",
+        Some(_) => ": each tile is one row",
+    }
+}
+
+/// `p` with instruction `i` cut into `parts[i]` tiles (K tiles a multiple of `ku`), and for each instruction of the result
+/// the instruction of `p` it is (a tile of).
+fn tile(p: &Program, parts: &[usize], ku: usize) -> (Program, Vec<usize>) {
+    let mut q = Program { instrs: Vec::new(), tags: Vec::new(), ..p.clone() };
+    let mut from = Vec::new();
+    for (i, (ins, tag)) in p.instrs.iter().zip(&p.tags).enumerate() {
+        let tiles = match parts[i] {
+            1 => vec![ins.clone()],
+            n => split(p, i, n, ku).expect("a cut that was possible stays possible"),
+        };
+        let count = tiles.len();
+        for (k, t) in tiles.into_iter().enumerate() {
+            q.instrs.push(t);
+            q.tags.push(Tag { tile: (count > 1).then_some((k, count)), ..tag.clone() });
+            from.push(i);
+        }
+    }
+    q.release = crate::program::releases(&q.instrs, q.buffers.len(), &q.kept);
+    (q, from)
 }
 
 fn mem_name(mem: Unit) -> &'static str {
@@ -130,9 +198,14 @@ fn capacity(cfg: &HwConfig, mem: Unit) -> u64 {
 }
 
 /// `p` with every access to a buffer marked in `dram` staged through a DMA load or store
-/// (loaded copies shared by a node's instructions unless `private`), and for each buffer of
-/// the result the original buffer it is a loaded copy of.
-fn stage(p: &Program, dram: &[bool], private: &[bool]) -> (Program, Vec<Option<BufId>>) {
+/// (loaded copies shared by a node's instructions unless `private`), for each buffer of the
+/// result the original buffer it is a loaded copy of, and for each instruction of the result
+/// the instruction of `p` it is or is staged for.
+///
+/// A tile (an instruction cut along its rows) stages only the words it touches: it loads the
+/// rows of each DRAM tensor it reads into a copy of their size, and stores its result rows
+/// right after it runs.
+fn stage(p: &Program, dram: &[bool], private: &[bool]) -> (Program, Vec<Option<BufId>>, Vec<usize>) {
     let n = p.buffers.len();
     let mut q = Program {
         instrs: Vec::new(),
@@ -145,6 +218,7 @@ fn stage(p: &Program, dram: &[bool], private: &[bool]) -> (Program, Vec<Option<B
         dma_overhead: 0,
         node_buf: p.node_buf.clone(),
     };
+    let mut staged_for = Vec::new();
     let mut last_writer = vec![None; n];
     for (i, ins) in p.instrs.iter().enumerate() {
         for b in ins.writes() {
@@ -153,70 +227,115 @@ fn stage(p: &Program, dram: &[bool], private: &[bool]) -> (Program, Vec<Option<B
     }
     // The staged copy of a DRAM-homed buffer that is being written (in parts) and not yet stored.
     let mut open: Vec<Option<BufId>> = vec![None; n];
-    // The copy loaded for the current graph node: its other instructions read it too.
-    let mut loaded: BTreeMap<BufId, BufId> = BTreeMap::new();
+    // The copies loaded for the current graph node, by the words they hold: its other
+    // instructions read them too.
+    let mut loaded: BTreeMap<(BufId, usize, usize), BufId> = BTreeMap::new();
     let mut origin: Vec<Option<BufId>> = vec![None; n];
     for (i, (ins, tag)) in p.instrs.iter().zip(&p.tags).enumerate() {
         if i > 0 && p.tags[i - 1].node != tag.node {
             loaded.clear();
         }
         let mut ins = ins.clone();
-        let mut staged: BTreeMap<BufId, BufId> = BTreeMap::new();
-        for b in ins.reads().into_iter().filter(|b| dram[b.index()]) {
-            if staged.contains_key(&b) {
+        let tile = tag.tile.is_some();
+        // Per DRAM buffer read: the copy read and the buffer word its word 0 holds.
+        let mut staged: BTreeMap<BufId, (BufId, usize)> = BTreeMap::new();
+        // The words to load of each other DRAM buffer read, in operand order: a tile's copy
+        // holds the rows its operands read, any other copy the whole tensor.
+        let mut ranges: Vec<(BufId, (usize, usize))> = Vec::new();
+        for (b, r) in ins.read_ranges().into_iter().filter(|(b, _)| dram[b.index()]) {
+            if let Some(s) = open[b.index()] {
+                staged.insert(b, (s, 0));
                 continue;
             }
-            let s = match open[b.index()].or_else(|| loaded.get(&b).copied()) {
-                Some(s) => s,
+            let whole = (0, q.buffers[b.index()].len);
+            match ranges.iter_mut().find(|(c, _)| *c == b) {
+                Some((_, e)) if tile => *e = (e.0.min(r.start), e.1.max(r.end)),
+                Some(_) => {}
+                None => ranges.push((b, if tile { (r.start, r.end) } else { whole })),
+            }
+        }
+        for (b, (lo, hi)) in ranges {
+            let s = match loaded.get(&(b, lo, hi)) {
+                Some(&s) => s,
                 None => {
-                    let s = q.staged_copy(b, i);
-                    let len = q.buffers[b.index()].len;
-                    q.instrs.push(Instr::Dma { dir: Direction::Load, sram: Unit::Ub, src: b, dst: s, len });
+                    let s = q.staged_copy(b, i, hi - lo);
+                    q.instrs.push(Instr::Dma {
+                        dir: Direction::Load,
+                        sram: Unit::Ub,
+                        src: b,
+                        src_offset: lo,
+                        dst: s,
+                        dst_offset: 0,
+                        len: hi - lo,
+                    });
                     q.tags.push(tag.clone());
+                    staged_for.push(i);
                     if !private[b.index()] {
-                        loaded.insert(b, s);
+                        loaded.insert((b, lo, hi), s);
                     }
                     origin.resize(q.buffers.len(), None);
                     origin[s.index()] = Some(b);
                     s
                 }
             };
-            staged.insert(b, s);
+            staged.insert(b, (s, lo));
         }
+        // Writes: a tile's rows go to a copy of their size, stored right after it; other
+        // writes to the tensor's staged copy, stored after its last writer.
         let mut stores = Vec::new();
-        for b in ins.writes().into_iter().filter(|b| dram[b.index()]) {
-            let s = match open[b.index()] {
-                Some(s) => s,
-                None => q.staged_copy(b, i),
-            };
+        let mut written: BTreeMap<BufId, (BufId, usize)> = BTreeMap::new();
+        for d in ins.dests().into_iter().filter(|d| dram[d.buf.index()]) {
+            let b = d.buf;
+            if tile && open[b.index()].is_none() {
+                // An accumulating tile adds to the rows it loaded, in place.
+                let len = ins.out_len();
+                let (s, lo) = staged.get(&b).copied().unwrap_or_else(|| (q.staged_copy(b, i, len), d.offset));
+                written.insert(b, (s, lo));
+                stores.push((s, d.offset - lo, b, d.offset, len));
+                continue;
+            }
+            let s = open[b.index()].unwrap_or_else(|| q.staged_copy(b, i, q.buffers[b.index()].len));
             open[b.index()] = Some(s);
-            if last_writer[b.index()] == Some(i) && !stores.contains(&(s, b)) {
-                stores.push((s, b));
+            written.insert(b, (s, 0));
+            let len = q.buffers[b.index()].len;
+            if last_writer[b.index()] == Some(i) && !stores.iter().any(|&(t, ..)| t == s) {
+                open[b.index()] = None;
+                stores.push((s, 0, b, 0, len));
             }
         }
-        let written: BTreeMap<BufId, BufId> =
-            ins.writes().into_iter().filter_map(|b| Some((b, open[b.index()]?))).collect();
-        ins.rename(|b| staged.get(&b).copied().unwrap_or(b), |b| written.get(&b).copied().unwrap_or(b));
+        let moved = |m: &BTreeMap<BufId, (BufId, usize)>, b: BufId, off: usize| match m.get(&b) {
+            Some(&(s, lo)) => (s, off - lo),
+            None => (b, off),
+        };
+        ins.relocate(|b, off| moved(&staged, b, off), |b, off| moved(&written, b, off));
         q.instrs.push(ins);
         q.tags.push(tag.clone());
-        for (s, b) in stores {
-            open[b.index()] = None;
-            let len = q.buffers[b.index()].len;
-            q.instrs.push(Instr::Dma { dir: Direction::Store, sram: Unit::Ub, src: s, dst: b, len });
+        staged_for.push(i);
+        for (s, src_offset, b, dst_offset, len) in stores {
+            q.instrs.push(Instr::Dma {
+                dir: Direction::Store,
+                sram: Unit::Ub,
+                src: s,
+                src_offset,
+                dst: b,
+                dst_offset,
+                len,
+            });
             q.tags.push(tag.clone());
+            staged_for.push(i);
         }
     }
     q.release = crate::program::releases(&q.instrs, q.buffers.len(), &q.kept);
     origin.resize(q.buffers.len(), None);
-    (q, origin)
+    (q, origin, staged_for)
 }
 
 impl Program {
-    /// A new staged (on-chip) copy of DRAM-homed buffer `b` for instruction `i` of the
-    /// unplaced program, named `<b>@<i>`.
-    fn staged_copy(&mut self, b: BufId, i: usize) -> BufId {
+    /// A new staged (on-chip) copy of `len` words of DRAM-homed buffer `b` for instruction `i`
+    /// of the unplaced program, named `<b>@<i>`.
+    fn staged_copy(&mut self, b: BufId, i: usize, len: usize) -> BufId {
         let src = &self.buffers[b.index()];
-        let buf = Buffer { name: format!("{}@{i}", src.name), len: src.len, role: Role::Staged, node: src.node };
+        let buf = Buffer { name: format!("{}@{i}", src.name), len, role: Role::Staged, node: src.node };
         self.buffers.push(buf);
         BufId(self.buffers.len() as u32 - 1)
     }
@@ -225,6 +344,8 @@ impl Program {
 /// An SRAM is full when buffer `buf` needs words in it.
 struct Full {
     buf: BufId,
+    /// The instruction that first touches `buf`.
+    first: usize,
     mem: Unit,
     /// Every buffer then live in that memory, with the length of its live range.
     live: Vec<(BufId, usize)>,
@@ -318,7 +439,7 @@ fn allocate(q: &Program, cfg: &HwConfig, dram: &[bool]) -> Result<Placement, Ful
         let Some((mem, base)) = base else {
             let mem = if gemm_out[b] { Unit::Acc } else { Unit::Ub };
             let live = live.iter().chain([&b]).map(|&o| (BufId(o as u32), last[o] - first[o])).collect();
-            return Err(Full { buf: BufId(b as u32), mem, live });
+            return Err(Full { buf: BufId(b as u32), first: first[b], mem, live });
         };
         homes[b] = Home { mem, base };
         // Earlier occupants of any of these words must be done before `b` is written.

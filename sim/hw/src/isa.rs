@@ -19,8 +19,8 @@
 //! [`ExecMode`] and reports the same cycles. Costing a program and executing it therefore agree
 //! by construction.
 //!
-//! * [`Instr::Dma`]: a load or store of a whole buffer between DRAM and the unified buffer or
-//!   accumulators. Where each buffer lives (its *home*) is the program's choice (see
+//! * [`Instr::Dma`]: a load or store of consecutive words between DRAM and the unified buffer
+//!   or accumulators. Where each buffer lives (its *home*) is the program's choice (see
 //!   `graph::residency`); GEMM and VPU instructions read and write buffers wherever they live,
 //!   and only DMA instructions cross between DRAM and the SRAMs.
 
@@ -33,6 +33,7 @@ use crate::{mxu, ExecMode, HwConfig};
 use faultline_num::{f32_to_bf16_bits, NumFormat};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
+use std::ops::Range;
 
 /// Window geometry of a convolution (square stride and zero padding on all four sides).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -155,6 +156,49 @@ impl View {
                 let (oh, ow) = window.output_hw(image[1], image[2]).unwrap_or((0, 0));
                 image[0] * oh * ow * window.kh * window.kw * image[3]
             }
+        }
+    }
+
+    /// The smallest run of operand elements (of `n`) that a tile may start at a multiple of, so
+    /// that the tile reads a contiguous part of the buffer through the same kind of view.
+    fn row_unit(&self, n: usize) -> Option<usize> {
+        match *self {
+            View::Whole => Some(1),
+            View::PerRow { cols } => Some(cols),
+            View::Cycle { len } => Some(len),
+            View::RepeatRows { d, t } => Some(d * t),
+            // One sample's im2col rows (or image).
+            View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => {
+                (image[0] > 0 && n.is_multiple_of(image[0])).then(|| n / image[0])
+            }
+        }
+    }
+
+    /// Narrows the view of an `n`-element operand (and the operand's `offset`) to elements
+    /// `e0 .. e0 + len`, both multiples of [`View::row_unit`].
+    fn skip(&mut self, offset: &mut usize, e0: usize, len: usize, n: usize) {
+        match self {
+            View::Whole => *offset += e0,
+            View::PerRow { cols } => *offset += e0 / *cols,
+            View::Cycle { .. } => {}
+            View::RepeatRows { t, .. } => *offset += e0 / *t,
+            View::Im2Col { .. } | View::Col2ImTap { .. } => {
+                let per_sample = n / self.samples();
+                let words = self.span(n) / self.samples();
+                *offset += e0 / per_sample * words;
+                match self {
+                    View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => image[0] = len / per_sample,
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Samples of an image view (1 for the others).
+    fn samples(&self) -> usize {
+        match self {
+            View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => image[0].max(1),
+            _ => 1,
         }
     }
 
@@ -320,6 +364,9 @@ pub enum Instr {
         k: usize,
         /// Columns of the result.
         n: usize,
+        /// Add the product to what `out` holds (`out += A * B`: every fold adds, the first K
+        /// fold included), as a later K tile of a GEMM cut along `K` does.
+        acc: bool,
     },
     /// One VPU instruction on `n` elements: one operand per input of `op`, one destination per
     /// output (reductions write one word per row or column).
@@ -332,10 +379,15 @@ pub enum Instr {
         ins: Vec<Operand>,
         /// Outputs.
         outs: Vec<Dest>,
+        /// A column reduction that starts from what its output holds (as if those words were
+        /// a first row of the input), as a later tile of a column reduction cut along its rows
+        /// does; `n` counts the input's own elements.
+        acc: bool,
     },
-    /// A DMA transfer of a whole buffer between DRAM and an on-chip SRAM (TPUv1's *read host
-    /// memory* / *write host memory*): `dst[i] = src[i]` for `len` words. Costed by
-    /// [`crate::dma`]; the engine's address registers are sites.
+    /// A DMA transfer between DRAM and an on-chip SRAM (TPUv1's *read host memory* / *write
+    /// host memory*): `dst[dst_offset + i] = src[src_offset + i]` for `len` words (a tile of a
+    /// larger tensor moves with an offset). Costed by [`crate::dma`]; the engine's address
+    /// registers are sites.
     Dma {
         /// Load (DRAM to SRAM) or store (SRAM to DRAM).
         dir: Direction,
@@ -343,8 +395,12 @@ pub enum Instr {
         sram: crate::Unit,
         /// Buffer read.
         src: BufId,
+        /// First word read.
+        src_offset: usize,
         /// Buffer written.
         dst: BufId,
+        /// First word written.
+        dst_offset: usize,
         /// Words moved.
         len: usize,
     },
@@ -385,11 +441,26 @@ impl Instr {
         }
     }
 
+    /// Elements a VPU instruction streams through the lanes: `n`, plus the output's words an
+    /// accumulating reduction starts from (0 for other instructions).
+    pub fn lane_elements(&self) -> usize {
+        match self {
+            Instr::Vpu { n, acc, .. } => n + if *acc { self.out_len() } else { 0 },
+            _ => 0,
+        }
+    }
+
     /// Buffers the instruction reads.
     pub fn reads(&self) -> Vec<BufId> {
         match self {
-            Instr::Gemm { a, b, .. } => vec![a.buf, b.buf],
-            Instr::Vpu { ins, .. } => ins.iter().map(|o| o.buf).collect(),
+            Instr::Gemm { a, b, out, acc, .. } => {
+                let mut v = vec![a.buf, b.buf];
+                v.extend(acc.then_some(out.buf));
+                v
+            }
+            Instr::Vpu { ins, outs, acc, .. } => {
+                ins.iter().map(|o| o.buf).chain(outs.iter().filter(|_| *acc).map(|d| d.buf)).collect()
+            }
             Instr::Dma { src, .. } => vec![*src],
         }
     }
@@ -399,7 +470,7 @@ impl Instr {
         match self {
             Instr::Gemm { out, .. } => vec![*out],
             Instr::Vpu { outs, .. } => outs.clone(),
-            Instr::Dma { dst, .. } => vec![Dest::whole(*dst)],
+            Instr::Dma { dst, dst_offset, .. } => vec![Dest { buf: *dst, offset: *dst_offset }],
         }
     }
 
@@ -408,24 +479,150 @@ impl Instr {
         self.dests().iter().map(|d| d.buf).collect()
     }
 
-    /// Renames buffers: every read of a buffer becomes `read(buf)` and every write `write(buf)`
-    /// (how a placement pass redirects an instruction to staged copies).
-    pub fn rename(&mut self, read: impl Fn(BufId) -> BufId, write: impl Fn(BufId) -> BufId) {
+    /// The words each input reads: `(buffer, first word .. past the last)`, one per operand.
+    pub fn read_ranges(&self) -> Vec<(BufId, Range<usize>)> {
+        match self {
+            Instr::Gemm { a, b, out, m, k, n, acc } => {
+                let mut v = vec![(a.buf, a.offset..a.offset + m * k), (b.buf, b.offset..b.offset + k * n)];
+                v.extend(acc.then(|| (out.buf, out.offset..out.offset + m * n)));
+                v
+            }
+            Instr::Vpu { ins, outs, n, acc, .. } => {
+                let len = self.out_len();
+                let own = ins.iter().map(|o| (o.buf, o.offset..o.offset + o.view.span(*n)));
+                own.chain(outs.iter().filter(|_| *acc).map(|d| (d.buf, d.offset..d.offset + len))).collect()
+            }
+            Instr::Dma { src, src_offset, len, .. } => vec![(*src, *src_offset..src_offset + len)],
+        }
+    }
+
+    /// Moves operands: every read `(buffer, offset)` becomes `read(buffer, offset)` and every
+    /// write `write(buffer, offset)` (how a placement pass redirects an instruction to staged
+    /// copies, which may hold only the part of a tensor the instruction touches).
+    pub fn relocate(
+        &mut self,
+        read: impl Fn(BufId, usize) -> (BufId, usize),
+        write: impl Fn(BufId, usize) -> (BufId, usize),
+    ) {
         match self {
             Instr::Gemm { a, b, out, .. } => {
-                a.buf = read(a.buf);
-                b.buf = read(b.buf);
-                out.buf = write(out.buf);
+                (a.buf, a.offset) = read(a.buf, a.offset);
+                (b.buf, b.offset) = read(b.buf, b.offset);
+                (out.buf, out.offset) = write(out.buf, out.offset);
             }
             Instr::Vpu { ins, outs, .. } => {
-                ins.iter_mut().for_each(|o| o.buf = read(o.buf));
-                outs.iter_mut().for_each(|d| d.buf = write(d.buf));
+                ins.iter_mut().for_each(|o| (o.buf, o.offset) = read(o.buf, o.offset));
+                outs.iter_mut().for_each(|d| (d.buf, d.offset) = write(d.buf, d.offset));
             }
-            Instr::Dma { src, dst, .. } => {
-                *src = read(*src);
-                *dst = write(*dst);
+            Instr::Dma { src, src_offset, dst, dst_offset, .. } => {
+                (*src, *src_offset) = read(*src, *src_offset);
+                (*dst, *dst_offset) = write(*dst, *dst_offset);
             }
         }
+    }
+
+    /// The instruction cut into at most `parts` tiles along its leading (row, sample) dimension,
+    /// each reading and writing only its rows, that together compute exactly what it computes
+    /// (every output word from the same inputs in the same order). A GEMM whose `A` is stored
+    /// transposed (`[K][M]`: a weight gradient, whose long dimension is the batch) is cut along
+    /// `K` instead, at multiples of `k_unit` (the array's rows, so that a weight-stationary
+    /// GEMM's folds, and the order it adds them in, are unchanged): every tile after the first
+    /// adds to the result ([`Instr::Gemm`]'s `acc`). `None` when it cannot be cut: a column
+    /// reduction, a DMA transfer. Fewer than `parts` tiles when it has fewer rows.
+    pub fn split_rows(&self, parts: usize, k_unit: usize) -> Option<Vec<Instr>> {
+        if let &Instr::Gemm { a, b, m, k, n, .. } = self {
+            if a.transposed {
+                // `A` is `[K][M]` and `B` must be `[K][N]`: a K tile is a run of rows of both.
+                if b.transposed {
+                    return None;
+                }
+                let unit = k_unit.max(1);
+                let rows = k.div_ceil(unit);
+                let per = rows.div_ceil(parts.clamp(1, rows.max(1))) * unit;
+                let tile = |k0: usize| {
+                    let mut t = self.clone();
+                    if let Instr::Gemm { a: ta, b: tb, k: tk, acc, .. } = &mut t {
+                        ta.offset = a.offset + k0 * m;
+                        tb.offset = b.offset + k0 * n;
+                        *tk = per.min(k - k0);
+                        *acc |= k0 > 0;
+                    }
+                    t
+                };
+                return Some((0..k).step_by(per.max(1)).map(tile).collect());
+            }
+        }
+        let (rows, unit) = self.row_unit()?;
+        let parts = parts.clamp(1, rows.max(1));
+        let per = rows.div_ceil(parts);
+        Some((0..rows).step_by(per.max(1)).map(|r0| self.rows(r0, per.min(rows - r0), unit)).collect())
+    }
+
+    /// The rows [`Instr::split_rows`] cuts along and the elements (GEMM: result rows) per row.
+    fn row_unit(&self) -> Option<(usize, usize)> {
+        match self {
+            Instr::Gemm { a, m, .. } => (!a.transposed).then_some((*m, 1)),
+            Instr::Vpu { op, n, ins, .. } => {
+                let mut unit = match *op {
+                    VpuOp::ReduceSum { cols, .. } | VpuOp::ReduceMax { cols, .. } => cols,
+                    _ => 1,
+                };
+                for o in ins {
+                    unit = lcm(unit, o.view.row_unit(*n)?);
+                }
+                (unit > 0 && n.is_multiple_of(unit)).then(|| (n / unit, unit))
+            }
+            Instr::Dma { .. } => None,
+        }
+    }
+
+    /// Rows `r0 .. r0 + rows` of the instruction, `unit` elements per row ([`Instr::row_unit`]).
+    fn rows(&self, r0: usize, rows: usize, unit: usize) -> Instr {
+        let mut t = self.clone();
+        match &mut t {
+            Instr::Gemm { a, out, m, k, n, .. } => {
+                a.offset += r0 * *k;
+                out.offset += r0 * *n;
+                *m = rows;
+            }
+            Instr::Vpu { op, n, ins, outs, acc } => {
+                let (e0, len) = (r0 * unit, rows * unit);
+                let out0 = match *op {
+                    VpuOp::ReduceSum { cols, axis: vpu::Axis::Row }
+                    | VpuOp::ReduceMax { cols, axis: vpu::Axis::Row } => e0 / cols,
+                    // Every row tile of a column reduction writes the same words; later ones
+                    // continue from them.
+                    VpuOp::ReduceSum { .. } | VpuOp::ReduceMax { .. } => {
+                        *acc |= r0 > 0;
+                        0
+                    }
+                    _ => e0,
+                };
+                for o in ins {
+                    o.view.skip(&mut o.offset, e0, len, *n);
+                }
+                outs.iter_mut().for_each(|d| d.offset += out0);
+                *n = len;
+            }
+            Instr::Dma { .. } => {}
+        }
+        t
+    }
+}
+
+/// Least common multiple (0 if either is 0).
+fn lcm(a: usize, b: usize) -> usize {
+    fn gcd(a: usize, b: usize) -> usize {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    if a == 0 || b == 0 {
+        0
+    } else {
+        a / gcd(a, b) * b
     }
 }
 
@@ -435,7 +632,7 @@ impl Instr {
 pub fn cycles(cfg: &HwConfig, instr: &Instr) -> u64 {
     match instr {
         Instr::Gemm { m, k, n, .. } => mxu::gemm_timing(&cfg.mxu, *m, *k, *n).total_cycles,
-        Instr::Vpu { op, n, .. } => vpu::timing(cfg, op, *n).cycles,
+        Instr::Vpu { op, .. } => vpu::timing(cfg, op, instr.lane_elements()).cycles,
         Instr::Dma { dir, sram, len, .. } => {
             dma::transfer_cycles(cfg, (*len as u64).saturating_mul(4), dma_bandwidth(cfg, *dir, *sram))
                 .unwrap_or(u64::MAX)
@@ -482,7 +679,7 @@ pub fn fault_time(cfg: &HwConfig, instr: &Instr, cycle: u64) -> Result<Option<Fa
             let tile = s.folds.partition_point(|f| f.start <= cycle).checked_sub(1);
             tile.filter(|_| cycle < s.total_cycles).map(|t| FaultTime { tile: t, cycle: cycle - s.folds[t].start })
         }
-        Instr::Vpu { op, n, .. } => vpu::vector_at(cfg, op, *n, cycle)?
+        Instr::Vpu { op, .. } => vpu::vector_at(cfg, op, instr.lane_elements(), cycle)?
             .map(|(v, origin)| FaultTime { tile: usize::try_from(v).unwrap_or(usize::MAX), cycle: cycle - origin }),
         Instr::Dma { .. } => (cycle < cycles(cfg, instr)).then_some(FaultTime { tile: 0, cycle }),
     })
@@ -536,6 +733,17 @@ pub fn gemm_operands(cfg: &HwConfig, instr: &Instr, bufs: &[Vec<u32>]) -> Result
     Ok(Some((src(a, *m, *k)?, src(b, *k, *n)?)))
 }
 
+/// What an accumulating GEMM ([`Instr::Gemm`]'s `acc`) adds to: its result's words as they are
+/// (accumulator-format bits); `None` for other instructions. Errors if the buffer is too short.
+pub fn accumulators(instr: &Instr, bufs: &[Vec<u32>]) -> Result<Option<Matrix>, HwError> {
+    let &Instr::Gemm { out, m, n, acc: true, .. } = instr else { return Ok(None) };
+    let have = bufs[out.buf.index()].len();
+    let data = bufs[out.buf.index()]
+        .get(out.offset..out.offset + m * n)
+        .ok_or_else(|| missing(instr, "accumulated output", out.buf, out.offset + m * n, have))?;
+    Ok(Some(Matrix { rows: m, cols: n, data: data.to_vec() }))
+}
+
 /// Executes `instr` on `cfg` in `mode`, reading and writing `bufs` (one word vector per buffer;
 /// an empty destination buffer written from word 0 receives the output vector whole, so a
 /// caller sizes a buffer first only when instructions fill it in parts). `faults` (sites of the
@@ -551,19 +759,18 @@ pub fn execute(
     match instr {
         Instr::Gemm { out, .. } => {
             let (am, bm) = gemm_operands(cfg, instr, bufs)?.expect("a GEMM has operands");
-            let res = mxu::gemm(cfg, &am, &bm, mode, faults)?;
+            let acc = accumulators(instr, bufs)?;
+            let res = mxu::gemm_into(cfg, &am, &bm, acc.as_ref(), mode, faults)?;
             write_result(instr, bufs, *out, res.out.data)?;
             Ok(res.stats.total_cycles)
         }
         Instr::Vpu { .. } => execute_vpu(cfg, instr, bufs, mode, faults, None),
-        Instr::Dma { src, dst, len, .. } => {
-            let (src, dst, len) = (*src, *dst, *len);
-            let have = bufs[src.index()].len();
-            if have < len {
-                return Err(missing(instr, "source", src, len, have));
-            }
-            let v = bufs[src.index()][..len].to_vec();
-            write(bufs, Dest::whole(dst), v, len).map_err(|have| missing(instr, "destination", dst, len, have))?;
+        Instr::Dma { src, src_offset, dst, dst_offset, len, .. } => {
+            let (src, dst, len) = (*src, Dest { buf: *dst, offset: *dst_offset }, *len);
+            let Some(v) = bufs[src.index()].get(*src_offset..src_offset + len).map(<[u32]>::to_vec) else {
+                return Err(missing(instr, "source", src, src_offset + len, bufs[src.index()].len()));
+            };
+            write(bufs, dst, v, len).map_err(|have| missing(instr, "destination", dst.buf, dst.offset + len, have))?;
             Ok(cycles(cfg, instr))
         }
     }
@@ -593,7 +800,7 @@ fn execute_vpu(
     faults: &FaultSchedule,
     edit: Option<&mut OperandEdit<'_>>,
 ) -> Result<u64, HwError> {
-    let Instr::Vpu { op, n, ins, outs } = instr else { unreachable!("execute_vpu runs VPU instructions") };
+    let Instr::Vpu { op, n, ins, outs, acc } = instr else { unreachable!("execute_vpu runs VPU instructions") };
     let n = *n;
     let mut inputs = Vec::with_capacity(ins.len());
     for o in ins {
@@ -603,6 +810,14 @@ fn execute_vpu(
             return Err(missing(instr, "operand", o.buf, o.offset + need, o.offset + s.len()));
         }
         inputs.push(o.view.gather(s, n));
+    }
+    if let (true, Some(d), Some(x)) = (*acc, outs.first(), inputs.first_mut()) {
+        // The output's words enter first, as a row before the input's.
+        let len = instr.out_len();
+        let Some(init) = bufs[d.buf.index()].get(d.offset..d.offset + len) else {
+            return Err(missing(instr, "accumulated output", d.buf, d.offset + len, bufs[d.buf.index()].len()));
+        };
+        *x = Cow::Owned(init.iter().chain(x.iter()).copied().collect());
     }
     let res = match edit {
         None => {

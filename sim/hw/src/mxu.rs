@@ -242,6 +242,13 @@ impl Schedule {
         }
     }
 
+    /// The schedule of a GEMM that adds its result to what the accumulators hold (`out +=
+    /// A * W`, a later K tile of a GEMM cut along K): no fold overwrites.
+    pub fn accumulating(mut self) -> Schedule {
+        self.folds.iter_mut().for_each(|f| f.overwrite = false);
+        self
+    }
+
     /// Absolute cycle of `cycle` within fold `tile`, if the fold exists (and the sum fits 64 bits).
     pub fn absolute_cycle(&self, tile: usize, cycle: u64) -> Option<u64> {
         self.folds.get(tile).and_then(|f| f.start.checked_add(cycle))
@@ -491,8 +498,30 @@ pub fn gemm(
     mode: ExecMode,
     faults: &FaultSchedule,
 ) -> Result<GemmOutput, HwError> {
+    gemm_into(cfg, a, w, None, mode, faults)
+}
+
+/// [`gemm`], adding to `acc` (the accumulators' contents, `M x N` accumulator-format bits) if
+/// given: every fold adds, the first K fold included ([`Schedule::accumulating`]).
+pub fn gemm_into(
+    cfg: &HwConfig,
+    a: &Matrix,
+    w: &Matrix,
+    acc: Option<&Matrix>,
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> Result<GemmOutput, HwError> {
     check_shapes(cfg, a, w)?;
-    let sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols)?;
+    let mut sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols)?;
+    if let Some(c) = acc {
+        if (c.rows, c.cols) != (a.rows, w.cols) {
+            return Err(HwError::Shape {
+                op: "GEMM".into(),
+                detail: format!("accumulators hold {}x{}, the result is {}x{}", c.rows, c.cols, a.rows, w.cols),
+            });
+        }
+        sched = sched.accumulating();
+    }
     let origin = |tile: usize, _: &FaultSite| sched.folds[tile].start;
     let window = FaultWindow {
         op: "GEMM".into(),
@@ -504,11 +533,11 @@ pub fn gemm(
     faults.check(cfg, mode, &[Unit::Mxu], &window)?;
     let out = match mode {
         ExecMode::Functional => {
-            with_precision!(cfg.mxu.precision(), F => functional::<F>(&sched, a, w))
+            with_precision!(cfg.mxu.precision(), F => functional::<F>(&sched, a, w, acc))
         }
         ExecMode::CycleLevel => with_precision!(cfg.mxu.precision(), F => {
             let mut st = PeArrayState::new(cfg.mxu.rows, cfg.mxu.cols);
-            cycle_level::<F>(&sched, a, w, faults, &mut st).0
+            cycle_level::<F>(&sched, a, w, acc, faults, &mut st).0
         }),
     };
     Ok(GemmOutput { out, stats: sched.stats() })
@@ -518,11 +547,16 @@ pub fn gemm(
 /// Compiled for AVX2 as well as the baseline and picked at run time: wider vectors, the same
 /// IEEE multiplies and adds in the same order (Rust never fuses them), so the same bits.
 #[multiversion::multiversion(targets("x86_64+avx2"))]
-fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix) -> Matrix {
+fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, acc: Option<&Matrix>) -> Matrix {
     let (m, k, n) = (s.m, s.k, s.n);
     let av: Vec<F::Value> = a.data.iter().map(|&b| F::decode_in(b)).collect();
     let wv: Vec<F::Value> = w.data.iter().map(|&b| F::decode_in(b)).collect();
-    let mut out = vec![F::Value::default(); m * n];
+    let mut out = match acc {
+        Some(c) => c.data.iter().map(|&b| F::decode_acc(b)).collect(),
+        None => vec![F::Value::default(); m * n],
+    };
+    // Whether the first K fold overwrites the accumulators (else every fold adds).
+    let overwrite = s.folds.first().is_some_and(|f| f.overwrite);
     // K is reduced in chunks of R in WS (one chunk per fold) and in one piece in OS.
     let chunk = match s.dataflow {
         Dataflow::WeightStationary => s.rows,
@@ -557,7 +591,7 @@ fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix) -> Matrix {
                     }
                 }
                 let o = &mut orow[j0..j0 + jb];
-                if k0 == 0 {
+                if k0 == 0 && overwrite {
                     o.copy_from_slice(&acc[..jb]);
                 } else {
                     for (o, &t) in o.iter_mut().zip(&acc) {
@@ -588,10 +622,11 @@ pub fn cycle_level<F: MacFormat>(
     s: &Schedule,
     a: &Matrix,
     w: &Matrix,
+    acc: Option<&Matrix>,
     faults: &FaultSchedule,
     st: &mut PeArrayState,
 ) -> (Matrix, CycleReport) {
-    cycle_level_observed::<F>(s, a, w, faults, st, |_, _| {})
+    cycle_level_observed::<F>(s, a, w, acc, faults, st, |_, _| {})
 }
 
 /// [`cycle_level`] with an observer called after every commit (faults applied) with the cycle
@@ -603,13 +638,14 @@ pub fn cycle_level_observed<F: MacFormat>(
     s: &Schedule,
     a: &Matrix,
     w: &Matrix,
+    acc: Option<&Matrix>,
     faults: &FaultSchedule,
     st: &mut PeArrayState,
     mut observe: impl FnMut(u64, &PeArrayState),
 ) -> (Matrix, CycleReport) {
     let faults: Vec<ActiveFault> =
         faults.events.iter().filter_map(|e| s.folds.get(e.at.tile).map(|f| e.activate(f.start))).collect();
-    let mut out = Matrix::zeros(s.m, s.n);
+    let mut out = acc.cloned().unwrap_or_else(|| Matrix::zeros(s.m, s.n));
     let mut next = st.clone();
     let mut edge = Edge::new(s.rows, s.cols);
     let expected: u64 = s.folds.iter().map(|f| (f.mr * f.nc) as u64).sum();
@@ -627,7 +663,7 @@ pub fn cycle_level_observed<F: MacFormat>(
             Dataflow::OutputStationary => {
                 let drain = os_drain_row(s, t);
                 if let Some((f, d)) = drain {
-                    captures += capture_os(s, f, d, st, &mut out);
+                    captures += capture_os::<F>(s, f, d, st, &mut out);
                 }
                 edge.drive_os(s, a, w, t);
                 step_os::<F>(st, &mut next, &edge, drain.is_some());
@@ -867,7 +903,7 @@ fn os_drain_row(s: &Schedule, t: u64) -> Option<(usize, usize)> {
 }
 
 /// OS accumulator: drain cycle `d` captures the bottom row, which holds original row `R-1-d`.
-fn capture_os(s: &Schedule, f: usize, d: usize, st: &PeArrayState, out: &mut Matrix) -> u64 {
+fn capture_os<F: MacFormat>(s: &Schedule, f: usize, d: usize, st: &PeArrayState, out: &mut Matrix) -> u64 {
     let fold = &s.folds[f];
     let i = s.rows - 1 - d;
     if i >= fold.mr {
@@ -875,7 +911,9 @@ fn capture_os(s: &Schedule, f: usize, d: usize, st: &PeArrayState, out: &mut Mat
     }
     let bottom = &st.psum[(s.rows - 1) * s.cols..];
     for (j, &ps) in bottom.iter().enumerate().take(fold.nc) {
-        out.set(fold.m0 + i, fold.n0 + j, ps);
+        let (m, n) = (fold.m0 + i, fold.n0 + j);
+        let v = if fold.overwrite { ps } else { F::add(out.get(m, n), ps) };
+        out.set(m, n, v);
     }
     fold.nc as u64
 }

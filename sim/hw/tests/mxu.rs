@@ -56,6 +56,30 @@ proptest! {
         prop_assert_eq!(f.diff(&c), vec![]);
     }
 
+    /// An accumulating GEMM (`out += A * W`, a K tile of a GEMM cut along K) is the same in
+    /// both modes, and in weight-stationary a GEMM cut along K at a multiple of the array's rows
+    /// is the whole GEMM to the bit (the folds, and the order they add in, are unchanged).
+    #[test]
+    fn a_k_cut_gemm_accumulates_exactly(
+        rows in 1usize..=8, cols in 1usize..=8, m in 1usize..=12, k1 in 1usize..=3, k2 in 1usize..=20,
+        n in 1usize..=12, df in dataflows(), prec in precisions(), seed in any::<u64>(),
+    ) {
+        let cfg = HwConfig::test_config(rows, cols, df, prec);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let k1 = k1 * rows;
+        let a = operand(&mut rng, prec, m, k1 + k2, false);
+        let w = operand(&mut rng, prec, k1 + k2, n, false);
+        let (a1, a2) = (Matrix::from_fn(m, k1, |i, j| a.get(i, j)), Matrix::from_fn(m, k2, |i, j| a.get(i, k1 + j)));
+        let (w1, w2) = (Matrix::from_fn(k1, n, |i, j| w.get(i, j)), Matrix::from_fn(k2, n, |i, j| w.get(k1 + i, j)));
+        let first = run(&cfg, &a1, &w1, ExecMode::Functional, &FaultSchedule::none());
+        let add = |mode| mxu::gemm_into(&cfg, &a2, &w2, Some(&first), mode, &FaultSchedule::none()).unwrap().out;
+        let (f, c) = (add(ExecMode::Functional), add(ExecMode::CycleLevel));
+        prop_assert_eq!(f.diff(&c), vec![]);
+        if df == Dataflow::WeightStationary {
+            prop_assert_eq!(f.diff(&run(&cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none())), vec![]);
+        }
+    }
+
     /// The closed-form cycle count equals the stepped model's measured count.
     #[test]
     fn closed_form_cycles_match_stepped_model(
@@ -67,7 +91,7 @@ proptest! {
         let a = Matrix::from_fn(m, k, |i, j| ((i + j) % 5) as u32);
         let w = Matrix::from_fn(k, n, |i, j| ((i * 3 + j) % 7) as u32);
         let mut st = PeArrayState::new(rows, cols);
-        let (_, rep) = cycle_level::<faultline_num::Int8Int32>(&s, &a, &w, &FaultSchedule::none(), &mut st);
+        let (_, rep) = cycle_level::<faultline_num::Int8Int32>(&s, &a, &w, None, &FaultSchedule::none(), &mut st);
         prop_assert_eq!(rep.measured_cycles, s.total_cycles);
         // WS writes every output once per k-tile (overwrite, then accumulate); OS once.
         let writes_per_output = if df == Dataflow::WeightStationary { k.div_ceil(rows) } else { 1 };
@@ -314,11 +338,11 @@ fn observer_sees_committed_faulty_state() {
     let e = FaultEvent::flip(site, 0, 5);
     let (mut golden, mut faulty) = (Vec::new(), Vec::new());
     let mut st = PeArrayState::new(2, 2);
-    mxu::cycle_level_observed::<faultline_num::Int8Int32>(&s, &a, &w, &FaultSchedule::none(), &mut st, |_, x| {
+    mxu::cycle_level_observed::<faultline_num::Int8Int32>(&s, &a, &w, None, &FaultSchedule::none(), &mut st, |_, x| {
         golden.push(x.read(&site))
     });
     let mut st = PeArrayState::new(2, 2);
-    mxu::cycle_level_observed::<faultline_num::Int8Int32>(&s, &a, &w, &FaultSchedule::one(e), &mut st, |_, x| {
+    mxu::cycle_level_observed::<faultline_num::Int8Int32>(&s, &a, &w, None, &FaultSchedule::one(e), &mut st, |_, x| {
         faulty.push(x.read(&site))
     });
     assert_eq!(golden.len(), s.total_cycles as usize);

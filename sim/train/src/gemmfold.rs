@@ -67,8 +67,9 @@ pub struct GemmMap<'a> {
 impl<'a> GemmMap<'a> {
     /// The map of `ins` issued at `start` (`None` if it is not a GEMM).
     pub fn new(hw: &HwConfig, ins: &'a Instr, start: u64) -> Result<Option<GemmMap<'a>>> {
-        let Instr::Gemm { m, k, n, .. } = *ins else { return Ok(None) };
-        Ok(Some(GemmMap { ins, s: Schedule::new(&hw.mxu, m, k, n)?, start }))
+        let Instr::Gemm { m, k, n, acc, .. } = *ins else { return Ok(None) };
+        let s = Schedule::new(&hw.mxu, m, k, n)?;
+        Ok(Some(GemmMap { ins, s: if acc { s.accumulating() } else { s }, start }))
     }
 
     fn operands(&self) -> (&MatOperand, &MatOperand, isa::Dest) {
@@ -159,7 +160,8 @@ fn run_typed<F: MacFormat>(
         seen.push((old, new));
         isa::to_input(fmt, new)
     };
-    let mut res = vec![0u32; s.m * s.n];
+    // The accumulators before the first fold: what an accumulating GEMM adds to.
+    let mut res = isa::accumulators(ins, bufs)?.map_or_else(|| vec![0u32; s.m * s.n], |c| c.data);
     for (c, f) in s.folds.iter().enumerate() {
         let here = || hits.iter().filter(move |h| h.part == Some(c));
         let mut am_c = None;
@@ -210,7 +212,7 @@ mod tests {
     /// `out = A * B` with `A` in buffer 0 (maybe transposed), `B` in buffer 1, `out` in 2.
     fn gemm(m: usize, k: usize, n: usize, at: bool) -> Instr {
         let op = |b: u32, transposed: bool| MatOperand { buf: BufId(b), offset: 0, transposed };
-        Instr::Gemm { a: op(0, at), b: op(1, false), out: Dest::whole(BufId(2)), m, k, n }
+        Instr::Gemm { a: op(0, at), b: op(1, false), out: Dest::whole(BufId(2)), m, k, n, acc: false }
     }
 
     fn values(len: usize, seed: u64) -> Vec<u32> {

@@ -111,7 +111,7 @@ pub struct InjectionReport {
     pub instr: usize,
     /// That instruction's name (`gemm`, or the VPU op).
     pub op: String,
-    /// The graph node it computes (part of).
+    /// The graph node it computes (part of), with `(tile k/n)` for a tile of a cut instruction.
     pub node: String,
     /// The node's phase.
     pub phase: Phase,
@@ -153,7 +153,7 @@ impl InjectionReport {
             fault: f.to_string(),
             instr,
             op: ins.name().to_string(),
-            node: exec.tg.graph.node(tag.node).name.clone(),
+            node: format!("{}{}", exec.tg.graph.node(tag.node).name, tag.tile_suffix()),
             phase: tag.phase,
             layer: tag.layer.clone(),
             unit_busy: false,

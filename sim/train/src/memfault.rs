@@ -140,7 +140,8 @@ impl<'a> StepMap<'a> {
         self.gemms[i].as_ref()
     }
 
-    /// The cycle instruction `i` writes element `x` of its destination(s).
+    /// The cycle instruction `i` writes word `x` of its output (counted from its destination's
+    /// offset).
     fn write_cycle(&self, i: usize, x: usize) -> u64 {
         let ins = &self.p.instrs[i];
         isa::dma_word_cycle(self.hw, ins, self.start(i), x as u64)
@@ -173,7 +174,7 @@ impl<'a> StepMap<'a> {
             }
             _ => None,
         };
-        vec![at(vpu.unwrap_or_else(|| self.write_cycle(i, x)), Kind::Write, None)]
+        vec![at(vpu.unwrap_or_else(|| self.write_cycle(i, x - d.offset)), Kind::Write, None)]
     }
 
     /// The reads of element `x` of `b` by VPU instruction `i`: an elementwise op reads operand
@@ -181,13 +182,18 @@ impl<'a> StepMap<'a> {
     /// than one element reads (a broadcast operand) is read once per element, each its own
     /// part (`operand * n + element`).
     fn vpu_reads(&self, i: usize, b: BufId, x: usize) -> Vec<(u64, Option<usize>)> {
-        let Instr::Vpu { op, n, ins, .. } = &self.p.instrs[i] else { return Vec::new() };
-        let readers: Vec<(usize, usize)> = ins
+        let instr = &self.p.instrs[i];
+        let Instr::Vpu { op, n, ins, outs, acc } = instr else { return Vec::new() };
+        let mut readers: Vec<(usize, usize)> = ins
             .iter()
             .enumerate()
             .filter(|(_, o)| o.buf == b && x >= o.offset)
             .flat_map(|(k, o)| o.view.readers(x - o.offset, *n).into_iter().map(move |e| (k, e)))
             .collect();
+        // An accumulating reduction reads its output's words first.
+        let len = instr.out_len();
+        let own = outs.iter().filter(|d| *acc && d.buf == b && (d.offset..d.offset + len).contains(&x));
+        readers.extend(own.map(|d| (ins.len(), x - d.offset)));
         let start = self.start(i);
         let read = |e: usize| faultline_hw::vpu::element_cycle(self.hw, op, e, None).map(|r| start + r);
         match readers.as_slice() {
@@ -226,8 +232,11 @@ impl<'a> StepMap<'a> {
             let read = |cycle, part| Access { cycle, kind: Kind::Read, instr: Some(i), part };
             match (self.gemm(i), ins) {
                 (Some(g), _) => v.extend(g.reads(b, x).into_iter().map(|(t, c)| read(t, Some(c)))),
-                (None, Instr::Dma { src, len, .. }) if *src == b && x < *len => {
-                    v.push(read(isa::dma_word_cycle(self.hw, ins, self.start(i), x as u64).unwrap_or(0), None))
+                (None, &Instr::Dma { src, src_offset, len, .. })
+                    if src == b && (src_offset..src_offset + len).contains(&x) =>
+                {
+                    let word = (x - src_offset) as u64;
+                    v.push(read(isa::dma_word_cycle(self.hw, ins, self.start(i), word).unwrap_or(0), None))
                 }
                 (None, Instr::Vpu { .. }) => v.extend(self.vpu_reads(i, b, x).into_iter().map(|(t, p)| read(t, p))),
                 _ => {}
@@ -340,10 +349,10 @@ pub fn dma_hits(m: &StepMap, f: ActiveFault) -> Option<(usize, Vec<WordHit>)> {
         let c = &m.sched.instrs[i];
         c.unit == ExecUnit::Dma && c.start + ovh <= f.start && f.start < c.start + c.cycles
     })?;
-    let Instr::Dma { src, dst, len, .. } = m.p.instrs[d] else { return None };
+    let Instr::Dma { src, src_offset, dst, dst_offset, len, .. } = m.p.instrs[d] else { return None };
     let (hs, hd) = (m.p.homes[src.index()], m.p.homes[dst.index()]);
     let src_reg = f.event.site.register == Register::SrcAddr;
-    let first = if src_reg { hs.base } else { hd.base };
+    let first = if src_reg { hs.base + src_offset as u64 } else { hd.base + dst_offset as u64 };
     let faults = [f];
     let mut reg = AddrReg::new(first, DMA_ADDR_BITS, m.start(d) + ovh, &faults);
     let mut hits = Vec::new();
@@ -354,7 +363,7 @@ pub fn dma_hits(m: &StepMap, f: ActiveFault) -> Option<(usize, Vec<WordHit>)> {
         if a == first + i as u64 {
             continue;
         }
-        let set = |op| WordHit { written: true, ..WordHit::read(Some(d), dst, i, op) };
+        let set = |op| WordHit { written: true, ..WordHit::read(Some(d), dst, dst_offset + i, op) };
         if src_reg {
             // Word i comes from whatever lives at the wrong source address.
             let op = m.holder(hs.mem, a, t).map_or(WordOp::Bits(0), |(b, y)| WordOp::Copy(b, y));
@@ -362,13 +371,14 @@ pub fn dma_hits(m: &StepMap, f: ActiveFault) -> Option<(usize, Vec<WordHit>)> {
             continue;
         }
         // The intended word keeps what it held before; the value lands at `a`.
-        let stale = m.holder(hd.mem, hd.base + i as u64, t.saturating_sub(1)).filter(|&(b, _)| b != dst);
+        let stale = m.holder(hd.mem, first + i as u64, t.saturating_sub(1)).filter(|&(b, _)| b != dst);
         hits.push(set(stale.map_or(WordOp::Bits(0), |(b, y)| WordOp::Copy(b, y))));
-        if a >= hd.base && a - hd.base < len as u64 {
+        let moved = WordOp::Copy(src, src_offset + i);
+        if a >= hd.base && a - hd.base < m.p.buffers[dst.index()].len as u64 {
             let y = (a - hd.base) as usize;
-            hits.push(WordHit { written: true, ..WordHit::read(Some(d), dst, y, WordOp::Copy(src, i)) });
+            hits.push(WordHit { written: true, ..WordHit::read(Some(d), dst, y, moved) });
         } else if let Some((b, y)) = m.holder(hd.mem, a, t) {
-            hits.extend(m.reads_after(b, y, t, WordOp::Copy(src, i)));
+            hits.extend(m.reads_after(b, y, t, moved));
         }
     }
     Some((d, hits))

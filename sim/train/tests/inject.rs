@@ -387,7 +387,7 @@ fn a_row_sent_away_leaves_the_words_before_the_gemm_for_later_folds_to_add_to() 
     let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
     let golden = t.exec.step_buffers(&t.state, &x, &y).unwrap();
     let g = (0..p.instrs.len()).find(|&i| matches!(p.instrs[i], Instr::Gemm { .. })).unwrap();
-    let Instr::Gemm { a, b, out, m, k, n } = p.instrs[g] else { unreachable!() };
+    let Instr::Gemm { a, b, out, m, k, n, .. } = p.instrs[g] else { unreachable!() };
     let (r, c) = (hw.mxu.rows, hw.mxu.cols);
     assert!(k > r && n >= c && m >= 2, "fc1 needs several K folds: {m}x{k}x{n}");
     assert_eq!(p.homes[out.buf.index()].base, 0, "fc1's result is the first thing in the accumulators");
@@ -412,7 +412,7 @@ fn a_row_sent_away_leaves_the_words_before_the_gemm_for_later_folds_to_add_to() 
         .map(|(kk, j)| golden[b.buf.index()][b.offset + if b.transposed { j * k + kk } else { kk * n + j }])
         .collect();
     let op = |buf: u32| MatOperand { buf: BufId(buf), offset: 0, transposed: false };
-    let sub = Instr::Gemm { a: op(0), b: op(1), out: Dest::whole(BufId(2)), m: 1, k: k - r, n: c };
+    let sub = Instr::Gemm { a: op(0), b: op(1), out: Dest::whole(BufId(2)), m: 1, k: k - r, n: c, acc: false };
     let mut bufs = vec![a_rest, b_rest, Vec::new()];
     isa::execute(hw, &sub, &mut bufs, faultline_hw::ExecMode::Functional, &faultline_hw::FaultSchedule::none())
         .unwrap();
