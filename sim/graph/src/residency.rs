@@ -138,9 +138,9 @@ pub fn place(p: &Program, cfg: &HwConfig) -> Result<Program, GraphError> {
     }
 }
 
-/// Instruction `i` of `p` cut into `parts` tiles (K tiles a multiple of `k_unit`), if it can be and no other instruction writes
-/// its outputs (a tile stores its rows straight to DRAM, which a tensor written in parts by
-/// several instructions would overwrite).
+/// Instruction `i` of `p` cut into `parts` tiles (K tiles a multiple of `k_unit`), if it can
+/// be and no other instruction writes its outputs (a tile stores its rows straight to DRAM,
+/// which a tensor written in parts by several instructions would overwrite).
 fn split(p: &Program, i: usize, parts: usize, k_unit: usize) -> Option<Vec<Instr>> {
     let shared =
         p.instrs[i].writes().iter().any(|b| p.instrs.iter().filter(|ins| ins.writes().contains(b)).count() > 1);
@@ -157,15 +157,15 @@ fn why_not_split(p: &Program, i: usize, ku: usize) -> &'static str {
         None => match ins {
             Instr::Gemm { .. } => ": a GEMM reading both operands transposed",
             Instr::Dma { .. } => ": a DMA transfer",
-            Instr::Vpu { .. } => ": a column reduction, or an operand whose pattern does not repeat by rows",
+            Instr::Vpu { .. } => ": an operand whose pattern does not repeat by rows",
         },
         Some(_) if split(p, i, 2, ku).is_none() => ": other instructions write parts of the same output",
         Some(_) => ": each tile is one row",
     }
 }
 
-/// `p` with instruction `i` cut into `parts[i]` tiles (K tiles a multiple of `ku`), and for each instruction of the result
-/// the instruction of `p` it is (a tile of).
+/// `p` with instruction `i` cut into `parts[i]` tiles (K tiles a multiple of `ku`), and for
+/// each instruction of the result the instruction of `p` it is (a tile of).
 fn tile(p: &Program, parts: &[usize], ku: usize) -> (Program, Vec<usize>) {
     let mut q = Program { instrs: Vec::new(), tags: Vec::new(), ..p.clone() };
     let mut from = Vec::new();

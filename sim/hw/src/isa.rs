@@ -177,28 +177,23 @@ impl View {
     /// Narrows the view of an `n`-element operand (and the operand's `offset`) to elements
     /// `e0 .. e0 + len`, both multiples of [`View::row_unit`].
     fn skip(&mut self, offset: &mut usize, e0: usize, len: usize, n: usize) {
+        // An image view's operand elements and buffer words per sample.
+        let (per_sample, words) = match *self {
+            View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => {
+                let samples = image[0].max(1);
+                (n / samples, self.span(n) / samples)
+            }
+            _ => (1, 1),
+        };
         match self {
             View::Whole => *offset += e0,
             View::PerRow { cols } => *offset += e0 / *cols,
             View::Cycle { .. } => {}
             View::RepeatRows { t, .. } => *offset += e0 / *t,
-            View::Im2Col { .. } | View::Col2ImTap { .. } => {
-                let per_sample = n / self.samples();
-                let words = self.span(n) / self.samples();
+            View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => {
                 *offset += e0 / per_sample * words;
-                match self {
-                    View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => image[0] = len / per_sample,
-                    _ => {}
-                }
+                image[0] = len / per_sample;
             }
-        }
-    }
-
-    /// Samples of an image view (1 for the others).
-    fn samples(&self) -> usize {
-        match self {
-            View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => image[0].max(1),
-            _ => 1,
         }
     }
 
@@ -450,19 +445,9 @@ impl Instr {
         }
     }
 
-    /// Buffers the instruction reads.
+    /// Buffers the instruction reads, one per input ([`Instr::read_ranges`]).
     pub fn reads(&self) -> Vec<BufId> {
-        match self {
-            Instr::Gemm { a, b, out, acc, .. } => {
-                let mut v = vec![a.buf, b.buf];
-                v.extend(acc.then_some(out.buf));
-                v
-            }
-            Instr::Vpu { ins, outs, acc, .. } => {
-                ins.iter().map(|o| o.buf).chain(outs.iter().filter(|_| *acc).map(|d| d.buf)).collect()
-            }
-            Instr::Dma { src, .. } => vec![*src],
-        }
+        self.read_ranges().into_iter().map(|(b, _)| b).collect()
     }
 
     /// Where the instruction writes: one destination per output, `out_len` words each.
@@ -479,7 +464,8 @@ impl Instr {
         self.dests().iter().map(|d| d.buf).collect()
     }
 
-    /// The words each input reads: `(buffer, first word .. past the last)`, one per operand.
+    /// The words each input reads: `(buffer, first word .. past the last)`, one per operand,
+    /// then the result an accumulating instruction (`acc`) adds to.
     pub fn read_ranges(&self) -> Vec<(BufId, Range<usize>)> {
         match self {
             Instr::Gemm { a, b, out, m, k, n, acc } => {
@@ -527,8 +513,10 @@ impl Instr {
     /// transposed (`[K][M]`: a weight gradient, whose long dimension is the batch) is cut along
     /// `K` instead, at multiples of `k_unit` (the array's rows, so that a weight-stationary
     /// GEMM's folds, and the order it adds them in, are unchanged): every tile after the first
-    /// adds to the result ([`Instr::Gemm`]'s `acc`). `None` when it cannot be cut: a column
-    /// reduction, a DMA transfer. Fewer than `parts` tiles when it has fewer rows.
+    /// adds to the result ([`Instr::Gemm`]'s `acc`), as every row tile after the first of a
+    /// column reduction continues the sums ([`Instr::Vpu`]'s `acc`). `None` when it cannot be
+    /// cut: a GEMM with both operands transposed, a VPU operand whose pattern does not repeat
+    /// by rows, a DMA transfer. Fewer than `parts` tiles when it has fewer rows.
     pub fn split_rows(&self, parts: usize, k_unit: usize) -> Option<Vec<Instr>> {
         if let &Instr::Gemm { a, b, m, k, n, .. } = self {
             if a.transposed {
@@ -536,26 +524,21 @@ impl Instr {
                 if b.transposed {
                     return None;
                 }
-                let unit = k_unit.max(1);
-                let rows = k.div_ceil(unit);
-                let per = rows.div_ceil(parts.clamp(1, rows.max(1))) * unit;
-                let tile = |k0: usize| {
+                let tile = |(k0, len): (usize, usize)| {
                     let mut t = self.clone();
                     if let Instr::Gemm { a: ta, b: tb, k: tk, acc, .. } = &mut t {
                         ta.offset = a.offset + k0 * m;
                         tb.offset = b.offset + k0 * n;
-                        *tk = per.min(k - k0);
+                        *tk = len;
                         *acc |= k0 > 0;
                     }
                     t
                 };
-                return Some((0..k).step_by(per.max(1)).map(tile).collect());
+                return Some(cuts(k, k_unit, parts).map(tile).collect());
             }
         }
         let (rows, unit) = self.row_unit()?;
-        let parts = parts.clamp(1, rows.max(1));
-        let per = rows.div_ceil(parts);
-        Some((0..rows).step_by(per.max(1)).map(|r0| self.rows(r0, per.min(rows - r0), unit)).collect())
+        Some(cuts(rows, 1, parts).map(|(r0, len)| self.rows(r0, len, unit)).collect())
     }
 
     /// The rows [`Instr::split_rows`] cuts along and the elements (GEMM: result rows) per row.
@@ -608,6 +591,15 @@ impl Instr {
         }
         t
     }
+}
+
+/// `0 .. len` cut into at most `parts` runs `(start, length)`, each but the last a multiple of
+/// `unit`.
+fn cuts(len: usize, unit: usize, parts: usize) -> impl Iterator<Item = (usize, usize)> {
+    let unit = unit.max(1);
+    let units = len.div_ceil(unit);
+    let per = (units.div_ceil(parts.clamp(1, units.max(1))) * unit).max(1);
+    (0..len).step_by(per).map(move |s| (s, per.min(len - s)))
 }
 
 /// Least common multiple (0 if either is 0).
