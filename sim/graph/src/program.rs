@@ -266,19 +266,23 @@ impl Program {
     /// unit's busy and stall cycles and each phase's busy cycles. The one place these are
     /// counted, for the static schedule and for what a step issued alike.
     pub fn timeline(&self, cycles: &[u64]) -> Timeline {
-        let mut t = Timeline {
-            issues: self.issue_times(cycles),
-            total: 0,
-            units: ExecUnit::ALL.iter().map(|u| (u.name().to_string(), UnitCycles::default())).collect(),
-            phases: Phase::ALL.iter().map(|&p| (p, 0)).collect(),
-        };
-        for ((ins, tag), (&c, is)) in self.instrs.iter().zip(&self.tags).zip(cycles.iter().zip(&t.issues)) {
+        let issues = self.issue_times(cycles);
+        // Summed per unit and phase index first (no map lookups per instruction).
+        let mut units = [UnitCycles::default(); ExecUnit::ALL.len()];
+        let mut phases = [0u64; Phase::ALL.len()];
+        let mut total = 0;
+        for ((ins, tag), (&c, is)) in self.instrs.iter().zip(&self.tags).zip(cycles.iter().zip(&issues)) {
             let busy = self.occupancy(ins, c);
-            t.units.entry(ins.unit().name().to_string()).or_default().add(UnitCycles { busy, stall: is.stall });
-            *t.phases.entry(tag.phase).or_default() += busy;
-            t.total = t.total.max(is.start.saturating_add(c));
+            units[ins.unit() as usize].add(UnitCycles { busy, stall: is.stall });
+            phases[tag.phase as usize] += busy;
+            total = total.max(is.start.saturating_add(c));
         }
-        t
+        Timeline {
+            issues,
+            total,
+            units: ExecUnit::ALL.iter().map(|u| (u.name().to_string(), units[*u as usize])).collect(),
+            phases: Phase::ALL.iter().map(|&p| (p, phases[p as usize])).collect(),
+        }
     }
 
     /// The program's cost on `cfg`: each instruction at its unit's schedule, issued by

@@ -224,13 +224,30 @@ impl View {
     pub fn gather<'a>(&self, src: &'a [u32], n: usize) -> Cow<'a, [u32]> {
         match *self {
             View::Whole => Cow::Borrowed(&src[..n]),
+            // Built with slice copies and fills (an iterator chain here costs a branch per word).
             View::PerRow { cols } => {
-                Cow::Owned(src[..n / cols].iter().flat_map(|&s| std::iter::repeat_n(s, cols)).collect())
+                let mut out = Vec::with_capacity(n);
+                for &s in &src[..n / cols] {
+                    out.resize(out.len() + cols, s);
+                }
+                Cow::Owned(out)
             }
-            View::Cycle { len } => Cow::Owned(src[..len].iter().copied().cycle().take(n).collect()),
-            View::RepeatRows { d, t } => Cow::Owned(
-                src[..n / t].chunks(d).flat_map(|row| std::iter::repeat_n(row, t).flatten().copied()).collect(),
-            ),
+            View::Cycle { len } => {
+                let mut out = Vec::with_capacity(n);
+                while len > 0 && out.len() < n {
+                    out.extend_from_slice(&src[..len.min(n - out.len())]);
+                }
+                Cow::Owned(out)
+            }
+            View::RepeatRows { d, t } => {
+                let mut out = Vec::with_capacity(n);
+                for row in src[..n / t].chunks(d) {
+                    for _ in 0..t {
+                        out.extend_from_slice(row);
+                    }
+                }
+                Cow::Owned(out)
+            }
             View::Im2Col { window, image } => {
                 let (oh, ow) = window.output_hw(image[1], image[2]).unwrap_or((0, 0));
                 let c = image[3];
@@ -694,10 +711,16 @@ fn load_matrix(format: NumFormat, s: &[u32], rows: usize, cols: usize, transpose
         if !transposed {
             return s[..rows * cols].iter().map(|&x| f(x)).collect();
         }
+        // In square blocks, so the scattered writes of a block stay in a few cache lines.
+        const T: usize = 16;
         let mut data = vec![0u32; rows * cols];
-        for (p, src) in s[..rows * cols].chunks_exact(rows).enumerate() {
-            for (i, &x) in src.iter().enumerate() {
-                data[i * cols + p] = f(x);
+        for p0 in (0..cols).step_by(T) {
+            for i0 in (0..rows).step_by(T) {
+                for p in p0..(p0 + T).min(cols) {
+                    for i in i0..(i0 + T).min(rows) {
+                        data[i * cols + p] = f(s[p * rows + i]);
+                    }
+                }
             }
         }
         data
@@ -759,10 +782,29 @@ pub fn execute(
         Instr::Vpu { .. } => execute_vpu(cfg, instr, bufs, mode, faults, None),
         Instr::Dma { src, src_offset, dst, dst_offset, len, .. } => {
             let (src, dst, len) = (*src, Dest { buf: *dst, offset: *dst_offset }, *len);
-            let Some(v) = bufs[src.index()].get(*src_offset..src_offset + len).map(<[u32]>::to_vec) else {
+            if bufs[src.index()].len() < src_offset + len {
                 return Err(missing(instr, "source", src, src_offset + len, bufs[src.index()].len()));
+            }
+            if src == dst.buf {
+                let b = &mut bufs[src.index()];
+                if b.len() < dst.offset + len {
+                    return Err(missing(instr, "destination", dst.buf, dst.offset + len, b.len()));
+                }
+                b.copy_within(*src_offset..src_offset + len, dst.offset);
+                return Ok(cycles(cfg, instr));
+            }
+            // The source is taken out for the copy (no temporary vector) and put back.
+            let from = std::mem::take(&mut bufs[src.index()]);
+            let v = &from[*src_offset..src_offset + len];
+            let done = if bufs[dst.buf.index()].is_empty() && dst.offset == 0 {
+                bufs[dst.buf.index()] = v.to_vec();
+                Ok(())
+            } else {
+                let have = bufs[dst.buf.index()].len();
+                bufs[dst.buf.index()].get_mut(dst.offset..dst.offset + len).ok_or(have).map(|d| d.copy_from_slice(v))
             };
-            write(bufs, dst, v, len).map_err(|have| missing(instr, "destination", dst.buf, dst.offset + len, have))?;
+            bufs[src.index()] = from;
+            done.map_err(|have| missing(instr, "destination", dst.buf, dst.offset + len, have))?;
             Ok(cycles(cfg, instr))
         }
     }

@@ -356,10 +356,10 @@ pub fn gemm_host_bytes(cfg: &HwConfig, m: usize, k: usize, n: usize, mode: ExecM
     let operands = sum(&[product(&[m, k, word]), product(&[k, n, word])]);
     let output = product(&[m, n, word]);
     let schedule = folds.and_then(|f| f.checked_mul(size_of::<Fold>() as u64));
-    // Decoded copies of both operands, the result values, one row of partial results and the
-    // encoded output (the conversion may not reuse the values' buffer).
-    let twin =
-        sum(&[product(&[m, k, value]), product(&[k, n, value]), product(&[m, n, value]), product(&[n, value]), output]);
+    // Decoded copies of both operands (weights padded to whole column blocks), the result
+    // values (padded too), the encoded output and 1 KiB for the small allocations around them.
+    let np = n.div_ceil(B).saturating_mul(B);
+    let twin = sum(&[product(&[m, k, value]), product(&[k, np, value]), product(&[m, np, value]), output, Some(1024)]);
     // Current and next register state (four 32-bit and three 1-byte registers per PE) and the
     // edge drivers, plus the output matrix the accumulators write.
     let pe = size_of::<u32>() * 4 + 3;
@@ -479,7 +479,9 @@ fn check_shapes(cfg: &HwConfig, a: &Matrix, w: &Matrix) -> Result<(), HwError> {
         return Err(shape(format!("empty GEMM {}x{}x{}", a.rows, a.cols, w.cols)));
     }
     let mask = cfg.mxu.precision().input().mask();
-    if a.data.iter().chain(&w.data).any(|&v| v & !mask != 0) {
+    // An OR over every word (vectorises; no early exit needed on valid operands).
+    let or = |d: &[u32]| d.iter().fold(0, |acc, &v| acc | v);
+    if (or(&a.data) | or(&w.data)) & !mask != 0 {
         return Err(shape(format!("operand bits wider than the {} input format", cfg.mxu.input_format.name())));
     }
     Ok(())
@@ -549,59 +551,98 @@ pub fn gemm_into(
 #[multiversion::multiversion(targets("x86_64+avx2"))]
 fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, acc: Option<&Matrix>) -> Matrix {
     let (m, k, n) = (s.m, s.k, s.n);
-    let av: Vec<F::Value> = a.data.iter().map(|&b| F::decode_in(b)).collect();
-    let wv: Vec<F::Value> = w.data.iter().map(|&b| F::decode_in(b)).collect();
-    let mut out = match acc {
-        Some(c) => c.data.iter().map(|&b| F::decode_acc(b)).collect(),
-        None => vec![F::Value::default(); m * n],
-    };
+    // Columns are padded to whole blocks of `B` (zero weights, results dropped), so every block
+    // takes the vectorised path; a column's own sequence of operations is unchanged.
+    let np = n.div_ceil(B) * B;
+    // Plain loops, not `map().collect()` (compiled without AVX2, it would not inline these).
+    let mut av = vec![F::Value::default(); a.data.len()];
+    for (d, &b) in av.iter_mut().zip(&a.data) {
+        *d = F::decode_in(b);
+    }
+    let mut wv = vec![F::Value::default(); k * np];
+    for (row, src) in wv.chunks_exact_mut(np).zip(w.data.chunks_exact(n)) {
+        for (d, &b) in row.iter_mut().zip(src) {
+            *d = F::decode_in(b);
+        }
+    }
+    let mut out = vec![F::Value::default(); m * np];
+    if let Some(c) = acc {
+        for (row, src) in out.chunks_exact_mut(np).zip(c.data.chunks_exact(n)) {
+            for (d, &b) in row.iter_mut().zip(src) {
+                *d = F::decode_acc(b);
+            }
+        }
+    }
     // Whether the first K fold overwrites the accumulators (else every fold adds).
     let overwrite = s.folds.first().is_some_and(|f| f.overwrite);
     // K is reduced in chunks of R in WS (one chunk per fold) and in one piece in OS.
     let chunk = match s.dataflow {
         Dataflow::WeightStationary => s.rows,
         Dataflow::OutputStationary => k,
-    };
-    // Outputs are computed in blocks of `B` columns whose partial sums stay in registers while
-    // `k` runs (the same per-output sequence of operations; only the loop nest differs).
-    const B: usize = 16;
-    for mi in 0..m {
-        let arow = &av[mi * k..(mi + 1) * k];
-        let orow = &mut out[mi * n..(mi + 1) * n];
-        for j0 in (0..n).step_by(B) {
-            let jb = (n - j0).min(B);
+    }
+    .max(1);
+    let g = Gemm { a: &av, w: &wv, k, np, overwrite };
+    for m0 in (0..m - m % MR).step_by(MR) {
+        g.rows::<F, MR>(m0, chunk, &mut out[m0 * np..(m0 + MR) * np]);
+    }
+    for m0 in m - m % MR..m {
+        g.rows::<F, 1>(m0, chunk, &mut out[m0 * np..(m0 + 1) * np]);
+    }
+    let mut data = vec![0; m * n];
+    for (dst, row) in data.chunks_exact_mut(n).zip(out.chunks_exact(np)) {
+        for (d, &v) in dst.iter_mut().zip(row) {
+            *d = F::encode_acc(v);
+        }
+    }
+    Matrix { rows: m, cols: n, data }
+}
+
+/// Output columns per register block of the functional GEMM.
+const B: usize = 16;
+/// Output rows per register block (with `B`, 8 AVX2 accumulators: enough independent adds to
+/// hide the add latency, and each weight load serves `MR` rows).
+const MR: usize = 4;
+
+/// Decoded operands of the functional GEMM (weights padded to `np` columns).
+struct Gemm<'a, V> {
+    a: &'a [V],
+    w: &'a [V],
+    k: usize,
+    np: usize,
+    overwrite: bool,
+}
+
+impl<V: Copy + Default> Gemm<'_, V> {
+    /// Output rows `m0..m0 + R` (`out`, `R x np`): per block of `B` columns and per K chunk,
+    /// partial sums in registers over `k` ascending, then written or added to `out`.
+    #[inline(always)]
+    fn rows<F: MacFormat<Value = V>, const R: usize>(&self, m0: usize, chunk: usize, out: &mut [V]) {
+        let (k, np) = (self.k, self.np);
+        for j0 in (0..np).step_by(B) {
             for k0 in (0..k).step_by(chunk) {
-                let mut acc = [F::Value::default(); B];
-                let ks = k0..(k0 + chunk).min(k);
-                if jb == B {
-                    // Full block: a fixed-size loop the compiler keeps in vector registers.
-                    for ki in ks {
-                        let x = arow[ki];
-                        let w: &[F::Value; B] = wv[ki * n + j0..ki * n + j0 + B].try_into().expect("B columns");
+                let mut acc = [[V::default(); B]; R];
+                for ki in k0..(k0 + chunk).min(k) {
+                    let w: &[V; B] = self.w[ki * np + j0..ki * np + j0 + B].try_into().expect("B columns");
+                    let x: [V; R] = std::array::from_fn(|r| self.a[(m0 + r) * k + ki]);
+                    for r in 0..R {
                         for t in 0..B {
-                            acc[t] = F::mac_value(acc[t], x, w[t]);
-                        }
-                    }
-                } else {
-                    for ki in ks {
-                        let x = arow[ki];
-                        for (a, &y) in acc.iter_mut().zip(&wv[ki * n + j0..ki * n + j0 + jb]) {
-                            *a = F::mac_value(*a, x, y);
+                            acc[r][t] = F::mac_value(acc[r][t], x[r], w[t]);
                         }
                     }
                 }
-                let o = &mut orow[j0..j0 + jb];
-                if k0 == 0 && overwrite {
-                    o.copy_from_slice(&acc[..jb]);
-                } else {
-                    for (o, &t) in o.iter_mut().zip(&acc) {
-                        *o = F::add_value(*o, t);
+                for (r, acc) in acc.iter().enumerate() {
+                    let o = &mut out[r * np + j0..r * np + j0 + B];
+                    if k0 == 0 && self.overwrite {
+                        o.copy_from_slice(acc);
+                    } else {
+                        for (o, &t) in o.iter_mut().zip(acc) {
+                            *o = F::add_value(*o, t);
+                        }
                     }
                 }
             }
         }
     }
-    Matrix { rows: m, cols: n, data: out.into_iter().map(F::encode_acc).collect() }
 }
 
 /// What the stepped model observed, besides the output.

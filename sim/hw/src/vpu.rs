@@ -389,7 +389,7 @@ pub fn lane_op(op: &VpuOp, j: usize, x: [u32; 4]) -> u32 {
     canonical_f32_bits(r)
 }
 
-#[inline]
+#[inline(always)]
 fn combine(is_max: bool, acc: u32, x: u32) -> u32 {
     let (p, q) = (f32::from_bits(acc), f32::from_bits(x));
     canonical_f32_bits(if is_max { max_f32(p, q) } else { p + q })
@@ -485,15 +485,17 @@ pub fn run(
 ) -> Result<VpuOutput, HwError> {
     let n = check(&op, inputs)?;
     let sched = VpuSchedule::new(cfg, &op, n)?;
-    let origin = |v: usize, _: &FaultSite| sched.issue(v as u64);
-    let window = FaultWindow {
-        op: format!("{} instruction", op.name()),
-        tile_name: "vector",
-        tiles: usize::try_from(sched.vectors).unwrap_or(usize::MAX),
-        end: sched.cycles,
-        origin: &origin,
-    };
-    faults.check(cfg, mode, &[Unit::Vpu], &window)?;
+    if !faults.is_empty() {
+        let origin = |v: usize, _: &FaultSite| sched.issue(v as u64);
+        let window = FaultWindow {
+            op: format!("{} instruction", op.name()),
+            tile_name: "vector",
+            tiles: usize::try_from(sched.vectors).unwrap_or(usize::MAX),
+            end: sched.cycles,
+            origin: &origin,
+        };
+        faults.check(cfg, mode, &[Unit::Vpu], &window)?;
+    }
     let out = match mode {
         ExecMode::Functional => functional(cfg, &op, inputs, n),
         ExecMode::CycleLevel => cycle_level(cfg, &op, inputs, n, &sched, faults),
@@ -597,38 +599,56 @@ fn functional(cfg: &HwConfig, op: &VpuOp, inputs: &[&[u32]], n: usize) -> Vec<Ve
     match op.reduction() {
         None => elementwise(op, inputs, n),
         Some((cols, Axis::Col, is_max)) => {
-            let x = inputs[0];
-            let rows = n / cols;
+            let x = &inputs[0][..n];
             let mut out = x[..cols].iter().map(|&v| lane_op(op, 0, [v, 0, 0, 0])).collect::<Vec<_>>();
-            for r in 1..rows {
-                for (c, o) in out.iter_mut().enumerate() {
-                    *o = combine(is_max, *o, x[r * cols + c]);
-                }
+            if is_max {
+                column_sums::<true>(&mut out, &x[cols..]);
+            } else {
+                column_sums::<false>(&mut out, &x[cols..]);
             }
             vec![out]
         }
         Some((cols, Axis::Row, is_max)) => {
-            let x = inputs[0];
-            let rows = n / cols;
-            let valid = cols.min(l);
-            let stages = tree_stages(valid);
-            let mut acc = vec![0u32; valid];
-            let mut out = Vec::with_capacity(rows);
-            for r in 0..rows {
-                let row = &x[r * cols..(r + 1) * cols];
-                for (lane, a) in acc.iter_mut().enumerate() {
-                    *a = lane_op(op, 0, [row[lane], 0, 0, 0]);
-                    // Every `l`-th element after the lane's first (a plain stride: no division).
-                    for &x in row[lane..].iter().skip(l).step_by(l) {
-                        *a = combine(is_max, *a, x);
-                    }
-                }
-                tree(&mut acc, valid, stages, is_max);
-                out.push(acc[0]);
-            }
-            vec![out]
+            let x = &inputs[0][..n];
+            vec![if is_max { row_sums::<true>(x, cols, l) } else { row_sums::<false>(x, cols, l) }]
         }
     }
+}
+
+/// Folds the rows of `x` (row-major, `out.len()` columns) into `out`, each column in row
+/// order ([`combine`]). Column by column the sequence is the lanes'; across columns it runs
+/// in vectors (the op is a constant, so the loop has no branch).
+#[multiversion::multiversion(targets("x86_64+avx2"))]
+fn column_sums<const MAX: bool>(out: &mut [u32], x: &[u32]) {
+    for row in x.chunks_exact(out.len()) {
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o = combine(MAX, *o, v);
+        }
+    }
+}
+
+/// Reduces each row of `x` (`cols` wide) as the lanes do: lane `i` folds elements `i, i + l,
+/// i + 2l, ...` in order, then the tree combines the lanes. All lanes' folds run as one vector
+/// loop per group of `l` elements (each lane's sequence unchanged).
+#[multiversion::multiversion(targets("x86_64+avx2"))]
+fn row_sums<const MAX: bool>(x: &[u32], cols: usize, l: usize) -> Vec<u32> {
+    let valid = cols.min(l);
+    let stages = tree_stages(valid);
+    let mut acc = vec![0u32; valid];
+    let mut out = vec![0u32; x.len() / cols];
+    for (row, o) in x.chunks_exact(cols).zip(&mut out) {
+        for (a, &v) in acc.iter_mut().zip(row) {
+            *a = canonical_f32_bits(f32::from_bits(v));
+        }
+        for group in row[valid..].chunks(l) {
+            for (a, &v) in acc.iter_mut().zip(group) {
+                *a = combine(MAX, *a, v);
+            }
+        }
+        tree(&mut acc, valid, stages, MAX);
+        *o = acc[0];
+    }
+    out
 }
 
 /// The functional twin of an elementwise/optimizer op: [`lane_op`] on every element. The op is
@@ -637,13 +657,23 @@ fn functional(cfg: &HwConfig, op: &VpuOp, inputs: &[&[u32]], n: usize) -> Vec<Ve
 /// than dispatching per element). Compiled for AVX2 as well and picked at run time.
 #[multiversion::multiversion(targets("x86_64+avx2"))]
 fn elementwise(op: &VpuOp, inputs: &[&[u32]], n: usize) -> Vec<Vec<u32>> {
+    // Plain loops, not `map().collect()`: `collect` is compiled without AVX2 and could not
+    // inline a closure that has it, so it would call the closure once per element.
     #[inline(always)]
     fn map1(a: &[u32], f: impl Fn(u32) -> u32) -> Vec<Vec<u32>> {
-        vec![a.iter().map(|&x| f(x)).collect()]
+        let mut out = vec![0; a.len()];
+        for (o, &x) in out.iter_mut().zip(a) {
+            *o = f(x);
+        }
+        vec![out]
     }
     #[inline(always)]
     fn map2(a: &[u32], b: &[u32], f: impl Fn(u32, u32) -> u32) -> Vec<Vec<u32>> {
-        vec![a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()]
+        let mut out = vec![0; a.len().min(b.len())];
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+        vec![out]
     }
     let get = |i: usize| inputs.get(i).map_or(&[][..], |v| &v[..n.min(v.len())]);
     let (a, b, c, d) = (get(0), get(1), get(2), get(3));
