@@ -364,8 +364,13 @@ pub fn gemm_host_bytes(cfg: &HwConfig, m: usize, k: usize, n: usize, mode: ExecM
     // edge drivers, plus the output matrix the accumulators write.
     let pe = size_of::<u32>() * 4 + 3;
     let stepped = sum(&[product(&[2, r, c, pe]), product(&[r + c, 32]), output]);
+    // A faulty WS run steps a fault-free copy beside the faulty one, starts from the functional
+    // twin's result and lists at most one changed capture per output (then steps the whole GEMM).
+    let changed = size_of::<((usize, usize, usize), u32)>();
+    let windowed = sum(&[stepped, product(&[2, r, c, pe]), twin, product(&[2, m, n, changed])]);
     let run = |mode: ExecMode| match mode {
         ExecMode::Functional => sum(&[schedule, twin]),
+        ExecMode::CycleLevel if compare && cfg.mxu.dataflow == Dataflow::WeightStationary => sum(&[schedule, windowed]),
         ExecMode::CycleLevel => sum(&[schedule, stepped]),
     };
     let golden = if compare {
@@ -492,7 +497,9 @@ fn check_shapes(cfg: &HwConfig, a: &Matrix, w: &Matrix) -> Result<(), HwError> {
 /// `a` is `M x K` and `w` is `K x N`, both raw input-format bits. In [`ExecMode::CycleLevel`]
 /// every register is stepped and `faults` are injected; in [`ExecMode::Functional`] faults must
 /// be empty (a fault needs registers to live in). A fault's time counts from its fold's start
-/// ([`Fold::start`]) and must fall before the GEMM ends (`total_cycles`).
+/// ([`Fold::start`]) and must fall before the GEMM ends (`total_cycles`). A faulty
+/// weight-stationary GEMM steps only the cycles from shortly before the first fault until the
+/// array is fault-free again, with the same bits as stepping all of it (see `windowed_ws`).
 pub fn gemm(
     cfg: &HwConfig,
     a: &Matrix,
@@ -538,8 +545,12 @@ pub fn gemm_into(
             with_precision!(cfg.mxu.precision(), F => functional::<F>(&sched, a, w, acc))
         }
         ExecMode::CycleLevel => with_precision!(cfg.mxu.precision(), F => {
-            let mut st = PeArrayState::new(cfg.mxu.rows, cfg.mxu.cols);
-            cycle_level::<F>(&sched, a, w, acc, faults, &mut st).0
+            if !faults.is_empty() && sched.dataflow == Dataflow::WeightStationary {
+                windowed_ws::<F>(&sched, a, w, acc, faults)
+            } else {
+                let mut st = PeArrayState::new(cfg.mxu.rows, cfg.mxu.cols);
+                cycle_level::<F>(&sched, a, w, acc, faults, &mut st).0
+            }
         }),
     };
     Ok(GemmOutput { out, stats: sched.stats() })
@@ -720,6 +731,164 @@ pub fn cycle_level_observed<F: MacFormat>(
     (out, CycleReport { measured_cycles: t, captures })
 }
 
+/// WS: what row `i`'s edge gets at cycle `t` (activation bits, valid, swap strobe): output row
+/// `m` of fold `f` with `t - i - 1 = f * p + m`.
+fn ws_row_input(s: &Schedule, a: &Matrix, t: u64, i: usize) -> (u32, u8, u8) {
+    let Some(u1) = t.checked_sub(i as u64 + 1) else { return (0, 0, 0) };
+    let (f, m) = ((u1 / s.period) as usize, (u1 % s.period) as usize);
+    match s.folds.get(f) {
+        Some(fold) if m < s.m => {
+            let swap = (m == 0) as u8;
+            if i < fold.kr {
+                (a.get(m, fold.k0 + i), 1, swap)
+            } else {
+                (0, 0, swap)
+            }
+        }
+        _ => (0, 0, 0),
+    }
+}
+
+/// WS: the weight fold `f` puts in PE `(i, j)` (zero outside the fold's tile).
+fn ws_weight(s: &Schedule, w: &Matrix, f: usize, i: usize, j: usize) -> u32 {
+    let fold = &s.folds[f];
+    if i < fold.kr && j < fold.nc {
+        w.get(fold.k0 + i, fold.n0 + j)
+    } else {
+        0
+    }
+}
+
+/// WS: the fault-free array state at the start of cycle `t`, in closed form, except the partial
+/// sums (left zero; stepping `R` cycles from here makes them exact, as each is computed from
+/// the row above's one cycle earlier and row 0 adds to zero). Activations, valid bits and swap
+/// strobes are the edge inputs of `j + 1` cycles ago; the shadow register holds the last fold
+/// whose bus write (at `f * p + i + j`) has landed, the weight register the last fold whose swap
+/// (committed at `f * p + i + j + 1`) has passed.
+fn ws_state_at(s: &Schedule, a: &Matrix, w: &Matrix, t: u64) -> PeArrayState {
+    let (r, c, p) = (s.rows, s.cols, s.period);
+    let mut st = PeArrayState::new(r, c);
+    let last = s.folds.len().saturating_sub(1) as u64;
+    for i in 0..r {
+        for j in 0..c {
+            let x = i * c + j;
+            if let Some(tau) = t.checked_sub(1 + j as u64) {
+                (st.act[x], st.valid[x], st.swap[x]) = ws_row_input(s, a, tau, i);
+            }
+            if let Some(u) = t.checked_sub(1 + (i + j) as u64) {
+                st.shadow[x] = ws_weight(s, w, (u / p).min(last) as usize, i, j);
+            }
+            if let Some(u) = t.checked_sub(2 + (i + j) as u64) {
+                st.weight[x] = ws_weight(s, w, (u / p).min(last) as usize, i, j);
+            }
+        }
+    }
+    st
+}
+
+/// Whether two WS array states hold the same values in every register a WS clock uses (the OS
+/// weight-valid bits are not among them).
+fn same_ws(x: &PeArrayState, y: &PeArrayState) -> bool {
+    x.psum == y.psum
+        && x.act == y.act
+        && x.weight == y.weight
+        && x.shadow == y.shadow
+        && x.valid == y.valid
+        && x.swap == y.swap
+}
+
+/// WS: the fold, output row and column that column `j` of the accumulators captures at cycle
+/// `t` (`t = 1 + f * p + m + R + j`), if any.
+fn ws_capture(s: &Schedule, t: u64, j: usize) -> Option<(usize, usize, usize)> {
+    let u = t.checked_sub(1 + s.rows as u64 + j as u64)?;
+    let (f, m) = ((u / s.period) as usize, (u % s.period) as usize);
+    let fold = s.folds.get(f)?;
+    (m < s.m && j < fold.nc).then_some((f, m, fold.n0 + j))
+}
+
+/// A faulty WS GEMM at cycle level, stepping only the cycles the faults can matter in; the
+/// same bits as [`cycle_level`] from the reset state.
+///
+/// Before the first fault the array is fault-free, so its state there is rebuilt in closed
+/// form ([`ws_state_at`], `R` cycles early for the partial sums). From the first fault a faulty
+/// and a fault-free copy step side by side and every accumulator capture is compared; once the
+/// faults are over and the two states are equal, every later capture is fault-free too. The
+/// result is the functional twin's, with each output whose captures differed recomputed
+/// through its folds in order from the faulty captures and fault-free fold sums.
+fn windowed_ws<F: MacFormat>(
+    s: &Schedule,
+    a: &Matrix,
+    w: &Matrix,
+    acc: Option<&Matrix>,
+    faults: &FaultSchedule,
+) -> Matrix {
+    let active: Vec<ActiveFault> =
+        faults.events.iter().filter_map(|e| s.folds.get(e.at.tile).map(|f| e.activate(f.start))).collect();
+    let mut out = functional::<F>(s, a, w, acc);
+    let (Some(first), Some(over)) = (active.iter().map(|f| f.start).min(), active.iter().map(|f| f.end).max()) else {
+        return out;
+    };
+    let mut edge = Edge::new(s.rows, s.cols);
+    let from = first.saturating_sub(s.rows as u64);
+    let mut golden = ws_state_at(s, a, w, from);
+    let mut next = golden.clone();
+    for t in from..first {
+        edge.drive_ws(s, a, w, t);
+        step_ws::<F>(&golden, &mut next, &edge);
+        std::mem::swap(&mut golden, &mut next);
+    }
+    let (mut faulty, mut faulty_next) = (golden.clone(), next.clone());
+    // Captures whose value the faults changed: ((fold, row, column), faulty partial sum). More
+    // than one per output (a fault changing most of the result for a long time): stepping the
+    // whole GEMM is as cheap, and bounds the memory this needs.
+    let mut changed: Vec<((usize, usize, usize), u32)> = Vec::new();
+    let budget = s.m.saturating_mul(s.n);
+    let bottom = (s.rows - 1) * s.cols;
+    let mut t = first;
+    while t < s.total_cycles {
+        for j in 0..s.cols {
+            let (fv, gv) = (faulty.psum[bottom + j], golden.psum[bottom + j]);
+            if fv != gv {
+                if let Some(key) = ws_capture(s, t, j) {
+                    changed.push((key, fv));
+                }
+            }
+        }
+        edge.drive_ws(s, a, w, t);
+        step_ws::<F>(&golden, &mut next, &edge);
+        step_ws::<F>(&faulty, &mut faulty_next, &edge);
+        std::mem::swap(&mut golden, &mut next);
+        std::mem::swap(&mut faulty, &mut faulty_next);
+        for f in active.iter().filter(|f| f.acts_at(t)) {
+            faulty.apply(&f.event);
+        }
+        t += 1;
+        if changed.len() > budget {
+            return cycle_level::<F>(s, a, w, acc, faults, &mut PeArrayState::new(s.rows, s.cols)).0;
+        }
+        if t >= over && same_ws(&faulty, &golden) {
+            break;
+        }
+    }
+    // In capture order already; sorted by key for the lookups below (keys are unique).
+    changed.sort_unstable_by_key(|&(k, _)| k);
+    let mut elements: Vec<(usize, usize)> = changed.iter().map(|&((_, m, n), _)| (m, n)).collect();
+    elements.sort_unstable();
+    elements.dedup();
+    for (m, n) in elements {
+        let mut v = acc.map_or(0, |c| c.get(m, n));
+        for (f, fold) in s.folds.iter().enumerate().filter(|(_, f)| (f.n0..f.n0 + f.nc).contains(&n)) {
+            let hit = changed.binary_search_by_key(&(f, m, n), |&(k, _)| k).ok();
+            let ps = hit.map(|x| changed[x].1).unwrap_or_else(|| {
+                (0..fold.kr).fold(PSUM_ZERO, |ps, i| F::mac(ps, a.get(m, fold.k0 + i), w.get(fold.k0 + i, n)))
+            });
+            v = if fold.overwrite { ps } else { F::add(v, ps) };
+        }
+        out.set(m, n, v);
+    }
+    out
+}
+
 /// Values the sequencer drives into the array's edges in one cycle.
 struct Edge {
     /// Per row: activation bits, valid, swap.
@@ -750,35 +919,18 @@ impl Edge {
     /// WS: row `i` gets `A[m][k0+i]` at `T_f + m + i`; column `j`'s bus writes row `i` at
     /// `T_f + j - 1 + i` (with `T_f = fold.start + 1`).
     fn drive_ws(&mut self, s: &Schedule, a: &Matrix, w: &Matrix, t: u64) {
-        let p = s.period;
         for i in 0..s.rows {
-            self.act[i] = 0;
-            self.valid[i] = 0;
-            self.swap[i] = 0;
-            // u - 1 = f * p + m with u = t - i.
-            if t > i as u64 {
-                let u1 = t - i as u64 - 1;
-                let (f, m) = ((u1 / p) as usize, (u1 % p) as usize);
-                if f < s.folds.len() && m < s.m {
-                    let fold = &s.folds[f];
-                    self.swap[i] = (m == 0) as u8;
-                    if i < fold.kr {
-                        self.act[i] = a.get(m, fold.k0 + i);
-                        self.valid[i] = 1;
-                    }
-                }
-            }
+            (self.act[i], self.valid[i], self.swap[i]) = ws_row_input(s, a, t, i);
         }
         for j in 0..s.cols {
             self.wrow[j] = None;
             // u - 1 = f * p + i with u = t + 1 - j.
             if t + 1 > j as u64 {
                 let u1 = t - j as u64;
-                let (f, i) = ((u1 / p) as usize, (u1 % p) as usize);
+                let (f, i) = ((u1 / s.period) as usize, (u1 % s.period) as usize);
                 if f < s.folds.len() && i < s.rows {
-                    let fold = &s.folds[f];
                     self.wrow[j] = Some(i);
-                    self.wbits[j] = if i < fold.kr && j < fold.nc { w.get(fold.k0 + i, fold.n0 + j) } else { 0 };
+                    self.wbits[j] = ws_weight(s, w, f, i, j);
                 }
             }
         }
@@ -853,16 +1005,7 @@ fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) 
         // Two loops of few slices each: LLVM vectorises a loop only if it can rule out aliasing
         // between its slices with a bounded number of run-time checks. Branch-free selects
         // (masks from the 0/1 control bits) keep both loops straight-line.
-        for j in 0..c {
-            // The arriving swap strobe makes this clock's MAC use the shadow weight.
-            let swap = 0u32.wrapping_sub(ns[j] as u32);
-            nw[j] = (csh[j] & swap) | (cw[j] & !swap);
-        }
-        for j in 0..c {
-            let valid = 0u32.wrapping_sub(nv[j] as u32);
-            let mac = F::mac(above[j], na[j], nw[j]);
-            np[j] = (mac & valid) | (above[j] & !valid);
-        }
+        ws_row::<F>(nw, np, cw, csh, ns, above, na, nv);
     }
     // Shadow registers hold their value unless the weight bus writes them (next state; the swap
     // above read the current one).
@@ -871,6 +1014,32 @@ fn step_ws<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge) 
         if let Some(i) = *row {
             next.shadow[i * c + j] = e.wbits[j];
         }
+    }
+}
+
+/// One WS row's clock. The slices are arguments (so the compiler knows they do not alias) and
+/// the loops are branch-free selects (masks from the 0/1 control bits), so both vectorise.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn ws_row<F: MacFormat>(
+    nw: &mut [u32],
+    np: &mut [u32],
+    cw: &[u32],
+    csh: &[u32],
+    ns: &[u8],
+    above: &[u32],
+    na: &[u32],
+    nv: &[u8],
+) {
+    for (((w, &cw), &csh), &ns) in nw.iter_mut().zip(cw).zip(csh).zip(ns) {
+        // The arriving swap strobe makes this clock's MAC use the shadow weight.
+        let swap = 0u32.wrapping_sub(ns as u32);
+        *w = (csh & swap) | (cw & !swap);
+    }
+    for ((((p, &above), &a), &w), &v) in np.iter_mut().zip(above).zip(na).zip(&*nw).zip(nv) {
+        let valid = 0u32.wrapping_sub(v as u32);
+        let mac = F::mac(above, a, w);
+        *p = (mac & valid) | (above & !valid);
     }
 }
 

@@ -56,6 +56,49 @@ proptest! {
         prop_assert_eq!(f.diff(&c), vec![]);
     }
 
+    /// A faulty weight-stationary GEMM (which [`gemm`] steps only from shortly before the
+    /// first fault until the faulty array state rejoins the fault-free one) equals stepping the
+    /// whole GEMM from the reset state, for one or two faults on any PE register, flips and
+    /// stuck-ats, at any time, accumulating or not.
+    #[test]
+    fn a_windowed_faulty_gemm_equals_stepping_all_of_it(
+        rows in 1usize..=8, cols in 1usize..=8, m in 1usize..=20, k in 1usize..=20, n in 1usize..=20,
+        prec in precisions(), accumulate in any::<bool>(), two in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let cfg = HwConfig::test_config(rows, cols, Dataflow::WeightStationary, prec);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let a = operand(&mut rng, prec, m, k, true);
+        let w = operand(&mut rng, prec, k, n, true);
+        let acc = accumulate.then(|| Matrix::from_fn(m, n, |i, j| (i * 7 + j) as u32 * 0x0101_0101));
+        let mut sched = Schedule::new(&cfg.mxu, m, k, n).unwrap();
+        if accumulate {
+            sched = sched.accumulating();
+        }
+        // Every WS PE register (the weight-valid bits exist in OS only).
+        let regs = [Register::Act, Register::Valid, Register::Swap, Register::Weight, Register::WeightShadow,
+            Register::Psum];
+        let mut events = Vec::new();
+        for _ in 0..1 + two as usize {
+            let reg = regs[rng.gen_range(0..regs.len())];
+            let class = FaultSite::pe(0, 0, reg, 0).class();
+            let bit = rng.gen_range(0..class.width(&cfg));
+            let site = FaultSite::pe(rng.gen_range(0..rows), rng.gen_range(0..cols), reg, bit);
+            let at = rng.gen_range(0..sched.total_cycles);
+            let e = if rng.gen_bool(0.5) {
+                FaultEvent::flip(site, 0, at)
+            } else {
+                FaultEvent::stuck(site, rng.gen_bool(0.5), 0, at, rng.gen_range(1..=sched.total_cycles - at))
+            };
+            events.push(e);
+        }
+        let faults = FaultSchedule { events };
+        let got = mxu::gemm_into(&cfg, &a, &w, acc.as_ref(), ExecMode::CycleLevel, &faults).unwrap().out;
+        let want = with_precision!(prec, F => {
+            cycle_level::<F>(&sched, &a, &w, acc.as_ref(), &faults, &mut PeArrayState::new(rows, cols)).0
+        });
+        prop_assert_eq!(got.diff(&want), vec![]);
+    }
+
     /// An accumulating GEMM (`out += A * W`, a K tile of a GEMM cut along K) is the same in
     /// both modes, and in weight-stationary a GEMM cut along K at a multiple of the array's rows
     /// is the whole GEMM to the bit (the folds, and the order they add in, are unchanged).
