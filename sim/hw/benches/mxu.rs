@@ -1,11 +1,14 @@
 //! `mxu` benchmark: a 512x512x512 bf16 GEMM on a 128x128 array, cycle-level and functional.
 //!
 //! Throughput is reported in elements/s: PE-cycles for the cycle-level model (target >= 200 M
-//! per core), MACs for the functional twin (target >= 1 G per core).
+//! per core), MACs for the functional twin (target >= 1 G per core). Also a faulty GEMM of a
+//! training step (mlp-digits' first, 32x64x64 on a 32x32 WS array, one psum flip), which steps
+//! only the cycles the fault matters in, next to the same GEMM functional and stepped whole.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use faultline_hw::fault::FaultSchedule;
+use faultline_hw::fault::{FaultEvent, FaultSchedule};
 use faultline_hw::mxu::{gemm, gemm_timing};
+use faultline_hw::sites::{FaultSite, Register};
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
 use faultline_num::{NumFormat, Precision};
 use rand::{Rng, SeedableRng};
@@ -33,6 +36,20 @@ fn bench(c: &mut Criterion) {
         g.throughput(Throughput::Elements(t.macs));
         g.bench_function(format!("functional_{}_128x128_512cubed_macs", df.short()), |b| {
             b.iter(|| gemm(&cfg, black_box(&a), black_box(&w), ExecMode::Functional, &FaultSchedule::none()).unwrap())
+        });
+    }
+    g.finish();
+    let mut g = c.benchmark_group("mxu");
+    let cfg = HwConfig::test_config(32, 32, Dataflow::WeightStationary, Precision::Bf16Fp32);
+    let (a, w) = operands(32, 64, 64);
+    let flip = FaultSchedule::one(FaultEvent::flip(FaultSite::pe(31, 0, Register::Psum, 30), 0, 100));
+    for (name, mode, faults) in [
+        ("functional", ExecMode::Functional, FaultSchedule::none()),
+        ("cycle_level", ExecMode::CycleLevel, FaultSchedule::none()),
+        ("one_fault", ExecMode::CycleLevel, flip),
+    ] {
+        g.bench_function(format!("{name}_ws_32x32_32x64x64"), |b| {
+            b.iter(|| gemm(&cfg, black_box(&a), black_box(&w), mode, &faults).unwrap())
         });
     }
     g.finish();

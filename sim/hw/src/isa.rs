@@ -711,17 +711,22 @@ fn load_matrix(format: NumFormat, s: &[u32], rows: usize, cols: usize, transpose
         if !transposed {
             return s[..rows * cols].iter().map(|&x| f(x)).collect();
         }
-        // In square blocks, so the scattered writes of a block stay in a few cache lines.
+        // Transposed in square blocks (a block's reads and writes stay in a few cache lines),
+        // then converted in one contiguous, vectorisable pass.
         const T: usize = 16;
         let mut data = vec![0u32; rows * cols];
         for p0 in (0..cols).step_by(T) {
+            let pe = (p0 + T).min(cols);
             for i0 in (0..rows).step_by(T) {
-                for p in p0..(p0 + T).min(cols) {
-                    for i in i0..(i0 + T).min(rows) {
-                        data[i * cols + p] = f(s[p * rows + i]);
+                for i in i0..(i0 + T).min(rows) {
+                    for (d, p) in data[i * cols + p0..i * cols + pe].iter_mut().zip(p0..) {
+                        *d = s[p * rows + i];
                     }
                 }
             }
+        }
+        for x in &mut data {
+            *x = f(*x);
         }
         data
     }

@@ -731,13 +731,26 @@ pub fn cycle_level_observed<F: MacFormat>(
     (out, CycleReport { measured_cycles: t, captures })
 }
 
-/// WS: what row `i`'s edge gets at cycle `t` (activation bits, valid, swap strobe): output row
-/// `m` of fold `f` with `t - i - 1 = f * p + m`.
-fn ws_row_input(s: &Schedule, a: &Matrix, t: u64, i: usize) -> (u32, u8, u8) {
-    let Some(u1) = t.checked_sub(i as u64 + 1) else { return (0, 0, 0) };
-    let (f, m) = ((u1 / s.period) as usize, (u1 % s.period) as usize);
-    match s.folds.get(f) {
-        Some(fold) if m < s.m => {
+/// `(u / p, u % p)` for `u = top, top - 1, ...` (`None` once below zero, and for `top`
+/// `None`), with one division in all: schedule positions along a row or diagonal of the array.
+fn countdown(top: Option<u64>, p: u64) -> impl Iterator<Item = Option<(u64, u64)>> {
+    let mut cur = top.map(|u| (u / p, u % p));
+    std::iter::repeat_with(move || {
+        let now = cur;
+        cur = match cur {
+            Some((f, 0)) => f.checked_sub(1).map(|f| (f, p - 1)),
+            Some((f, m)) => Some((f, m - 1)),
+            None => None,
+        };
+        now
+    })
+}
+
+/// WS: what row `i`'s edge gets when output row `m` of fold `f` enters it (`fm`; `None`:
+/// before the first fold): activation bits, valid, swap strobe.
+fn ws_input(s: &Schedule, a: &Matrix, fm: Option<(u64, u64)>, i: usize) -> (u32, u8, u8) {
+    match fm.and_then(|(f, m)| Some((s.folds.get(f as usize)?, m as usize))) {
+        Some((fold, m)) if m < s.m => {
             let swap = (m == 0) as u8;
             if i < fold.kr {
                 (a.get(m, fold.k0 + i), 1, swap)
@@ -760,26 +773,29 @@ fn ws_weight(s: &Schedule, w: &Matrix, f: usize, i: usize, j: usize) -> u32 {
 }
 
 /// WS: the fault-free array state at the start of cycle `t`, in closed form, except the partial
-/// sums (left zero; stepping `R` cycles from here makes them exact, as each is computed from
-/// the row above's one cycle earlier and row 0 adds to zero). Activations, valid bits and swap
-/// strobes are the edge inputs of `j + 1` cycles ago; the shadow register holds the last fold
-/// whose bus write (at `f * p + i + j`) has landed, the weight register the last fold whose swap
-/// (committed at `f * p + i + j + 1`) has passed.
+/// sums (left zero: stepping `i + 1` cycles from here makes row `i`'s exact, as each is
+/// computed from the row above's one cycle earlier and row 0 adds to zero). Activations, valid
+/// bits and swap strobes are the edge inputs of `j + 1` cycles ago; the shadow register holds
+/// the last fold whose bus write (at `f * p + i + j`) has landed, the weight register the last
+/// fold whose swap (committed at `f * p + i + j + 1`) has passed.
 fn ws_state_at(s: &Schedule, a: &Matrix, w: &Matrix, t: u64) -> PeArrayState {
     let (r, c, p) = (s.rows, s.cols, s.period);
     let mut st = PeArrayState::new(r, c);
     let last = s.folds.len().saturating_sub(1) as u64;
+    // Everything but the activation's row index depends on the anti-diagonal `d = i + j` only:
+    // `(f, m)` of `t - 2 - d` (the row passing, and the last swap) and of `t - 1 - d` (the
+    // last bus write).
+    let passing: Vec<_> = countdown(t.checked_sub(2), p).take(r + c).collect();
+    let written: Vec<_> = countdown(t.checked_sub(1), p).take(r + c).collect();
     for i in 0..r {
         for j in 0..c {
-            let x = i * c + j;
-            if let Some(tau) = t.checked_sub(1 + j as u64) {
-                (st.act[x], st.valid[x], st.swap[x]) = ws_row_input(s, a, tau, i);
+            let (x, d) = (i * c + j, i + j);
+            (st.act[x], st.valid[x], st.swap[x]) = ws_input(s, a, passing[d], i);
+            if let Some((f, _)) = passing[d] {
+                st.weight[x] = ws_weight(s, w, f.min(last) as usize, i, j);
             }
-            if let Some(u) = t.checked_sub(1 + (i + j) as u64) {
-                st.shadow[x] = ws_weight(s, w, (u / p).min(last) as usize, i, j);
-            }
-            if let Some(u) = t.checked_sub(2 + (i + j) as u64) {
-                st.weight[x] = ws_weight(s, w, (u / p).min(last) as usize, i, j);
+            if let Some((f, _)) = written[d] {
+                st.shadow[x] = ws_weight(s, w, f.min(last) as usize, i, j);
             }
         }
     }
@@ -810,7 +826,8 @@ fn ws_capture(s: &Schedule, t: u64, j: usize) -> Option<(usize, usize, usize)> {
 /// same bits as [`cycle_level`] from the reset state.
 ///
 /// Before the first fault the array is fault-free, so its state there is rebuilt in closed
-/// form ([`ws_state_at`], `R` cycles early for the partial sums). From the first fault a faulty
+/// form ([`ws_state_at`]; the partial sums by stepping from as many cycles earlier as the
+/// faulted row is deep). From the first fault a faulty
 /// and a fault-free copy step side by side and every accumulator capture is compared; once the
 /// faults are over and the two states are equal, every later capture is fault-free too. The
 /// result is the functional twin's, with each output whose captures differed recomputed
@@ -828,8 +845,11 @@ fn windowed_ws<F: MacFormat>(
     let (Some(first), Some(over)) = (active.iter().map(|f| f.start).min(), active.iter().map(|f| f.end).max()) else {
         return out;
     };
+    // A fault in row `i` never reaches the rows above it, whose sums it meets as they flow
+    // down: those must be exact from its time on. Row `i`'s sums are exact `i + 1` cycles after
+    // stepping starts; until then they are equally wrong in both copies and flow out unchanged.
+    let from = active.iter().map(|f| f.start.saturating_sub(f.event.site.instance[0] as u64)).min().unwrap_or(first);
     let mut edge = Edge::new(s.rows, s.cols);
-    let from = first.saturating_sub(s.rows as u64);
     let mut golden = ws_state_at(s, a, w, from);
     let mut next = golden.clone();
     for t in from..first {
@@ -919,15 +939,13 @@ impl Edge {
     /// WS: row `i` gets `A[m][k0+i]` at `T_f + m + i`; column `j`'s bus writes row `i` at
     /// `T_f + j - 1 + i` (with `T_f = fold.start + 1`).
     fn drive_ws(&mut self, s: &Schedule, a: &Matrix, w: &Matrix, t: u64) {
-        for i in 0..s.rows {
-            (self.act[i], self.valid[i], self.swap[i]) = ws_row_input(s, a, t, i);
+        // Row i: (f, m) of t - 1 - i; column j's bus: (f, row) of t - j.
+        for (i, fm) in countdown(t.checked_sub(1), s.period).take(s.rows).enumerate() {
+            (self.act[i], self.valid[i], self.swap[i]) = ws_input(s, a, fm, i);
         }
-        for j in 0..s.cols {
+        for (j, fi) in countdown(Some(t), s.period).take(s.cols).enumerate() {
             self.wrow[j] = None;
-            // u - 1 = f * p + i with u = t + 1 - j.
-            if t + 1 > j as u64 {
-                let u1 = t - j as u64;
-                let (f, i) = ((u1 / s.period) as usize, (u1 % s.period) as usize);
+            if let Some((f, i)) = fi.map(|(f, i)| (f as usize, i as usize)) {
                 if f < s.folds.len() && i < s.rows {
                     self.wrow[j] = Some(i);
                     self.wbits[j] = ws_weight(s, w, f, i, j);
@@ -1126,4 +1144,47 @@ fn capture_os<F: MacFormat>(s: &Schedule, f: usize, d: usize, st: &PeArrayState,
         out.set(m, n, v);
     }
     fold.nc as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faultline_num::Bf16Fp32;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The closed-form WS state equals the stepped one at every cycle of a GEMM, every
+        /// register of every PE but the partial sums, and those too in rows `0..d` after `d`
+        /// cycles of stepping from it (what lets a faulty run start at its fault).
+        #[test]
+        fn the_closed_form_ws_state_is_the_stepped_state(
+            rows in 1usize..=6, cols in 1usize..=6, m in 1usize..=12, k in 1usize..=14, n in 1usize..=14,
+            seed in any::<u32>(), d in 0usize..=6,
+        ) {
+            let cfg = HwConfig::test_config(rows, cols, Dataflow::WeightStationary, Precision::Bf16Fp32);
+            let bits = |i: usize, salt: u32| ((i as u32).wrapping_mul(2654435761) ^ salt ^ seed) >> 16 & 0x7fff;
+            let a = Matrix::from_fn(m, k, |i, j| bits(i * k + j, 1));
+            let w = Matrix::from_fn(k, n, |i, j| bits(i * n + j, 2));
+            let s = Schedule::new(&cfg.mxu, m, k, n).unwrap();
+            let step = |st: &mut PeArrayState, t: u64| {
+                let (mut edge, mut next) = (Edge::new(rows, cols), st.clone());
+                edge.drive_ws(&s, &a, &w, t);
+                step_ws::<Bf16Fp32>(st, &mut next, &edge);
+                *st = next;
+            };
+            let d = d.min(rows);
+            let mut st = PeArrayState::new(rows, cols);
+            for t in 0..s.total_cycles {
+                let mut want = ws_state_at(&s, &a, &w, t);
+                want.psum.clone_from(&st.psum);
+                prop_assert!(same_ws(&st, &want), "cycle {t}: stepped {st:?}, closed form {want:?}");
+                if t >= d as u64 {
+                    let mut warm = ws_state_at(&s, &a, &w, t - d as u64);
+                    (t - d as u64..t).for_each(|u| step(&mut warm, u));
+                    prop_assert_eq!(&warm.psum[..d * cols], &st.psum[..d * cols], "cycle {}", t);
+                }
+                step(&mut st, t);
+            }
+        }
+    }
 }
