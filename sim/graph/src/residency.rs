@@ -388,27 +388,18 @@ impl Arena {
         Arena { free: vec![(0, words)] }
     }
 
-    fn alloc(&mut self, len: u64) -> Option<u64> {
-        let i = self.free.iter().position(|&(_, l)| l >= len)?;
+    /// `len` words from the first free range that fits (`high`: the last words of the last
+    /// one, so buffers placed from both ends stay apart).
+    fn alloc(&mut self, len: u64, high: bool) -> Option<u64> {
+        let fits = |&(_, l): &(u64, u64)| l >= len;
+        let i = if high { self.free.iter().rposition(fits) } else { self.free.iter().position(fits) }?;
         let (start, l) = self.free[i];
         if l == len {
             self.free.remove(i);
         } else {
-            self.free[i] = (start + len, l - len);
+            self.free[i] = if high { (start, l - len) } else { (start + len, l - len) };
         }
-        Some(start)
-    }
-
-    /// Like [`Arena::alloc`], from the top: the last words of the highest free range that fits.
-    fn alloc_high(&mut self, len: u64) -> Option<u64> {
-        let i = self.free.iter().rposition(|&(_, l)| l >= len)?;
-        let (start, l) = self.free[i];
-        if l == len {
-            self.free.remove(i);
-        } else {
-            self.free[i] = (start, l - len);
-        }
-        Some(start + l - len)
+        Some(if high { start + l - len } else { start })
     }
 
     fn release(&mut self, start: u64, len: u64) {
@@ -472,10 +463,9 @@ fn allocate(q: &Program, cfg: &HwConfig, dram: &[bool], alternate: bool) -> Resu
             }
         });
         let high = alternate && q.tags[first[b]].tile.is_some_and(|(k, _)| k % 2 == 1);
-        let take = |arena: &mut Arena| if high { arena.alloc_high(len) } else { arena.alloc(len) };
-        let base = match gemm_out[b].then(|| take(&mut acc)).flatten() {
+        let base = match gemm_out[b].then(|| acc.alloc(len, high)).flatten() {
             Some(a) => Some((Unit::Acc, a)),
-            None => take(&mut ub).map(|a| (Unit::Ub, a)),
+            None => ub.alloc(len, high).map(|a| (Unit::Ub, a)),
         };
         let Some((mem, base)) = base else {
             let mem = if gemm_out[b] { Unit::Acc } else { Unit::Ub };
