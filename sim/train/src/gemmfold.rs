@@ -13,9 +13,10 @@
 //!   at `T + period - 1 - i`); a fold that adds to earlier K folds reads the word in the same
 //!   cycle, before writing it back.
 //!
-//! [`run`] recomputes a GEMM this way (each fold's partial sums from its own operands, added
-//! into the result in fold order), bit-identical to [`faultline_hw::mxu::gemm`] when no read is
-//! changed.
+//! [`run`] recomputes a GEMM this way: every output a changed read reaches through its folds in
+//! order (each fold's partial sum from the operands that fold read, added to the accumulator
+//! word as the fold read it); every other output is the fault-free GEMM's, which the same
+//! recomputation gives when no read is changed.
 
 use crate::error::Result;
 use crate::memfault::{self, tile_written, WordHit};
@@ -24,6 +25,7 @@ use faultline_hw::matrix::Matrix;
 use faultline_hw::mxu::{self, Schedule};
 use faultline_hw::{Dataflow, ExecMode, FaultSchedule, HwConfig};
 use faultline_num::{with_precision, MacFormat};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// When fold `c` of `s`, run from cycle `at`, writes its result rows: (row within the fold,
 /// cycle), in write order.
@@ -152,52 +154,68 @@ fn run_typed<F: MacFormat>(
     let s = &map.s;
     let (am, bm) = isa::gemm_operands(hw, ins, bufs)?.expect("a GEMM");
     let fmt = hw.mxu.input_format;
-    let mut seen = Vec::new();
-    // The operand value a changed read sees, converted as the MXU's input converter does.
-    let changed = |h: &WordHit, bufs: &[Vec<u32>], seen: &mut Vec<(u32, u32)>| {
-        let old = bufs[h.buf.index()][h.elem];
-        let new = memfault::apply(h.op, old, bufs, fmt);
-        seen.push((old, new));
-        isa::to_input(fmt, new)
-    };
     // The accumulators before the first fold: what an accumulating GEMM adds to.
-    let mut res = isa::accumulators(ins, bufs)?.map_or_else(|| vec![0u32; s.m * s.n], |c| c.data);
-    for (c, f) in s.folds.iter().enumerate() {
-        let here = || hits.iter().filter(move |h| h.part == Some(c));
-        let mut am_c = None;
-        let mut w = Matrix::from_fn(f.kr, f.nc, |i, j| bm.get(f.k0 + i, f.n0 + j));
-        for h in here() {
-            if h.buf == a.buf && h.elem >= a.offset && h.elem - a.offset < s.m * s.k {
-                let (mm, kk) = coords(a, h.elem - a.offset, s.m, s.k);
-                am_c.get_or_insert_with(|| am.clone()).set(mm, kk, changed(h, bufs, &mut seen));
-            }
-            if h.buf == b.buf && h.elem >= b.offset && h.elem - b.offset < s.k * s.n {
-                let (kk, nn) = coords(b, h.elem - b.offset, s.k, s.n);
-                w.set(kk - f.k0, nn - f.n0, changed(h, bufs, &mut seen));
-            }
+    let init = isa::accumulators(ins, bufs)?;
+    // Every output no changed read reaches is the fault-free GEMM's.
+    let mut res = mxu::gemm_into(hw, &am, &bm, init.as_ref(), ExecMode::Functional, &FaultSchedule::none())?.out;
+    let mut seen = Vec::new();
+    // Per fold, the operand values its changed reads see (converted as the MXU's input
+    // converter does), and the outputs those reach.
+    let (mut a_seen, mut w_seen) = (BTreeMap::new(), BTreeMap::new());
+    let mut reached = BTreeSet::new();
+    for h in hits {
+        let Some(c) = h.part else { continue };
+        let f = s.folds[c];
+        let mut change = |bufs: &[Vec<u32>]| {
+            let old = bufs[h.buf.index()][h.elem];
+            let new = memfault::apply(h.op, old, bufs, fmt);
+            seen.push((old, new));
+            isa::to_input(fmt, new)
+        };
+        if h.buf == a.buf && h.elem >= a.offset && h.elem - a.offset < s.m * s.k {
+            let (mm, kk) = coords(a, h.elem - a.offset, s.m, s.k);
+            a_seen.insert((c, mm, kk), change(bufs));
+            reached.extend((f.n0..f.n0 + f.nc).map(|nn| (mm, nn)));
         }
-        let psum = fold_psum(hw, s, c, am_c.as_ref().unwrap_or(&am), &w)?;
-        for i in 0..psum.rows {
-            for j in 0..f.nc {
-                let e = (f.m0 + i) * s.n + f.n0 + j;
-                let p = psum.get(i, j);
-                res[e] = if f.overwrite {
-                    p
-                } else {
-                    // The accumulator word as this fold reads it to add.
-                    let elem = out.offset + e;
-                    let mut acc = res[e];
-                    for h in here().filter(|h| h.buf == out.buf && h.elem == elem) {
-                        let new = memfault::apply(h.op, acc, bufs, fmt);
-                        seen.push((acc, new));
-                        acc = new;
-                    }
-                    F::add(acc, p)
-                };
-            }
+        if h.buf == b.buf && h.elem >= b.offset && h.elem - b.offset < s.k * s.n {
+            let (kk, nn) = coords(b, h.elem - b.offset, s.k, s.n);
+            w_seen.insert((c, kk, nn), change(bufs));
+            reached.extend((f.m0..f.m0 + f.mr).map(|mm| (mm, nn)));
+        }
+        if h.buf == out.buf && h.elem >= out.offset && h.elem - out.offset < s.m * s.n {
+            let e = h.elem - out.offset;
+            reached.insert((e / s.n, e % s.n));
         }
     }
-    isa::write_result(ins, bufs, out, res)?;
+    // Each reached output through its folds in order: the fold's partial sum from the operands
+    // it read, added to the accumulator word as the fold read it.
+    for (mm, nn) in reached {
+        let e = mm * s.n + nn;
+        let mut v = init.as_ref().map_or(0, |c| c.get(mm, nn));
+        for (c, f) in s.folds.iter().enumerate() {
+            if !(f.n0..f.n0 + f.nc).contains(&nn) || !(f.m0..f.m0 + f.mr).contains(&mm) {
+                continue;
+            }
+            let ps = (f.k0..f.k0 + f.kr).fold(0, |ps, kk| {
+                let x = a_seen.get(&(c, mm, kk)).copied().unwrap_or_else(|| am.get(mm, kk));
+                let y = w_seen.get(&(c, kk, nn)).copied().unwrap_or_else(|| bm.get(kk, nn));
+                F::mac(ps, x, y)
+            });
+            v = if f.overwrite {
+                ps
+            } else {
+                let elem = out.offset + e;
+                for h in hits.iter().filter(|h| h.part == Some(c) && h.buf == out.buf && h.elem == elem) {
+                    let new = memfault::apply(h.op, v, bufs, fmt);
+                    seen.push((v, new));
+                    v = new;
+                }
+                F::add(v, ps)
+            };
+        }
+        res.set(mm, nn, v);
+    }
+    isa::write_result(ins, bufs, out, res.data)?;
     Ok((isa::cycles(hw, ins), seen))
 }
 
@@ -222,13 +240,13 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
 
-        /// Fold by fold with nothing changed is the GEMM, to the bit; an activation word
-        /// changed in one fold changes only that fold's outputs, exactly as the whole GEMM
-        /// with that word changed does there.
+        /// Fold by fold with nothing changed is the GEMM, to the bit; an operand word (of `A`
+        /// or of `B`) changed in one fold changes only that fold's outputs, exactly as the
+        /// whole GEMM with that word changed does there.
         #[test]
         fn folds_are_the_gemm_and_a_changed_read_reaches_only_its_fold(
             m in 1usize..11, k in 1usize..11, n in 1usize..11, os in any::<bool>(), at in any::<bool>(),
-            seed in 0u64..1000, pick in 0usize..1000,
+            seed in 0u64..1000, pick in 0usize..1000, of_b in any::<bool>(),
         ) {
             let df = if os { Dataflow::OutputStationary } else { Dataflow::WeightStationary };
             let hw = HwConfig::test_config(4, 4, df, Precision::Bf16Fp32);
@@ -240,19 +258,20 @@ mod tests {
             run(&hw, &ins, &mut folds, &[]).unwrap();
             prop_assert_eq!(&folds[2], &golden[2]);
 
-            // Change A's element `x` in one of the folds that read it.
-            let x = pick % (m * k);
+            // Change element `x` of `A` (or `B`) in one of the folds that read it.
+            let b = usize::from(of_b);
+            let x = pick % bufs[b].len();
             let map = GemmMap::new(&hw, &ins, 0).unwrap().unwrap();
-            let reads = map.reads(BufId(0), x);
+            let reads = map.reads(BufId(b as u32), x);
             prop_assert!(!reads.is_empty());
             let (_, c) = reads[pick % reads.len()];
-            let new = (f32::from_bits(bufs[0][x]) * 3.0 + 1.0).to_bits();
-            let hit = WordHit { part: Some(c), ..WordHit::read(Some(0), BufId(0), x, WordOp::Bits(new)) };
+            let new = (f32::from_bits(bufs[b][x]) * 3.0 + 1.0).to_bits();
+            let hit = WordHit { part: Some(c), ..WordHit::read(Some(0), BufId(b as u32), x, WordOp::Bits(new)) };
             let mut one = bufs.clone();
             let (_, seen) = run(&hw, &ins, &mut one, &[&hit]).unwrap();
-            prop_assert_eq!(seen, vec![(bufs[0][x], new)]);
+            prop_assert_eq!(seen, vec![(bufs[b][x], new)]);
             let mut whole = bufs.clone();
-            whole[0][x] = new;
+            whole[b][x] = new;
             isa::execute(&hw, &ins, &mut whole, ExecMode::Functional, &FaultSchedule::none()).unwrap();
             let f = map.s.folds[c];
             for e in 0..m * n {
@@ -260,6 +279,46 @@ mod tests {
                 let in_fold = (f.m0..f.m0 + f.mr).contains(&r) && (f.n0..f.n0 + f.nc).contains(&col);
                 let want = if in_fold { whole[2][e] } else { golden[2][e] };
                 prop_assert_eq!(one[2][e], want, "element {} (fold {} of {:?})", e, c, f);
+            }
+        }
+
+        /// A result word changed as a later K fold of a WS GEMM reads it to add to it: that
+        /// output is the GEMM cut at the fold's K, with the word changed between the two
+        /// parts (the cut is exact at fold boundaries); every other output is unchanged.
+        #[test]
+        fn a_changed_accumulator_read_reaches_only_its_output(
+            m in 1usize..9, k in 5usize..13, n in 1usize..9, seed in 0u64..1000, pick in 0usize..1000,
+        ) {
+            let hw = HwConfig::test_config(4, 4, Dataflow::WeightStationary, Precision::Bf16Fp32);
+            let ins = gemm(m, k, n, false);
+            let bufs = vec![values(m * k, seed), values(k * n, seed + 1), Vec::new()];
+            let map = GemmMap::new(&hw, &ins, 0).unwrap().unwrap();
+            // A fold that adds (K from 4 on) and an output it writes.
+            let adding: Vec<usize> = (0..map.s.folds.len()).filter(|&c| !map.s.folds[c].overwrite).collect();
+            let c = adding[pick % adding.len()];
+            let f = map.s.folds[c];
+            let e = (pick % m) * n + f.n0 + pick % f.nc;
+            let flip = faultline_hw::fault::FaultEvent::flip(faultline_hw::FaultSite::word(faultline_hw::Unit::Acc, 0, 30), 0, 0);
+            let op = WordOp::Fault(flip.activate(0));
+            let hit = WordHit { part: Some(c), ..WordHit::read(Some(0), BufId(2), e, op) };
+            let mut one = bufs.clone();
+            one[2] = vec![0; m * n];
+            let (_, seen) = run(&hw, &ins, &mut one, &[&hit]).unwrap();
+            prop_assert_eq!(seen.len(), 1);
+            // Independently: A[:, ..k0] * B[..k0, :], the word flipped, then += the rest.
+            let mut golden = bufs.clone();
+            isa::execute(&hw, &ins, &mut golden, ExecMode::Functional, &FaultSchedule::none()).unwrap();
+            let (am, bm) = isa::gemm_operands(&hw, &ins, &bufs).unwrap().unwrap();
+            let k0 = f.k0;
+            let head = |r, cols| Matrix::from_fn(r, cols, |i, j| am.get(i, j));
+            let first = mxu::gemm(&hw, &head(m, k0), &Matrix::from_fn(k0, n, |i, j| bm.get(i, j)), ExecMode::Functional, &FaultSchedule::none()).unwrap().out;
+            let mut mid = first.clone();
+            mid.set(e / n, e % n, first.get(e / n, e % n) ^ (1 << 30));
+            let (a2, b2) = (Matrix::from_fn(m, k - k0, |i, j| am.get(i, k0 + j)), Matrix::from_fn(k - k0, n, |i, j| bm.get(k0 + i, j)));
+            let rest = mxu::gemm_into(&hw, &a2, &b2, Some(&mid), ExecMode::Functional, &FaultSchedule::none()).unwrap().out;
+            for x in 0..m * n {
+                let want = if x == e { rest.data[x] } else { golden[2][x] };
+                prop_assert_eq!(one[2][x], want, "element {} (fold {} of {:?})", x, c, f);
             }
         }
     }
