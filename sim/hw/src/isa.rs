@@ -777,13 +777,7 @@ pub fn execute(
     faults: &FaultSchedule,
 ) -> Result<u64, HwError> {
     match instr {
-        Instr::Gemm { out, .. } => {
-            let (am, bm) = gemm_operands(cfg, instr, bufs)?.expect("a GEMM has operands");
-            let acc = accumulators(instr, bufs)?;
-            let res = mxu::gemm_into(cfg, &am, &bm, acc.as_ref(), mode, faults)?;
-            write_result(instr, bufs, *out, res.out.data)?;
-            Ok(res.stats.total_cycles)
-        }
+        Instr::Gemm { .. } => Ok(execute_gemm(cfg, instr, bufs, mode, faults)?.0),
         Instr::Vpu { .. } => execute_vpu(cfg, instr, bufs, mode, faults, None),
         Instr::Dma { src, src_offset, dst, dst_offset, len, .. } => {
             let (src, dst, len) = (*src, Dest { buf: *dst, offset: *dst_offset }, *len);
@@ -813,6 +807,52 @@ pub fn execute(
             Ok(cycles(cfg, instr))
         }
     }
+}
+
+/// [`execute`] for a GEMM: its cycles, and the fault-free result if the run computed it on the
+/// way ([`mxu::GemmOutput::golden`]).
+fn execute_gemm(
+    cfg: &HwConfig,
+    instr: &Instr,
+    bufs: &mut [Vec<u32>],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> Result<(u64, Option<Vec<u32>>), HwError> {
+    let Instr::Gemm { out, .. } = instr else { unreachable!("execute_gemm runs GEMMs") };
+    let (am, bm) = gemm_operands(cfg, instr, bufs)?.expect("a GEMM has operands");
+    let acc = accumulators(instr, bufs)?;
+    let res = mxu::gemm_into(cfg, &am, &bm, acc.as_ref(), mode, faults)?;
+    write_result(instr, bufs, *out, res.out.data)?;
+    Ok((res.stats.total_cycles, res.golden.map(|g| g.data)))
+}
+
+/// [`execute`] at cycle level with `faults`, also returning what each destination's written
+/// words ([`Instr::dests`] order, `out_len` each) would be without them: from the run itself
+/// when it computed them (a windowed faulty GEMM), else from a functional run first.
+pub fn execute_faulty(
+    cfg: &HwConfig,
+    instr: &Instr,
+    bufs: &mut [Vec<u32>],
+    faults: &FaultSchedule,
+) -> Result<(u64, Vec<Vec<u32>>), HwError> {
+    let (dests, len) = (instr.dests(), instr.out_len());
+    let before: Vec<Vec<u32>> = dests.iter().map(|d| bufs[d.buf.index()].clone()).collect();
+    if matches!(instr, Instr::Gemm { .. }) {
+        if let (c, Some(golden)) = execute_gemm(cfg, instr, bufs, ExecMode::CycleLevel, faults)? {
+            return Ok((c, vec![golden]));
+        }
+        for (d, b) in dests.iter().zip(&before) {
+            bufs[d.buf.index()].clone_from(b);
+        }
+    }
+    execute(cfg, instr, bufs, ExecMode::Functional, &FaultSchedule::none())?;
+    let mut golden = Vec::with_capacity(dests.len());
+    for (d, b) in dests.iter().zip(before) {
+        let all = std::mem::replace(&mut bufs[d.buf.index()], b);
+        golden.push(all[d.offset..d.offset + len].to_vec());
+    }
+    let c = execute(cfg, instr, bufs, ExecMode::CycleLevel, faults)?;
+    Ok((c, golden))
 }
 
 /// [`execute`] for a VPU instruction whose operands, as the lanes read them (operand `o`'s

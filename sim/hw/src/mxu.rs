@@ -467,6 +467,9 @@ pub struct GemmOutput {
     pub out: Matrix,
     /// Cycle counts (from the schedule; identical across modes).
     pub stats: GemmStats,
+    /// The fault-free result, when the run computed it on the way (a windowed faulty GEMM
+    /// does), so a caller comparing against it need not run the GEMM again.
+    pub golden: Option<Matrix>,
 }
 
 fn check_shapes(cfg: &HwConfig, a: &Matrix, w: &Matrix) -> Result<(), HwError> {
@@ -540,20 +543,19 @@ pub fn gemm_into(
         origin: &origin,
     };
     faults.check(cfg, mode, &[Unit::Mxu], &window)?;
-    let out = match mode {
-        ExecMode::Functional => {
-            with_precision!(cfg.mxu.precision(), F => functional::<F>(&sched, a, w, acc))
-        }
+    let (out, golden) = match mode {
+        ExecMode::Functional => (with_precision!(cfg.mxu.precision(), F => functional::<F>(&sched, a, w, acc)), None),
         ExecMode::CycleLevel => with_precision!(cfg.mxu.precision(), F => {
             if !faults.is_empty() && sched.dataflow == Dataflow::WeightStationary {
-                windowed_ws::<F>(&sched, a, w, acc, faults)
+                let (out, fault_free) = windowed_ws::<F>(&sched, a, w, acc, faults);
+                (out, Some(fault_free))
             } else {
                 let mut st = PeArrayState::new(cfg.mxu.rows, cfg.mxu.cols);
-                cycle_level::<F>(&sched, a, w, acc, faults, &mut st).0
+                (cycle_level::<F>(&sched, a, w, acc, faults, &mut st).0, None)
             }
         }),
     };
-    Ok(GemmOutput { out, stats: sched.stats() })
+    Ok(GemmOutput { out, stats: sched.stats(), golden })
 }
 
 /// Functional twin: the same per-output operation sequence, without registers or clocks.
@@ -829,8 +831,8 @@ fn ws_capture(s: &Schedule, t: u64, j: usize) -> Option<(usize, usize, usize)> {
 /// form ([`ws_state_at`]; the partial sums by stepping from as many cycles earlier as the
 /// faulted row is deep). From the first fault a faulty
 /// and a fault-free copy step side by side and every accumulator capture is compared; once the
-/// faults are over and the two states are equal, every later capture is fault-free too. The
-/// result is the functional twin's, with each output whose captures differed recomputed
+/// faults are over and the two states are equal, every later capture is fault-free too.
+/// Returns the result and the fault-free one. The result is the functional twin's, with each output whose captures differed recomputed
 /// through its folds in order from the faulty captures and fault-free fold sums.
 fn windowed_ws<F: MacFormat>(
     s: &Schedule,
@@ -838,12 +840,12 @@ fn windowed_ws<F: MacFormat>(
     w: &Matrix,
     acc: Option<&Matrix>,
     faults: &FaultSchedule,
-) -> Matrix {
+) -> (Matrix, Matrix) {
     let active: Vec<ActiveFault> =
         faults.events.iter().filter_map(|e| s.folds.get(e.at.tile).map(|f| e.activate(f.start))).collect();
-    let mut out = functional::<F>(s, a, w, acc);
+    let fault_free = functional::<F>(s, a, w, acc);
     let (Some(first), Some(over)) = (active.iter().map(|f| f.start).min(), active.iter().map(|f| f.end).max()) else {
-        return out;
+        return (fault_free.clone(), fault_free);
     };
     // A fault in row `i` never reaches the rows above it, whose sums it meets as they flow
     // down: those must be exact from its time on. Row `i`'s sums are exact `i + 1` cycles after
@@ -884,7 +886,7 @@ fn windowed_ws<F: MacFormat>(
         }
         t += 1;
         if changed.len() > budget {
-            return cycle_level::<F>(s, a, w, acc, faults, &mut PeArrayState::new(s.rows, s.cols)).0;
+            return (cycle_level::<F>(s, a, w, acc, faults, &mut PeArrayState::new(s.rows, s.cols)).0, fault_free);
         }
         if t >= over && same_ws(&faulty, &golden) {
             break;
@@ -892,6 +894,7 @@ fn windowed_ws<F: MacFormat>(
     }
     // In capture order already; sorted by key for the lookups below (keys are unique).
     changed.sort_unstable_by_key(|&(k, _)| k);
+    let mut out = fault_free.clone();
     let mut elements: Vec<(usize, usize)> = changed.iter().map(|&((_, m, n), _)| (m, n)).collect();
     elements.sort_unstable();
     elements.dedup();
@@ -906,7 +909,7 @@ fn windowed_ws<F: MacFormat>(
         }
         out.set(m, n, v);
     }
-    out
+    (out, fault_free)
 }
 
 /// Values the sequencer drives into the array's edges in one cycle.

@@ -533,18 +533,12 @@ fn inject(
 ) -> Result<(u64, Effect)> {
     let ins = &p.instrs[i];
     let dests = ins.dests();
-    let before: Vec<Vec<u32>> = dests.iter().map(|d| bufs[d.buf.index()].clone()).collect();
-    isa::execute(hw, ins, bufs, ExecMode::Functional, &FaultSchedule::none())?;
-    let mut golden = Vec::with_capacity(dests.len());
-    for (d, b) in dests.iter().zip(before) {
-        golden.push(std::mem::replace(&mut bufs[d.buf.index()], b));
-    }
-    let c = isa::execute(hw, ins, bufs, ExecMode::CycleLevel, faults)?;
+    let (c, golden) = isa::execute_faulty(hw, ins, bufs, faults)?;
     let len = ins.out_len();
     let mut e = Effect { elements: len * dests.len(), ..Effect::none(p, i, dests[0].buf) };
     for (d, g) in dests.iter().zip(&golden) {
         let (f, off) = (&bufs[d.buf.index()], d.offset);
-        for (&gb, &fb) in g[off..off + len].iter().zip(&f[off..off + len]) {
+        for (&gb, &fb) in g.iter().zip(&f[off..off + len]) {
             if gb != fb {
                 e.record(gb, fb);
             }
