@@ -366,7 +366,7 @@ pub fn gemm_host_bytes(cfg: &HwConfig, m: usize, k: usize, n: usize, mode: ExecM
     let stepped = sum(&[product(&[2, r, c, pe]), product(&[r + c, 32]), output]);
     // A faulty WS run steps a fault-free copy beside the faulty one, starts from the functional
     // twin's result and lists at most one changed capture per output (then steps the whole GEMM).
-    let changed = size_of::<((usize, usize, usize), u32)>();
+    let changed = size_of::<ChangedCapture>();
     let windowed = sum(&[stepped, product(&[2, r, c, pe]), twin, product(&[2, m, n, changed])]);
     let run = |mode: ExecMode| match mode {
         ExecMode::Functional => sum(&[schedule, twin]),
@@ -556,6 +556,68 @@ pub fn gemm_into(
         }),
     };
     Ok(GemmOutput { out, stats: sched.stats(), golden })
+}
+
+/// Each fold's partial sums as the continuously pipelined array computes them with `faults` (times
+/// from each fold's start, as in [`gemm`]): fold `f` of [`Schedule::new`] gives the `mr x nc`
+/// sums its rows leave for the accumulators (WS: every row of `A` times its `kr` rows of `W`;
+/// OS: its output tile over all of `K`). For a caller that does the accumulator adds itself
+/// (`op`): the same fault means the same thing here as in [`gemm`] and in training. Faults need
+/// [`ExecMode::CycleLevel`].
+pub fn fold_psums(
+    cfg: &HwConfig,
+    a: &Matrix,
+    w: &Matrix,
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> Result<Vec<Matrix>, HwError> {
+    check_shapes(cfg, a, w)?;
+    let sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols)?;
+    let origin = |tile: usize, _: &FaultSite| sched.folds[tile].start;
+    let window = FaultWindow {
+        op: "GEMM".into(),
+        tile_name: "fold",
+        tiles: sched.folds.len(),
+        end: sched.total_cycles,
+        origin: &origin,
+    };
+    faults.check(cfg, mode, &[Unit::Mxu], &window)?;
+    Ok(with_precision!(cfg.mxu.precision(), F => fold_psums_typed::<F>(&sched, a, w, faults)))
+}
+
+fn fold_psums_typed<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, faults: &FaultSchedule) -> Vec<Matrix> {
+    // Fault-free: each fold's own small GEMM (one K chunk: the fold's rows of `W`).
+    let mut psums: Vec<Matrix> = s
+        .folds
+        .iter()
+        .map(|f| {
+            // The fold's sums alone (not added to anything: a later K fold's too).
+            let one = Fold { m0: 0, n0: 0, k0: 0, overwrite: true, ..*f };
+            let sub = Schedule { m: f.mr, k: f.kr, n: f.nc, folds: vec![one], ..s.clone() };
+            let fa = Matrix::from_fn(f.mr, f.kr, |i, j| a.get(f.m0 + i, f.k0 + j));
+            let fw = Matrix::from_fn(f.kr, f.nc, |i, j| w.get(f.k0 + i, f.n0 + j));
+            functional::<F>(&Schedule { rows: f.kr.max(1), ..sub }, &fa, &fw, None)
+        })
+        .collect();
+    if faults.is_empty() {
+        return psums;
+    }
+    match s.dataflow {
+        Dataflow::WeightStationary => {
+            let changed = ws_changed_captures::<F>(s, a, w, faults, usize::MAX).expect("no budget");
+            for ((f, m, col), v) in changed {
+                psums[f].set(m, col - s.folds[f].n0, v);
+            }
+        }
+        Dataflow::OutputStationary => {
+            // Every output is captured once, by its fold, with nothing added.
+            let out = cycle_level::<F>(s, a, w, None, faults, &mut PeArrayState::new(s.rows, s.cols)).0;
+            for (p, f) in psums.iter_mut().zip(&s.folds) {
+                *p = Matrix::from_fn(f.mr, f.nc, |i, j| out.get(f.m0 + i, f.n0 + j));
+            }
+        }
+    }
+    psums
 }
 
 /// Functional twin: the same per-output operation sequence, without registers or clocks.
@@ -824,28 +886,23 @@ fn ws_capture(s: &Schedule, t: u64, j: usize) -> Option<(usize, usize, usize)> {
     (m < s.m && j < fold.nc).then_some((f, m, fold.n0 + j))
 }
 
-/// A faulty WS GEMM at cycle level, stepping only the cycles the faults can matter in; the
-/// same bits as [`cycle_level`] from the reset state.
-///
-/// Before the first fault the array is fault-free, so its state there is rebuilt in closed
-/// form ([`ws_state_at`]; the partial sums by stepping from as many cycles earlier as the
-/// faulted row is deep). From the first fault a faulty
-/// and a fault-free copy step side by side and every accumulator capture is compared; once the
-/// faults are over and the two states are equal, every later capture is fault-free too.
-/// Returns the result and the fault-free one. The result is the functional twin's, with each output whose captures differed recomputed
-/// through its folds in order from the faulty captures and fault-free fold sums.
-fn windowed_ws<F: MacFormat>(
+/// An accumulator capture a fault changed: ((fold, output row, output column), faulty sum).
+type ChangedCapture = ((usize, usize, usize), u32);
+
+/// The accumulator captures `faults` change in a WS GEMM at cycle level, as ((fold, row,
+/// column), faulty partial sum) sorted by key, stepping only the cycles the faults can matter
+/// in (see [`windowed_ws`]); `None` if more than `budget` change.
+fn ws_changed_captures<F: MacFormat>(
     s: &Schedule,
     a: &Matrix,
     w: &Matrix,
-    acc: Option<&Matrix>,
     faults: &FaultSchedule,
-) -> (Matrix, Matrix) {
+    budget: usize,
+) -> Option<Vec<ChangedCapture>> {
     let active: Vec<ActiveFault> =
         faults.events.iter().filter_map(|e| s.folds.get(e.at.tile).map(|f| e.activate(f.start))).collect();
-    let fault_free = functional::<F>(s, a, w, acc);
     let (Some(first), Some(over)) = (active.iter().map(|f| f.start).min(), active.iter().map(|f| f.end).max()) else {
-        return (fault_free.clone(), fault_free);
+        return Some(Vec::new());
     };
     // A fault in row `i` never reaches the rows above it, whose sums it meets as they flow
     // down: those must be exact from its time on. Row `i`'s sums are exact `i + 1` cycles after
@@ -860,11 +917,7 @@ fn windowed_ws<F: MacFormat>(
         std::mem::swap(&mut golden, &mut next);
     }
     let (mut faulty, mut faulty_next) = (golden.clone(), next.clone());
-    // Captures whose value the faults changed: ((fold, row, column), faulty partial sum). More
-    // than one per output (a fault changing most of the result for a long time): stepping the
-    // whole GEMM is as cheap, and bounds the memory this needs.
-    let mut changed: Vec<((usize, usize, usize), u32)> = Vec::new();
-    let budget = s.m.saturating_mul(s.n);
+    let mut changed = Vec::new();
     let bottom = (s.rows - 1) * s.cols;
     let mut t = first;
     while t < s.total_cycles {
@@ -886,14 +939,41 @@ fn windowed_ws<F: MacFormat>(
         }
         t += 1;
         if changed.len() > budget {
-            return (cycle_level::<F>(s, a, w, acc, faults, &mut PeArrayState::new(s.rows, s.cols)).0, fault_free);
+            return None;
         }
         if t >= over && same_ws(&faulty, &golden) {
             break;
         }
     }
-    // In capture order already; sorted by key for the lookups below (keys are unique).
+    // In capture order; sorted by key for lookups (keys are unique).
     changed.sort_unstable_by_key(|&(k, _)| k);
+    Some(changed)
+}
+
+/// A faulty WS GEMM at cycle level, stepping only the cycles the faults can matter in; the
+/// same bits as [`cycle_level`] from the reset state.
+///
+/// Before the first fault the array is fault-free, so its state there is rebuilt in closed
+/// form ([`ws_state_at`]; the partial sums by stepping from as many cycles earlier as the
+/// faulted row is deep). From the first fault a faulty
+/// and a fault-free copy step side by side and every accumulator capture is compared; once the
+/// faults are over and the two states are equal, every later capture is fault-free too.
+/// Returns the result and the fault-free one. The result is the functional twin's, with each
+/// output whose captures differed recomputed through its folds in order from the faulty
+/// captures and fault-free fold sums.
+fn windowed_ws<F: MacFormat>(
+    s: &Schedule,
+    a: &Matrix,
+    w: &Matrix,
+    acc: Option<&Matrix>,
+    faults: &FaultSchedule,
+) -> (Matrix, Matrix) {
+    let fault_free = functional::<F>(s, a, w, acc);
+    // More changed captures than outputs (a fault changing most of the result for a long
+    // time): stepping the whole GEMM is as cheap, and bounds the memory this needs.
+    let Some(changed) = ws_changed_captures::<F>(s, a, w, faults, s.m.saturating_mul(s.n)) else {
+        return (cycle_level::<F>(s, a, w, acc, faults, &mut PeArrayState::new(s.rows, s.cols)).0, fault_free);
+    };
     let mut out = fault_free.clone();
     let mut elements: Vec<(usize, usize)> = changed.iter().map(|&((_, m, n), _)| (m, n)).collect();
     elements.sort_unstable();

@@ -49,16 +49,21 @@
 //!   write each result at its write-back cycle ([`crate::vpu::element_cycles`], from the
 //!   chunk's compute start); softmax chunks read at compute start and write at `ready - 1`.
 //!
-//! Fault times: MXU sites use the fold's compute start as origin (as in [`crate::mxu`]), VPU
-//! sites the chunk's first vector issue (as in [`crate::vpu`], with softmax's sub-ops back to
-//! back); all other sites use [`crate::timing::TileTiming::origin`] (the tile's first load).
+//! Fault times: MXU sites count from the fold's start in the array's own schedule
+//! ([`crate::mxu::Schedule`], as `gemm` and training count them), VPU sites from the chunk's
+//! first vector issue (as in [`crate::vpu`], with softmax's sub-ops back to back); all other
+//! sites use [`crate::timing::TileTiming::origin`] (the tile's first load).
 //!
-//! Within the op each MXU fold is run by [`crate::mxu::gemm`] (one fold: `kr <= R`, `nc <= C`)
-//! from the array's reset state, and the op layer does the accumulator adds between K folds in
-//! the accumulator SRAM (same `MacFormat::add`, same order, so bit-identical to the whole GEMM).
-//! Consequence: an MXU register fault affects only the fold it is injected in; a fault that in
-//! the continuously pipelined array would reach the next fold's weights through the shadow
-//! registers while fold `f` computes must be injected in fold `f + 1`'s own load window.
+//! The op layer does the accumulator adds between K folds in the accumulator SRAM (same
+//! `MacFormat::add`, same order, so bit-identical to the whole GEMM); each fold's partial sums
+//! come from the array. Without MXU faults they are the fold's own small GEMM. With MXU faults
+//! the array runs the op's folds as one continuously pipelined GEMM from the first tile's
+//! compute start ([`crate::mxu::fold_psums`]): fold `f + 1`'s weights enter the shadow
+//! registers while fold `f` computes, and a fault there reaches fold `f + 1`, exactly as in
+//! `faultline gemm` and in training, so a fault string means the same thing in all three. The
+//! array keeps its own clock: where DMA stalls space the op's tiles further apart than the
+//! array's fold period, the timeline shows the stalls, the array's fault times do not. MXU
+//! faults and faults elsewhere are not combined in one run (an error says so).
 
 use crate::budget::{product, sum};
 use crate::config::{Dataflow, HwConfig, SramConfig};
@@ -285,7 +290,8 @@ impl OpKind {
         Ok(())
     }
 
-    fn gemm_dims(&self) -> Option<(usize, usize, usize)> {
+    /// The GEMM `(M, K, N)` the op runs on the MXU (conv2d: its im2col GEMM); `None` for VPU ops.
+    pub fn gemm_dims(&self) -> Option<(usize, usize, usize)> {
         match *self {
             OpKind::Matmul { m, k, n } => Some((m, k, n)),
             OpKind::Conv2d(c) => Some(c.gemm()),
@@ -619,8 +625,20 @@ pub fn host_bytes(cfg: &HwConfig, kind: &OpKind, mode: ExecMode) -> Result<Optio
                         Dataflow::WeightStationary => (mm, kk.min(r)),
                         Dataflow::OutputStationary => (mm.min(r), kk),
                     };
-                    let fold = |mode| mxu::gemm_host_bytes(cfg, fm, fk, nn.min(c), mode, false);
-                    fold(ExecMode::Functional).max(fold(ExecMode::CycleLevel))
+                    let fold = mxu::gemm_host_bytes(cfg, fm, fk, nn.min(c), ExecMode::Functional, false);
+                    // With MXU faults: the whole GEMM's operands, every fold's partial sums (at
+                    // most `M x N` per K fold) and the faulty array run ([`mxu::fold_psums`]).
+                    let k_folds = match cfg.mxu.dataflow {
+                        Dataflow::WeightStationary => kk.div_ceil(r),
+                        Dataflow::OutputStationary => 1,
+                    };
+                    let faulty = sum(&[
+                        product(&[mm, kk, word as usize]),
+                        product(&[kk, nn, word as usize]),
+                        product(&[mm, nn, k_folds, word as usize]),
+                        mxu::gemm_host_bytes(cfg, mm, kk, nn, ExecMode::CycleLevel, true),
+                    ]);
+                    fold.max(faulty)
                 }
                 None => vpu_chunk_bytes(cfg, kind, g.chunk * g.unit, ExecMode::CycleLevel),
             };
@@ -706,8 +724,9 @@ fn run_inner(
         &[Unit::Vpu, Unit::Ub, Unit::Dram, Unit::Seq, Unit::Dma]
     };
     // Each site's fault times count from the origin its path uses (see the module docs).
-    let origin = |tile: usize, site: &FaultSite| match site.unit {
-        Unit::Mxu | Unit::Vpu => t.tiles[tile].compute_start,
+    let origin = |tile: usize, site: &FaultSite| match (site.unit, &plan.sched) {
+        (Unit::Mxu, Some(s)) => t.tiles[0].compute_start.saturating_add(s.folds[tile].start),
+        (Unit::Mxu | Unit::Vpu, _) => t.tiles[tile].compute_start,
         _ => t.tiles[tile].origin,
     };
     let window = FaultWindow {
@@ -724,7 +743,7 @@ fn run_inner(
             let mut m = Machine::new(cfg, kind, inputs, &plan, &t, faults)?;
             m.hybrid = hybrid;
             match kind.gemm_dims() {
-                Some(_) => m.run_gemm(mode)?,
+                Some(_) => m.run_gemm()?,
                 None => m.run_vpu()?,
             }
             m.outputs()
@@ -735,21 +754,21 @@ fn run_inner(
 
 /// The functional twin: whole operands, no memories.
 fn functional(cfg: &HwConfig, kind: &OpKind, inputs: &[&[u32]]) -> Result<Vec<Vec<u32>>, HwError> {
-    let none = FaultSchedule::none();
-    Ok(match *kind {
-        OpKind::Matmul { m, k, n } => {
-            let a = Matrix { rows: m, cols: k, data: inputs[0].to_vec() };
-            let w = Matrix { rows: k, cols: n, data: inputs[1].to_vec() };
-            vec![mxu::gemm(cfg, &a, &w, ExecMode::Functional, &none)?.out.data]
-        }
-        OpKind::Conv2d(c) => {
-            let (_, k, n) = c.gemm();
-            let a = c.im2col(inputs[0]);
-            let w = Matrix { rows: k, cols: n, data: inputs[1].to_vec() };
-            vec![mxu::gemm(cfg, &a, &w, ExecMode::Functional, &none)?.out.data]
-        }
-        _ => vpu_compute(cfg, kind, inputs, ExecMode::Functional, &[])?,
+    Ok(match gemm_operands(kind, inputs) {
+        Some((a, w)) => vec![mxu::gemm(cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none())?.out.data],
+        None => vpu_compute(cfg, kind, inputs, ExecMode::Functional, &[])?,
     })
+}
+
+/// The GEMM operands of a matmul or conv2d (`A`, for conv2d the im2col matrix, and `W`), as
+/// the MXU receives them with nothing faulted on the way; `None` for VPU ops.
+fn gemm_operands(kind: &OpKind, inputs: &[&[u32]]) -> Option<(Matrix, Matrix)> {
+    let (m, k, n) = kind.gemm_dims()?;
+    let a = match kind {
+        OpKind::Conv2d(c) => c.im2col(inputs[0]),
+        _ => Matrix { rows: m, cols: k, data: inputs[0].to_vec() },
+    };
+    Some((a, Matrix { rows: k, cols: n, data: inputs[1].to_vec() }))
 }
 
 /// Runs an op's VPU instruction sequence on one chunk; `faults` are VPU events whose cycle
@@ -830,7 +849,9 @@ struct Machine<'a> {
     /// DRAM base address of each input and output.
     in_base: Vec<u64>,
     out_base: Vec<u64>,
-    mxu_faults: Vec<Vec<FaultEvent>>,
+    /// With MXU faults: each fold's partial sums from the continuously pipelined array
+    /// ([`mxu::fold_psums`]), which the folds take instead of running the array themselves.
+    psums: Option<Vec<Matrix>>,
     vpu_faults: Vec<Vec<FaultEvent>>,
     acc_addr_faults: Vec<ActiveFault>,
     tile_faults: Vec<ActiveFault>,
@@ -874,7 +895,7 @@ impl<'a> Machine<'a> {
             wbuf: Memory::weight_buffer(cfg),
             in_base,
             out_base,
-            mxu_faults: vec![vec![]; plan.count],
+            psums: None,
             vpu_faults: vec![vec![]; plan.count],
             acc_addr_faults: vec![],
             tile_faults: vec![],
@@ -889,9 +910,8 @@ impl<'a> Machine<'a> {
             let tile = e.at.tile;
             let active = e.activate(t.tiles[tile].origin);
             match (e.site.unit, e.site.register) {
-                (Unit::Mxu, _) => {
-                    m.mxu_faults[tile].push(FaultEvent { at: FaultTime { tile: 0, cycle: e.at.cycle }, ..*e })
-                }
+                // Run below, as one pipelined GEMM.
+                (Unit::Mxu, _) => {}
                 (Unit::Vpu, _) => m.vpu_faults[tile].push(*e),
                 (Unit::Ub, _) => m.ub.inject(active)?,
                 (Unit::Acc, _) => m.acc.inject(active)?,
@@ -903,6 +923,22 @@ impl<'a> Machine<'a> {
                 (Unit::Dma, Register::SrcAddr) => m.src_faults.push(active),
                 (Unit::Dma, _) => m.dst_faults.push(active),
             }
+        }
+        // MXU faults: the array runs the op's folds as one continuously pipelined GEMM (fault
+        // times from each fold's start, as `gemm` and training count them), fed the operands
+        // the memories hold; a fault after the array's last cycle is dead.
+        let mxu: Vec<FaultEvent> = faults.events.iter().filter(|e| e.site.unit == Unit::Mxu).copied().collect();
+        if let (Some(s), false) = (&plan.sched, mxu.is_empty()) {
+            if mxu.len() != faults.events.len() {
+                return Err(HwError::BadSite {
+                    site: mxu[0].site.to_string(),
+                    why: "an op run takes MXU register faults or faults elsewhere, not both".into(),
+                });
+            }
+            let live = mxu.into_iter().filter(|e| s.folds[e.at.tile].start.saturating_add(e.at.cycle) < s.total_cycles);
+            let (a, w) = gemm_operands(kind, inputs).expect("an op with MXU faults is a GEMM");
+            let events = FaultSchedule { events: live.collect() };
+            m.psums = Some(mxu::fold_psums(cfg, &a, &w, ExecMode::CycleLevel, &events)?);
         }
         Ok(m)
     }
@@ -1027,16 +1063,16 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn run_gemm(&mut self, mode: ExecMode) -> Result<(), HwError> {
+    fn run_gemm(&mut self) -> Result<(), HwError> {
         let prec = self.cfg.mxu.precision();
-        with_precision!(prec, F => self.run_gemm_typed::<F>(mode))
+        with_precision!(prec, F => self.run_gemm_typed::<F>())
     }
 
-    fn run_gemm_typed<F: MacFormat>(&mut self, mode: ExecMode) -> Result<(), HwError> {
+    fn run_gemm_typed<F: MacFormat>(&mut self) -> Result<(), HwError> {
         let s = self.plan.sched.clone().expect("gemm plan");
         self.run_schedule(Machine::gemm_block, |m, q, c| {
             let cs = m.t.tiles[q].compute_start;
-            m.fold::<F>(&s, q, c, cs, mode)
+            m.fold::<F>(&s, c, cs)
         })
     }
 
@@ -1076,8 +1112,10 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
-    /// Executes fold `c` of the schedule in fold slot `q` starting at cycle `cs`.
-    fn fold<F: MacFormat>(&mut self, s: &Schedule, q: usize, c: usize, cs: u64, mode: ExecMode) -> Result<(), HwError> {
+    /// Executes fold `c` of the schedule in a fold slot starting at cycle `cs`: its operands
+    /// read from the SRAMs at the cycles the array takes them, its partial sums (those of
+    /// [`Machine::psums`] when the array has faults) added into the accumulators.
+    fn fold<F: MacFormat>(&mut self, s: &Schedule, c: usize, cs: u64) -> Result<(), HwError> {
         let fold: Fold = s.folds[c];
         let cfg = self.cfg;
         let (r, cc) = (cfg.mxu.rows, cfg.mxu.cols);
@@ -1097,25 +1135,21 @@ impl<'a> Machine<'a> {
             addr.map_or(0, |a| ub.read(a, t) & mask)
         };
         let ws = cfg.mxu.dataflow == Dataflow::WeightStationary;
-        let (a, w) = if ws {
+        let ps = if let Some(p) = &self.psums {
+            p[c].clone()
+        } else if ws {
             let a = Matrix::from_fn(m, fold.kr, |mi, i| a_at(mi, fold.k0 + i, cs + 1 + (mi + i) as u64));
             let w = Matrix::from_fn(fold.kr, fold.nc, |i, j| {
                 self.wbuf.read(slot + (i * cc + j) as u64, cs + (i + j) as u64) & mask
             });
-            (a, w)
+            mxu::gemm(cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none())?.out
         } else {
             let a = Matrix::from_fn(fold.mr, k, |i, ki| a_at(fold.m0 + i, ki, cs + (ki + i) as u64));
             let w = Matrix::from_fn(k, fold.nc, |ki, j| {
                 self.wbuf.read(slot + (ki * cc + j) as u64, cs + (ki + j) as u64) & mask
             });
-            (a, w)
+            mxu::gemm(cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none())?.out
         };
-        // Faults past the fold's last cycle are dead (and would overflow the MXU's cycle count).
-        let fold_cycles = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols)?.total_cycles;
-        let events = std::mem::take(&mut self.mxu_faults[q]).into_iter().filter(|e| e.at.cycle < fold_cycles).collect();
-        let faults = FaultSchedule { events };
-        let mode = if self.hybrid && faults.is_empty() { ExecMode::Functional } else { mode };
-        let ps = mxu::gemm(cfg, &a, &w, mode, &faults)?.out;
         // Accumulator writes, in time order, through seq.acc_addr.
         let rows: Vec<(usize, u64)> = if ws {
             (0..m).map(|mi| (mi, cs + (mi + r + fold.nc) as u64)).collect()

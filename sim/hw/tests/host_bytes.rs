@@ -116,6 +116,12 @@ fn estimates_bound_the_peak_of_real_runs() {
                 let out =
                     if hybrid { op::run_hybrid(&cfg, &kind, &refs, &f) } else { op::run(&cfg, &kind, &refs, mode, &f) };
                 std::hint::black_box(out.unwrap());
+                // An MXU fault runs the array as one pipelined GEMM beside the memory path.
+                if kind.gemm_dims().is_some() && mode == ExecMode::CycleLevel {
+                    let site = FaultSite::pe(0, 0, Register::Psum, 30);
+                    let f = FaultSchedule::one(FaultEvent::flip(site, 0, 3));
+                    std::hint::black_box(op::run(&cfg, &kind, &refs, mode, &f).unwrap());
+                }
             });
             check(&format!("{} {mode:?} hybrid={hybrid}", kind.describe()), est, used);
         }

@@ -463,8 +463,13 @@ fn op_site(
     let class = classes[class % classes.len()];
     let site = class.site_at(c, idx % class.bit_count(c).min(64 * class.width(c) as u64)).unwrap();
     let tile = tile % t.tiles.len();
-    let origin = match site.unit {
-        Unit::Mxu | Unit::Vpu => t.tiles[tile].compute_start,
+    // The array's faults count from the fold's start in its own continuous schedule, which
+    // starts at the first tile's compute start.
+    let origin = match (site.unit, kind.gemm_dims()) {
+        (Unit::Mxu, Some((m, k, n))) => {
+            t.tiles[0].compute_start + mxu::Schedule::new(&c.mxu, m, k, n).unwrap().folds[tile].start
+        }
+        (Unit::Mxu | Unit::Vpu, _) => t.tiles[tile].compute_start,
         _ => t.tiles[tile].origin,
     };
     (site, tile, origin)
@@ -575,5 +580,43 @@ proptest! {
         prop_assert!(e.contains(&site.to_string()) && e.contains(&want), "{}", e);
         let end = format!("is after the op {} ends at cycle {}", kind.describe(), t.total_cycles);
         prop_assert!(e.contains(&end), "{}", e);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// One machine, one clock: an MXU register fault means the same in an op as in a bare GEMM
+    /// (and so as in training, whose GEMMs are bare GEMMs). The op's outputs equal the GEMM's
+    /// for the same fault string, whatever stalls the op's DMA puts between its folds, in both
+    /// dataflows; among them faults that reach the next fold through the shadow registers.
+    #[test]
+    fn an_mxu_fault_means_the_same_in_an_op_and_a_gemm(
+        m in 1usize..9, k in 1usize..12, n in 1usize..9, os in any::<bool>(), stalls in any::<bool>(),
+        reg in 0usize..6, row in 0usize..3, col in 0usize..4, bit in 0u32..16, tile in any::<usize>(),
+        at in any::<u64>(), stuck in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let df = if os { Dataflow::OutputStationary } else { Dataflow::WeightStationary };
+        let c = if stalls { slow(cfg(3, 4, df), 4.0, 9) } else { cfg(3, 4, df) };
+        let kind = OpKind::Matmul { m, k, n };
+        let ins = inputs_for(&kind, seed);
+        let s = mxu::Schedule::new(&c.mxu, m, k, n).unwrap();
+        let regs = [Register::Act, Register::Valid, Register::Weight, Register::Psum, Register::WeightShadow, Register::Swap];
+        let reg = match (df, regs[reg]) {
+            (Dataflow::OutputStationary, Register::WeightShadow | Register::Swap) => Register::WeightValid,
+            (_, r) => r,
+        };
+        let bit = if matches!(reg, Register::Valid | Register::Swap | Register::WeightValid) { 0 } else { bit };
+        let tile = tile % s.folds.len();
+        let cycle = at % (s.total_cycles - s.folds[tile].start);
+        let site = FaultSite::pe(row, col, reg, bit);
+        let e = if stuck { FaultEvent::stuck(site, true, tile, cycle, 7) } else { FaultEvent::flip(site, tile, cycle) };
+        let f = FaultSchedule::one(e);
+        let a = Matrix { rows: m, cols: k, data: ins[0].clone() };
+        let w = Matrix { rows: k, cols: n, data: ins[1].clone() };
+        let bare = mxu::gemm(&c, &a, &w, ExecMode::CycleLevel, &f).unwrap().out.data;
+        let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
+        let op = op::run(&c, &kind, &refs, ExecMode::CycleLevel, &f).unwrap();
+        prop_assert_eq!(&op.out[0], &bare);
+        prop_assert_eq!(op::run_hybrid(&c, &kind, &refs, &f).unwrap().out, op.out);
     }
 }
