@@ -200,6 +200,11 @@ struct Report<'a> {
     microseconds: f64,
     checksum: String,
     wall_seconds: f64,
+    /// With a fault: output elements that differ from the fault-free run, and the first 64.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    corrupted_outputs: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    corrupted_positions: Option<Vec<String>>,
 }
 
 /// Runs the command.
@@ -223,8 +228,11 @@ pub fn run(a: OpArgs, mem: &HostMemory) -> Result<()> {
             FaultSchedule::one(crate::args::parse_fault(s)?)
         }
     };
-    // Before generating the inputs: the op must fit the machine (shape, DRAM, SRAMs) and the host.
-    mem.check(&format!("op {}", kind.describe()), op::host_bytes(&cfg, &kind, mode)?)?;
+    // Before generating the inputs: the op must fit the machine (shape, DRAM, SRAMs) and the host
+    // (a faulted run keeps a fault-free one to compare with).
+    let golden_bytes = if faults.is_empty() { Some(0) } else { op::host_bytes(&cfg, &kind, ExecMode::Functional)? };
+    let need = op::host_bytes(&cfg, &kind, mode)?.zip(golden_bytes).and_then(|(a, b)| a.checked_add(b));
+    mem.check(&format!("op {}", kind.describe()), need)?;
     let ins = inputs(&cfg, &kind, a.seed);
     let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
     let t0 = Instant::now();
@@ -232,6 +240,12 @@ pub fn run(a: OpArgs, mem: &HostMemory) -> Result<()> {
     let out =
         if hybrid { op::run_hybrid(&cfg, &kind, &refs, &faults)? } else { op::run(&cfg, &kind, &refs, mode, &faults)? };
     let wall = t0.elapsed().as_secs_f64();
+    let corrupted = if faults.is_empty() {
+        None
+    } else {
+        let golden = op::run(&cfg, &kind, &refs, ExecMode::Functional, &FaultSchedule::none())?;
+        Some(diff(&kind, &golden.out, &out.out))
+    };
     let t = &out.timing;
     let r = Report {
         config: &cfg.name,
@@ -246,6 +260,8 @@ pub fn run(a: OpArgs, mem: &HostMemory) -> Result<()> {
         microseconds: t.total_cycles as f64 / cfg.clock_mhz,
         checksum: format!("{:016x}", checksum(&out.out)),
         wall_seconds: wall,
+        corrupted_outputs: corrupted.as_ref().map(Vec::len),
+        corrupted_positions: corrupted.as_ref().map(|c| c.iter().take(64).cloned().collect()),
     };
     if let Some(p) = &a.csv {
         std::fs::write(p, tiles_csv(t)).with_context(|| format!("writing {}", p.display()))?;
@@ -281,5 +297,27 @@ pub fn run(a: OpArgs, mem: &HostMemory) -> Result<()> {
     }
     println!("  output checksum  {}", r.checksum);
     println!("  wall time        {:.3} s", wall);
+    if let Some(c) = &corrupted {
+        let more = if c.len() > 16 { format!(" ... +{}", c.len() - 16) } else { String::new() };
+        println!("  corrupted outputs{:>12}  {}{}", c.len(), c[..c.len().min(16)].join(" "), more);
+    }
     Ok(())
+}
+
+/// The output elements that differ between `golden` and `got`: `(row,col)` of a matmul or
+/// conv2d result (rows are output pixels for conv2d), `[i]` of a VPU op's output (`[k][i]`
+/// for its output `k` when it has several).
+fn diff(kind: &OpKind, golden: &[Vec<u32>], got: &[Vec<u32>]) -> Vec<String> {
+    let n = kind.gemm_dims().map(|(_, _, n)| n);
+    let mut v = Vec::new();
+    for (k, (g, f)) in golden.iter().zip(got).enumerate() {
+        for (i, _) in g.iter().zip(f).enumerate().filter(|(_, (a, b))| a != b) {
+            v.push(match (n, golden.len()) {
+                (Some(n), _) => format!("({},{})", i / n, i % n),
+                (None, 1) => format!("[{i}]"),
+                (None, _) => format!("[{k}][{i}]"),
+            });
+        }
+    }
+    v
 }

@@ -117,3 +117,24 @@ fn op_errors_are_one_line_and_exit_2() {
         assert!(err.contains(want) && err.lines().count() == 1, "{args:?}: {err}");
     }
 }
+
+/// An MXU fault means the same in `op` as in `gemm`: a weight-shadow flip that reaches the
+/// next fold (cycle 21 of fold 0 loads fold 1's weight into PE (2,3)) corrupts the same 16
+/// outputs of column 3 in both, the same flip one cycle earlier none; `op` lists them.
+#[test]
+fn an_mxu_fault_corrupts_the_same_outputs_in_op_and_gemm() {
+    let shape = ["--config", "configs/tpu-8x8.ron", "--m", "16", "--k", "24", "--n", "8"];
+    let fault = |c: u32| format!("flip:mxu.pe[2][3].weight_shadow[14]@0:{c}");
+    for (cycle, n) in [(21, 16), (20, 0)] {
+        let f = fault(cycle);
+        let g = json(&[&["gemm"], &shape[..], &["--fault", &f, "--json"]].concat());
+        let o = json(&[&["op", "--op", "matmul", "--mode", "hybrid"], &shape[..], &["--fault", &f, "--json"]].concat());
+        assert_eq!(g["corrupted_outputs"], n);
+        assert_eq!(o["corrupted_outputs"], n);
+        let cols: Vec<String> = (0..n).map(|r| format!("({r},3)")).collect();
+        assert_eq!(o["corrupted_positions"], serde_json::json!(cols));
+        let g_cols: Vec<String> =
+            g["corrupted_positions"].as_array().unwrap().iter().map(|p| format!("({},{})", p[0], p[1])).collect();
+        assert_eq!(g_cols, cols);
+    }
+}
