@@ -24,13 +24,15 @@ pub const FAULT_FORM: &str = "KIND:SITE@TILE:CYCLE[+DURATION] with KIND flip, st
     +DURATION (cycles, >= 1) for stuck-ats only, e.g. flip:mxu.pe[3][5].psum[30]@0:40 or \
     stuck1:ub.word[0x40][7]@2:0+100";
 
-/// When a fault strikes: cycle `cycle` counted from the start of tile (fold) `tile`.
+/// When a fault strikes: cycle `cycle` counted from the start of tile `tile`.
 ///
-/// A tile starts at the cycle its first activation enters the array; the tile schedule is the
-/// one `mxu::gemm_timing` documents, the same in every execution mode.
+/// For the MXU a tile is a fold of the array's schedule (`mxu::Schedule`, the same in `gemm`,
+/// `op` and training, in every execution mode), starting when its first activation enters the
+/// array; for the VPU, a vector instruction from its issue; for an op's memory, DMA and
+/// sequencer sites, the op's tile from its first load (`op` module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct FaultTime {
-    /// Fold index in schedule order.
+    /// The tile (fold, vector or op tile) in schedule order.
     pub tile: usize,
     /// Cycle offset within the tile (may run past the tile into the next one's overlap).
     pub cycle: u64,
