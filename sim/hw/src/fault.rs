@@ -28,8 +28,9 @@ pub const FAULT_FORM: &str = "KIND:SITE@TILE:CYCLE[+DURATION] with KIND flip, st
 ///
 /// For the MXU a tile is a fold of the array's schedule (`mxu::Schedule`, the same in `gemm`,
 /// `op` and training, in every execution mode), starting when its first activation enters the
-/// array; for the VPU, a vector instruction from its issue; for an op's memory, DMA and
-/// sequencer sites, the op's tile from its first load (`op` module docs).
+/// array; for the VPU, one vector of an instruction from its issue (in `op`, a chunk from its
+/// first issue); for an op's memory, DMA and sequencer sites, the op's tile from its first
+/// load (`op` module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct FaultTime {
     /// The tile (fold, vector or op tile) in schedule order.
