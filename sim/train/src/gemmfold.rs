@@ -160,7 +160,8 @@ fn run_typed<F: MacFormat>(
     let mut res = mxu::gemm_into(hw, &am, &bm, init.as_ref(), ExecMode::Functional, &FaultSchedule::none())?.out;
     let mut seen = Vec::new();
     // Per fold, the operand values its changed reads see (converted as the MXU's input
-    // converter does), and the outputs those reach.
+    // converter does; keyed (fold, row, k) for `A`, (fold, column, k) for `B`), and the outputs
+    // those reach.
     let (mut a_seen, mut w_seen) = (BTreeMap::new(), BTreeMap::new());
     let mut reached = BTreeSet::new();
     for h in hits {
@@ -179,7 +180,7 @@ fn run_typed<F: MacFormat>(
         }
         if h.buf == b.buf && h.elem >= b.offset && h.elem - b.offset < s.k * s.n {
             let (kk, nn) = coords(b, h.elem - b.offset, s.k, s.n);
-            w_seen.insert((c, kk, nn), change(bufs));
+            w_seen.insert((c, nn, kk), change(bufs));
             reached.extend((f.m0..f.m0 + f.mr).map(|mm| (mm, nn)));
         }
         if h.buf == out.buf && h.elem >= out.offset && h.elem - out.offset < s.m * s.n {
@@ -196,9 +197,16 @@ fn run_typed<F: MacFormat>(
             if !(f.n0..f.n0 + f.nc).contains(&nn) || !(f.m0..f.m0 + f.mr).contains(&mm) {
                 continue;
             }
+            // The changed operands this fold reads for this output (keys ordered so that each
+            // is one range; almost always empty).
+            let a_row: Vec<(usize, u32)> =
+                a_seen.range((c, mm, 0)..=(c, mm, usize::MAX)).map(|(&(_, _, kk), &v)| (kk, v)).collect();
+            let w_col: Vec<(usize, u32)> =
+                w_seen.range((c, nn, 0)..=(c, nn, usize::MAX)).map(|(&(_, _, kk), &v)| (kk, v)).collect();
+            let seen_at = |v: &[(usize, u32)], kk: usize| v.iter().find(|p| p.0 == kk).map(|p| p.1);
             let ps = (f.k0..f.k0 + f.kr).fold(0, |ps, kk| {
-                let x = a_seen.get(&(c, mm, kk)).copied().unwrap_or_else(|| am.get(mm, kk));
-                let y = w_seen.get(&(c, kk, nn)).copied().unwrap_or_else(|| bm.get(kk, nn));
+                let x = seen_at(&a_row, kk).unwrap_or_else(|| am.get(mm, kk));
+                let y = seen_at(&w_col, kk).unwrap_or_else(|| bm.get(kk, nn));
                 F::mac(ps, x, y)
             });
             v = if f.overwrite {
