@@ -534,15 +534,7 @@ pub fn gemm_into(
         }
         sched = sched.accumulating();
     }
-    let origin = |tile: usize, _: &FaultSite| sched.folds[tile].start;
-    let window = FaultWindow {
-        op: "GEMM".into(),
-        tile_name: "fold",
-        tiles: sched.folds.len(),
-        end: sched.total_cycles,
-        origin: &origin,
-    };
-    faults.check(cfg, mode, &[Unit::Mxu], &window)?;
+    check_faults(cfg, &sched, mode, faults)?;
     let (out, golden) = match mode {
         ExecMode::Functional => (with_precision!(cfg.mxu.precision(), F => functional::<F>(&sched, a, w, acc)), None),
         ExecMode::CycleLevel => with_precision!(cfg.mxu.precision(), F => {
@@ -556,6 +548,23 @@ pub fn gemm_into(
         }),
     };
     Ok(GemmOutput { out, stats: sched.stats(), golden })
+}
+
+/// Checks that `faults` can be placed in GEMM `sched` (see [`FaultSchedule::check`]): MXU sites,
+/// in a fold, before the GEMM ends.
+fn check_faults(cfg: &HwConfig, sched: &Schedule, mode: ExecMode, faults: &FaultSchedule) -> Result<(), HwError> {
+    if faults.is_empty() {
+        return Ok(());
+    }
+    let origin = |tile: usize, _: &FaultSite| sched.folds[tile].start;
+    let window = FaultWindow {
+        op: "GEMM".into(),
+        tile_name: "fold",
+        tiles: sched.folds.len(),
+        end: sched.total_cycles,
+        origin: &origin,
+    };
+    faults.check(cfg, mode, &[Unit::Mxu], &window)
 }
 
 /// Each fold's partial sums as the continuously pipelined array computes them with `faults` (times
@@ -573,15 +582,7 @@ pub fn fold_psums(
 ) -> Result<Vec<Matrix>, HwError> {
     check_shapes(cfg, a, w)?;
     let sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols)?;
-    let origin = |tile: usize, _: &FaultSite| sched.folds[tile].start;
-    let window = FaultWindow {
-        op: "GEMM".into(),
-        tile_name: "fold",
-        tiles: sched.folds.len(),
-        end: sched.total_cycles,
-        origin: &origin,
-    };
-    faults.check(cfg, mode, &[Unit::Mxu], &window)?;
+    check_faults(cfg, &sched, mode, faults)?;
     Ok(with_precision!(cfg.mxu.precision(), F => fold_psums_typed::<F>(&sched, a, w, faults)))
 }
 
