@@ -620,3 +620,19 @@ proptest! {
         prop_assert_eq!(op::run_hybrid(&c, &kind, &refs, &f).unwrap().out, op.out);
     }
 }
+
+/// An MXU register fault and a fault elsewhere in one op run are refused with a reason, not
+/// run with one of them silently ignored.
+#[test]
+fn mxu_and_memory_faults_in_one_op_run_are_an_error() {
+    let (c, kind, ins) = small_matmul();
+    let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
+    let f = FaultSchedule {
+        events: vec![
+            FaultEvent::flip(FaultSite::pe(0, 0, Register::Psum, 30), 0, 3),
+            FaultEvent::flip(FaultSite::word(Unit::Ub, 0, 30), 0, 1),
+        ],
+    };
+    let e = op::run(&c, &kind, &refs, ExecMode::CycleLevel, &f).unwrap_err().to_string();
+    assert!(e.contains("mxu.pe[0][0].psum[30]") && e.contains("not both"), "{e}");
+}
