@@ -777,7 +777,7 @@ pub fn execute(
     faults: &FaultSchedule,
 ) -> Result<u64, HwError> {
     match instr {
-        Instr::Gemm { .. } => Ok(execute_gemm(cfg, instr, bufs, mode, faults)?.0),
+        Instr::Gemm { .. } => Ok(execute_gemm(cfg, instr, bufs, mode, faults, false)?.0),
         Instr::Vpu { .. } => execute_vpu(cfg, instr, bufs, mode, faults, None),
         Instr::Dma { src, src_offset, dst, dst_offset, len, .. } => {
             let (src, dst, len) = (*src, Dest { buf: *dst, offset: *dst_offset }, *len);
@@ -794,14 +794,7 @@ pub fn execute(
             }
             // The source is taken out for the copy (no temporary vector) and put back.
             let from = std::mem::take(&mut bufs[src.index()]);
-            let v = &from[*src_offset..src_offset + len];
-            let done = if bufs[dst.buf.index()].is_empty() && dst.offset == 0 {
-                bufs[dst.buf.index()] = v.to_vec();
-                Ok(())
-            } else {
-                let have = bufs[dst.buf.index()].len();
-                bufs[dst.buf.index()].get_mut(dst.offset..dst.offset + len).ok_or(have).map(|d| d.copy_from_slice(v))
-            };
+            let done = put(&mut bufs[dst.buf.index()], dst.offset, Cow::Borrowed(&from[*src_offset..src_offset + len]));
             bufs[src.index()] = from;
             done.map_err(|have| missing(instr, "destination", dst.buf, dst.offset + len, have))?;
             Ok(cycles(cfg, instr))
@@ -809,21 +802,30 @@ pub fn execute(
     }
 }
 
-/// [`execute`] for a GEMM: its cycles, and the fault-free result if the run computed it on the
-/// way ([`mxu::GemmOutput::golden`]).
+/// [`execute`] for a GEMM: its cycles and, with `golden`, its fault-free result (from the run
+/// itself when it computed it on the way, [`mxu::GemmOutput::golden`], else from a functional
+/// run on the same operands).
 fn execute_gemm(
     cfg: &HwConfig,
     instr: &Instr,
     bufs: &mut [Vec<u32>],
     mode: ExecMode,
     faults: &FaultSchedule,
+    golden: bool,
 ) -> Result<(u64, Option<Vec<u32>>), HwError> {
     let Instr::Gemm { out, .. } = instr else { unreachable!("execute_gemm runs GEMMs") };
     let (am, bm) = gemm_operands(cfg, instr, bufs)?.expect("a GEMM has operands");
     let acc = accumulators(instr, bufs)?;
     let res = mxu::gemm_into(cfg, &am, &bm, acc.as_ref(), mode, faults)?;
+    let fault_free = match (golden, res.golden) {
+        (false, _) => None,
+        (true, Some(g)) => Some(g.data),
+        (true, None) => {
+            Some(mxu::gemm_into(cfg, &am, &bm, acc.as_ref(), ExecMode::Functional, &FaultSchedule::none())?.out.data)
+        }
+    };
     write_result(instr, bufs, *out, res.out.data)?;
-    Ok((res.stats.total_cycles, res.golden.map(|g| g.data)))
+    Ok((res.stats.total_cycles, fault_free))
 }
 
 /// [`execute`] at cycle level with `faults`, also returning what each destination's written
@@ -835,16 +837,12 @@ pub fn execute_faulty(
     bufs: &mut [Vec<u32>],
     faults: &FaultSchedule,
 ) -> Result<(u64, Vec<Vec<u32>>), HwError> {
+    if matches!(instr, Instr::Gemm { .. }) {
+        let (c, golden) = execute_gemm(cfg, instr, bufs, ExecMode::CycleLevel, faults, true)?;
+        return Ok((c, golden.into_iter().collect()));
+    }
     let (dests, len) = (instr.dests(), instr.out_len());
     let before: Vec<Vec<u32>> = dests.iter().map(|d| bufs[d.buf.index()].clone()).collect();
-    if matches!(instr, Instr::Gemm { .. }) {
-        if let (c, Some(golden)) = execute_gemm(cfg, instr, bufs, ExecMode::CycleLevel, faults)? {
-            return Ok((c, vec![golden]));
-        }
-        for (d, b) in dests.iter().zip(&before) {
-            bufs[d.buf.index()].clone_from(b);
-        }
-    }
     execute(cfg, instr, bufs, ExecMode::Functional, &FaultSchedule::none())?;
     let mut golden = Vec::with_capacity(dests.len());
     for (d, b) in dests.iter().zip(before) {
@@ -926,22 +924,22 @@ fn missing(instr: &Instr, what: &str, b: BufId, need: usize, have: usize) -> HwE
 
 /// Writes `v`, one result of `instr` (`out_len` words), at `d` (see [`execute`] for how an
 /// empty destination is filled). Errors if the destination holds too few words.
-pub fn write_result(instr: &Instr, bufs: &mut [Vec<u32>], d: Dest, v: Vec<u32>) -> Result<(), HwError> {
+pub fn write_result(instr: &Instr, bufs: &mut [Vec<u32>], d: Dest, mut v: Vec<u32>) -> Result<(), HwError> {
     let len = instr.out_len();
-    write(bufs, d, v, len).map_err(|have| missing(instr, "output", d.buf, d.offset + len, have))
+    v.truncate(len);
+    put(&mut bufs[d.buf.index()], d.offset, Cow::Owned(v))
+        .map_err(|have| missing(instr, "output", d.buf, d.offset + len, have))
 }
 
-/// Writes `v` (`len` words) at `d`; moves it in when it is the whole of an empty buffer.
+/// Writes `v` at word `offset` of `buf`; an empty buffer written from word 0 takes `v` whole.
 /// `Err(words held)` if the buffer is too short.
-fn write(bufs: &mut [Vec<u32>], d: Dest, v: Vec<u32>, len: usize) -> Result<(), usize> {
-    let buf = &mut bufs[d.buf.index()];
-    if buf.is_empty() && d.offset == 0 {
-        *buf = v;
+fn put(buf: &mut Vec<u32>, offset: usize, v: Cow<'_, [u32]>) -> Result<(), usize> {
+    if buf.is_empty() && offset == 0 {
+        *buf = v.into_owned();
         return Ok(());
     }
     let have = buf.len();
-    let dst = buf.get_mut(d.offset..d.offset + len).ok_or(have)?;
-    dst.copy_from_slice(&v[..len]);
+    buf.get_mut(offset..offset + v.len()).ok_or(have)?.copy_from_slice(&v);
     Ok(())
 }
 

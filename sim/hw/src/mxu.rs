@@ -249,6 +249,12 @@ impl Schedule {
         self
     }
 
+    /// `faults` on this schedule's clock (each from its fold's start); an event naming a fold
+    /// the schedule lacks is left out.
+    pub fn active(&self, faults: &FaultSchedule) -> Vec<ActiveFault> {
+        faults.events.iter().filter_map(|e| self.folds.get(e.at.tile).map(|f| e.activate(f.start))).collect()
+    }
+
     /// Absolute cycle of `cycle` within fold `tile`, if the fold exists (and the sum fits 64 bits).
     pub fn absolute_cycle(&self, tile: usize, cycle: u64) -> Option<u64> {
         self.folds.get(tile).and_then(|f| f.start.checked_add(cycle))
@@ -760,8 +766,7 @@ pub fn cycle_level_observed<F: MacFormat>(
     st: &mut PeArrayState,
     mut observe: impl FnMut(u64, &PeArrayState),
 ) -> (Matrix, CycleReport) {
-    let faults: Vec<ActiveFault> =
-        faults.events.iter().filter_map(|e| s.folds.get(e.at.tile).map(|f| e.activate(f.start))).collect();
+    let faults = s.active(faults);
     let mut out = acc.cloned().unwrap_or_else(|| Matrix::zeros(s.m, s.n));
     let mut next = st.clone();
     let mut edge = Edge::new(s.rows, s.cols);
@@ -900,8 +905,7 @@ fn ws_changed_captures<F: MacFormat>(
     faults: &FaultSchedule,
     budget: usize,
 ) -> Option<Vec<ChangedCapture>> {
-    let active: Vec<ActiveFault> =
-        faults.events.iter().filter_map(|e| s.folds.get(e.at.tile).map(|f| e.activate(f.start))).collect();
+    let active = s.active(faults);
     let (Some(first), Some(over)) = (active.iter().map(|f| f.start).min(), active.iter().map(|f| f.end).max()) else {
         return Some(Vec::new());
     };
@@ -1180,25 +1184,10 @@ fn step_os<F: MacFormat>(cur: &PeArrayState, next: &mut PeArrayState, e: &Edge, 
 /// WS accumulator: at cycle `t` column `j` captures output `m = t - T_f - R - j` of fold `f`.
 fn capture_ws<F: MacFormat>(s: &Schedule, t: u64, st: &PeArrayState, out: &mut Matrix) -> u64 {
     let mut n = 0;
-    let (r, c, p) = (s.rows as u64, s.cols, s.period);
-    let bottom = &st.psum[(s.rows - 1) * c..];
+    let bottom = &st.psum[(s.rows - 1) * s.cols..];
     for (j, &ps) in bottom.iter().enumerate() {
-        // t = 1 + f * p + m + R + j
-        let base = 1 + r + j as u64;
-        if t < base {
-            continue;
-        }
-        let u = t - base;
-        let (f, m) = ((u / p) as usize, (u % p) as usize);
-        if f >= s.folds.len() || m >= s.m {
-            continue;
-        }
-        let fold = &s.folds[f];
-        if j >= fold.nc {
-            continue;
-        }
-        let col = fold.n0 + j;
-        let v = if fold.overwrite { ps } else { F::add(out.get(m, col), ps) };
+        let Some((f, m, col)) = ws_capture(s, t, j) else { continue };
+        let v = if s.folds[f].overwrite { ps } else { F::add(out.get(m, col), ps) };
         out.set(m, col, v);
         n += 1;
     }

@@ -1135,20 +1135,24 @@ impl<'a> Machine<'a> {
             addr.map_or(0, |a| ub.read(a, t) & mask)
         };
         let ws = cfg.mxu.dataflow == Dataflow::WeightStationary;
-        let ps = if let Some(p) = &self.psums {
-            p[c].clone()
-        } else if ws {
-            let a = Matrix::from_fn(m, fold.kr, |mi, i| a_at(mi, fold.k0 + i, cs + 1 + (mi + i) as u64));
-            let w = Matrix::from_fn(fold.kr, fold.nc, |i, j| {
-                self.wbuf.read(slot + (i * cc + j) as u64, cs + (i + j) as u64) & mask
-            });
-            mxu::gemm(cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none())?.out
-        } else {
-            let a = Matrix::from_fn(fold.mr, k, |i, ki| a_at(fold.m0 + i, ki, cs + (ki + i) as u64));
-            let w = Matrix::from_fn(k, fold.nc, |ki, j| {
-                self.wbuf.read(slot + (ki * cc + j) as u64, cs + (ki + j) as u64) & mask
-            });
-            mxu::gemm(cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none())?.out
+        let ps = match &self.psums {
+            Some(p) => p[c].clone(),
+            None => {
+                let (a, w) = if ws {
+                    let a = Matrix::from_fn(m, fold.kr, |mi, i| a_at(mi, fold.k0 + i, cs + 1 + (mi + i) as u64));
+                    let w = Matrix::from_fn(fold.kr, fold.nc, |i, j| {
+                        self.wbuf.read(slot + (i * cc + j) as u64, cs + (i + j) as u64) & mask
+                    });
+                    (a, w)
+                } else {
+                    let a = Matrix::from_fn(fold.mr, k, |i, ki| a_at(fold.m0 + i, ki, cs + (ki + i) as u64));
+                    let w = Matrix::from_fn(k, fold.nc, |ki, j| {
+                        self.wbuf.read(slot + (ki * cc + j) as u64, cs + (ki + j) as u64) & mask
+                    });
+                    (a, w)
+                };
+                mxu::gemm(cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none())?.out
+            }
         };
         // Accumulator writes, in time order, through seq.acc_addr.
         let rows: Vec<(usize, u64)> = if ws {
