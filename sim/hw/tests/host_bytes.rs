@@ -3,7 +3,8 @@
 //! generates its operands, runs and compares, and the estimate must be at least that peak (and
 //! not wildly above it, or the `--max-memory` guard would refuse work that fits).
 //!
-//! One test function, so no other test allocates concurrently in this binary.
+//! Only the measuring thread's allocations count: the test harness's own thread prints (and
+//! allocates) while the test runs, which made the peak depend on timing.
 
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
 use faultline_hw::mxu::{gemm, gemm_host_bytes};
@@ -12,16 +13,35 @@ use faultline_hw::sites::{FaultSite, Register};
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
 use faultline_num::Precision;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicIsize, Ordering};
 
 struct Counting;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
+// Signed: the measuring thread may free blocks it allocated before it started counting.
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+thread_local! {
+    /// Whether this thread's allocations are counted (set by [`peak`]'s caller thread).
+    static COUNTED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn counted() -> bool {
+    COUNTED.try_with(Cell::get).unwrap_or(false)
+}
 
 fn grew(by: usize) {
-    let now = LIVE.fetch_add(by, Ordering::SeqCst) + by;
-    PEAK.fetch_max(now, Ordering::SeqCst);
+    if counted() {
+        let now = LIVE.fetch_add(by as isize, Ordering::SeqCst) + by as isize;
+        PEAK.fetch_max(now, Ordering::SeqCst);
+    }
+}
+
+fn shrank(by: usize) {
+    if counted() {
+        LIVE.fetch_sub(by as isize, Ordering::SeqCst);
+    }
 }
 
 // SAFETY: every call forwards to the system allocator with the caller's arguments; the counters
@@ -36,13 +56,13 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.alloc_zeroed(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size(), Ordering::SeqCst);
+        shrank(l.size());
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         // Counted as alloc-then-free: a moving realloc holds both blocks for a moment.
         grew(new);
-        LIVE.fetch_sub(l.size(), Ordering::SeqCst);
+        shrank(l.size());
         unsafe { System.realloc(p, l, new) }
     }
 }
@@ -50,12 +70,13 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-/// Peak live heap bytes above the starting level while `f` runs.
+/// Peak live heap bytes this thread holds above the starting level while `f` runs.
 fn peak(f: impl FnOnce()) -> u64 {
+    COUNTED.with(|c| c.set(true));
     let base = LIVE.load(Ordering::SeqCst);
     PEAK.store(base, Ordering::SeqCst);
     f();
-    (PEAK.load(Ordering::SeqCst) - base) as u64
+    (PEAK.load(Ordering::SeqCst) - base).max(0) as u64
 }
 
 fn bits(n: usize, salt: u32) -> Vec<u32> {
