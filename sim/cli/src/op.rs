@@ -31,11 +31,12 @@ pub enum OpArg {
 /// Execution mode on the command line.
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ModeArg {
-    /// Move every value through the memories and step every register (faults possible).
+    /// Move every value through the memories; step the VPU lanes, and the MXU where a fault
+    /// can matter (faults possible).
     Cycle,
     /// Bit-exact functional twin (fast; no faults).
     Functional,
-    /// Memory path simulated; only the fold/chunk a fault lands in is stepped (same bits as cycle).
+    /// Memory path simulated; only the VPU chunk a fault lands in is stepped (same bits as cycle).
     Hybrid,
 }
 

@@ -2,10 +2,12 @@
 //!
 //! [`run`] in [`ExecMode::Functional`] computes the result directly ([`crate::mxu::gemm`] or
 //! [`crate::vpu::run`] on whole operands, no memories). In [`ExecMode::CycleLevel`] every value
-//! moves through the memories at the cycles of the op's schedule ([`crate::timing`]), the MXU/VPU are
-//! stepped register by register, and faults on any site (MXU, VPU, SRAM/DRAM words, sequencer
-//! and DMA registers) are injected. [`run_hybrid`] simulates the memory path but steps only the
-//! folds/chunks an MXU/VPU fault lands in. All give identical bits without faults, and the same
+//! moves through the memories at the cycles of the op's schedule ([`crate::timing`]), the VPU is
+//! stepped register by register, the MXU where a fault can matter (its fold sums come from the
+//! functional twin otherwise, the same bits; see below), and faults on any site (MXU, VPU,
+//! SRAM/DRAM words, sequencer and DMA registers) are injected. [`run_hybrid`] simulates the
+//! memory path but steps only the VPU chunks a VPU fault lands in (the MXU as in cycle-level
+//! execution). All give identical bits without faults, and the same
 //! [`OpTiming`] always (it comes from the shapes alone). [`timing()`] gives the timing alone.
 //! Errors (shapes, tiles that do not fit an SRAM, sites the op does not use) are
 //! [`HwError`]s naming the op; nothing panics on user input.
@@ -685,9 +687,9 @@ pub fn run(
     run_inner(cfg, kind, inputs, mode, faults, false)
 }
 
-/// Hybrid execution: the memory path (DMA, SRAMs, sequencer and DMA registers) is simulated
-/// as in [`ExecMode::CycleLevel`], but only the MXU folds / VPU chunks that an MXU / VPU fault
-/// lands in are stepped register by register; the others use the functional twin. The result
+/// Hybrid execution: the memory path (DMA, SRAMs, sequencer and DMA registers) and the MXU are
+/// simulated as in [`ExecMode::CycleLevel`], but only the VPU chunks that a VPU fault lands in
+/// are stepped register by register; the others use the functional twin. The result
 /// equals [`run`] in `CycleLevel` bit for bit (Invariant 1) at a fraction of the cost.
 pub fn run_hybrid(
     cfg: &HwConfig,
