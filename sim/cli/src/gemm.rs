@@ -160,11 +160,17 @@ pub fn run(args: GemmArgs, mem: &HostMemory) -> Result<()> {
         println!("  output checksum  {checksum:>12}");
         println!("  wall time        {:>11.3}s", wall);
         if let Some(c) = &corrupted {
-            let shown: Vec<String> = c.iter().take(16).map(|(r, c)| format!("({r},{c})")).collect();
-            let more = if c.len() > 16 { format!(" ... +{}", c.len() - 16) } else { String::new() };
             println!("  fault            {}", args.fault.as_deref().unwrap_or(""));
-            println!("  corrupted outputs{:>12}  {}{}", c.len(), shown.join(" "), more);
+            println!("{}", corrupted_line(c.len(), c.iter().map(|(r, c)| format!("({r},{c})"))));
         }
     }
     Ok(())
+}
+
+/// The `corrupted outputs` line of a faulted run (`gemm`, `op`): the count and the first 16
+/// positions.
+pub(crate) fn corrupted_line(count: usize, positions: impl Iterator<Item = String>) -> String {
+    let shown: Vec<String> = positions.take(16).collect();
+    let more = if count > 16 { format!(" ... +{}", count - 16) } else { String::new() };
+    format!("  corrupted outputs{count:>12}  {}{more}", shown.join(" "))
 }

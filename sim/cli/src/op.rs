@@ -299,8 +299,7 @@ pub fn run(a: OpArgs, mem: &HostMemory) -> Result<()> {
     println!("  output checksum  {}", r.checksum);
     println!("  wall time        {:.3} s", wall);
     if let Some(c) = &corrupted {
-        let more = if c.len() > 16 { format!(" ... +{}", c.len() - 16) } else { String::new() };
-        println!("  corrupted outputs{:>12}  {}{}", c.len(), c[..c.len().min(16)].join(" "), more);
+        println!("{}", crate::gemm::corrupted_line(c.len(), c.iter().cloned()));
     }
     Ok(())
 }

@@ -285,10 +285,15 @@ impl Program {
         }
     }
 
+    /// Each instruction's cycles on `cfg`, from its unit's schedule ([`isa::cycles`]).
+    pub fn costs(&self, cfg: &HwConfig) -> Vec<u64> {
+        self.instrs.iter().map(|i| isa::cycles(cfg, i)).collect()
+    }
+
     /// The program's cost on `cfg`: each instruction at its unit's schedule, issued by
     /// [`Program::issue_times`].
     pub fn schedule(&self, g: &OpGraph, cfg: &HwConfig) -> StepSchedule {
-        let cycles: Vec<u64> = self.instrs.iter().map(|i| isa::cycles(cfg, i)).collect();
+        let cycles = self.costs(cfg);
         let t = self.timeline(&cycles);
         let mut s = StepSchedule {
             hw: cfg.name.clone(),

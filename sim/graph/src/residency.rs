@@ -160,8 +160,7 @@ fn with_homes(mut q: Program, (homes, reuses): Placement) -> Program {
 
 /// The step's cycles for placed program `q` on `cfg` (its static schedule).
 fn static_cycles(q: &Program, cfg: &HwConfig) -> u64 {
-    let cycles: Vec<u64> = q.instrs.iter().map(|i| faultline_hw::isa::cycles(cfg, i)).collect();
-    q.timeline(&cycles).total
+    q.timeline(&q.costs(cfg)).total
 }
 
 /// Instruction `i` of `p` cut into `parts` tiles (K tiles a multiple of `k_unit`), if it can
