@@ -589,25 +589,25 @@ pub fn fold_psums(
     check_shapes(cfg, a, w)?;
     let sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols)?;
     check_faults(cfg, &sched, mode, faults)?;
-    Ok(with_precision!(cfg.mxu.precision(), F => fold_psums_typed::<F>(&sched, a, w, faults)))
+    with_precision!(cfg.mxu.precision(), F => fold_psums_typed::<F>(cfg, &sched, a, w, faults))
 }
 
-fn fold_psums_typed<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, faults: &FaultSchedule) -> Vec<Matrix> {
-    // Fault-free: each fold's own small GEMM (one K chunk: the fold's rows of `W`).
-    let mut psums: Vec<Matrix> = s
-        .folds
-        .iter()
-        .map(|f| {
-            // The fold's sums alone (not added to anything: a later K fold's too).
-            let one = Fold { m0: 0, n0: 0, k0: 0, overwrite: true, ..*f };
-            let sub = Schedule { m: f.mr, k: f.kr, n: f.nc, folds: vec![one], ..s.clone() };
-            let fa = Matrix::from_fn(f.mr, f.kr, |i, j| a.get(f.m0 + i, f.k0 + j));
-            let fw = Matrix::from_fn(f.kr, f.nc, |i, j| w.get(f.k0 + i, f.n0 + j));
-            functional::<F>(&Schedule { rows: f.kr.max(1), ..sub }, &fa, &fw, None)
-        })
-        .collect();
+fn fold_psums_typed<F: MacFormat>(
+    cfg: &HwConfig,
+    s: &Schedule,
+    a: &Matrix,
+    w: &Matrix,
+    faults: &FaultSchedule,
+) -> Result<Vec<Matrix>, HwError> {
+    // Fault-free: each fold's sums alone, as its own GEMM (one fold: not added to anything).
+    let mut psums = Vec::with_capacity(s.folds.len());
+    for f in &s.folds {
+        let fa = Matrix::from_fn(f.mr, f.kr, |i, j| a.get(f.m0 + i, f.k0 + j));
+        let fw = Matrix::from_fn(f.kr, f.nc, |i, j| w.get(f.k0 + i, f.n0 + j));
+        psums.push(functional::<F>(&Schedule::new(&cfg.mxu, f.mr, f.kr, f.nc)?, &fa, &fw, None));
+    }
     if faults.is_empty() {
-        return psums;
+        return Ok(psums);
     }
     match s.dataflow {
         Dataflow::WeightStationary => {
@@ -624,7 +624,7 @@ fn fold_psums_typed<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, faults: 
             }
         }
     }
-    psums
+    Ok(psums)
 }
 
 /// Functional twin: the same per-output operation sequence, without registers or clocks.
