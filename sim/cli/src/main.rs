@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use faultline_hw::budget::HostMemory;
 
 mod args;
+mod campaign;
 mod gemm;
 mod op;
 mod program;
@@ -60,6 +61,11 @@ enum Command {
     /// List the instructions one training step lowers to, their schedule, and the step's
     /// injection space (without running it).
     Program(program::ProgramArgs),
+    /// Run a fault-injection campaign during training: one fault per trial, each classified by
+    /// what it did to training (resumable, shardable).
+    Campaign(campaign::CampaignArgs),
+    /// Combine the shard directories of a campaign into what one run writes.
+    Merge(campaign::MergeArgs),
 }
 
 /// Prints an error as one line with its causes (`error: a: b`) and exits with status 2, instead
@@ -142,5 +148,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Op(a) => op::run(a, &mem),
         Command::Train(a) => train::run(a, &mem),
         Command::Program(a) => program::run(a, &mem),
+        Command::Campaign(a) => campaign::run(a, &mem),
+        Command::Merge(a) => campaign::run_merge(a),
     }
 }

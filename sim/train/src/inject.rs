@@ -264,6 +264,59 @@ pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(
     Ok((injection, report))
 }
 
+/// Resolves an upset of several bits struck together: bits of one register or word, or the
+/// same bit of neighbouring elements, all with one kind, step, cycle and duration on one unit.
+/// Register bits join one instruction's fault schedule; memory and DMA bits join their word
+/// hits (two bits of one word compose, as the hits apply in turn). The report names every bit
+/// (`+`-joined) and places the upset where its first effective bit lands.
+pub fn resolve_upset(
+    exec: &Executor,
+    sched: &StepSchedule,
+    faults: &[StepFault],
+) -> Result<(Option<Injection>, InjectionReport)> {
+    let Some((first, rest)) = faults.split_first() else {
+        return Err(TrainError::Config("an upset needs at least one bit".into()));
+    };
+    let same = |f: &StepFault| {
+        (f.kind, f.step, f.cycle, f.duration, f.site.unit)
+            == (first.kind, first.step, first.cycle, first.duration, first.site.unit)
+    };
+    if let Some(f) = rest.iter().find(|f| !same(f)) {
+        return Err(TrainError::Config(format!(
+            "upset `{first}` + `{f}`: the bits of one upset strike one unit with one kind at one step and cycle"
+        )));
+    }
+    if !rest.is_empty() && first.site.unit == Unit::Seq {
+        return Err(TrainError::Config(format!("upset at `{first}`: sequencer faults are single-bit")));
+    }
+    let (mut injection, mut report) = resolve(exec, sched, first)?;
+    for f in rest {
+        let (inj, rep) = resolve(exec, sched, f)?;
+        let Some(inj) = inj else { continue };
+        match injection.as_mut() {
+            None => (injection, report) = (Some(inj), rep),
+            Some(acc) => {
+                acc.faults.events.extend(inj.faults.events);
+                acc.words.extend(inj.words);
+                if sched.instrs[inj.instr].start < sched.instrs[acc.instr].start && acc.faults.is_empty() {
+                    acc.instr = inj.instr;
+                    (report.instr, report.op, report.node) = (rep.instr, rep.op, rep.node);
+                    (report.phase, report.layer) = (rep.phase, rep.layer);
+                }
+                report.tile = match (report.tile, rep.tile) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                if report.memory_site() {
+                    report.elements += rep.elements;
+                }
+            }
+        }
+    }
+    report.fault = faults.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" + ");
+    Ok((injection, report))
+}
+
 /// [`resolve`] for a memory or DMA site: the words the fault changes ([`memfault`]), reported
 /// against the DMA transfer it struck or the first instruction that reads a changed word (the
 /// instruction running then if none does: the fault is masked).

@@ -325,7 +325,13 @@ impl Trainer {
     /// [`Trainer::step`] with `fault` (which must strike the coming step) instead of the
     /// planned one.
     pub fn step_with(&mut self, fault: Option<&StepFault>) -> Result<StepRecord> {
-        if let Some(f) = fault.filter(|f| f.step != self.state.step + 1) {
+        self.step_with_upset(fault.map(std::slice::from_ref).unwrap_or_default())
+    }
+
+    /// [`Trainer::step_with`] with an upset of several bits struck together
+    /// ([`inject::resolve_upset`]); no bits: a fault-free step.
+    pub fn step_with_upset(&mut self, upset: &[StepFault]) -> Result<StepRecord> {
+        if let Some(f) = upset.iter().find(|f| f.step != self.state.step + 1) {
             return Err(TrainError::Config(format!(
                 "fault `{f}` strikes step {}, but the coming step is {}",
                 f.step,
@@ -340,12 +346,12 @@ impl Trainer {
         }
         let idx = self.batcher.next_indices();
         let (x, y) = self.data.train.gather(&idx);
-        let (injection, report) = match fault {
-            Some(f) => {
-                let (i, r) = inject::resolve(&self.exec, &self.schedule, f)?;
+        let (injection, report) = match upset {
+            [] => (None, None),
+            bits => {
+                let (i, r) = inject::resolve_upset(&self.exec, &self.schedule, bits)?;
                 (i, Some(r))
             }
-            None => (None, None),
         };
         let out = self.exec.step_with_fault(&mut self.state, &x, &y, injection.as_ref())?;
         let injection = report.map(|r| inject::complete(r, out.effect.as_ref()));

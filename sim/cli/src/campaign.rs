@@ -1,0 +1,157 @@
+//! `faultline campaign` and `faultline merge`: fault-injection campaigns during training.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use faultline_fault::record::Summary;
+use faultline_fault::{merge, Campaign, CampaignSpec, Outcome, RunOptions, Shard, TrialMode};
+use faultline_hw::budget::HostMemory;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Arguments of `faultline campaign`.
+#[derive(Args, Debug)]
+pub struct CampaignArgs {
+    /// Campaign file (RON), e.g. configs/campaign-mlp-mxu.ron.
+    pub spec: PathBuf,
+    /// Output directory: campaign.json, records.jsonl (one line per trial), summary.json,
+    /// timing.jsonl.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Worker threads [default: all cores].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub threads: Option<u64>,
+    /// Run the deterministic slice I of N (0-based), e.g. 0/4; `faultline merge` combines the
+    /// slices' directories into what one run writes.
+    #[arg(long, value_parser = Shard::parse, default_value = "0/1")]
+    pub shard: Shard,
+    /// Continue the records in --out (after a kill or crash) instead of refusing it.
+    #[arg(long)]
+    pub resume: bool,
+    /// How trials run: hybrid (the faulted instruction at register level, the rest
+    /// functionally; provably dead faults not run) or cycle (every instruction of every step at
+    /// register level, dead faults included). Records are identical; cycle is the reference
+    /// hybrid is checked and timed against.
+    #[arg(long, value_enum, default_value_t = Mode::Hybrid)]
+    pub mode: Mode,
+    /// Print the summary as JSON (and no progress bar).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How trials run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// The faulted instruction at register level, the rest functionally.
+    Hybrid,
+    /// Everything at register level.
+    #[value(alias = "cycle-level")]
+    Cycle,
+}
+
+/// Arguments of `faultline merge`.
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// Output directory (empty or new).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The shard directories, one per slice, e.g. traces/c/shard-0 traces/c/shard-1.
+    #[arg(required = true)]
+    pub shards: Vec<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `faultline campaign`.
+pub fn run(a: CampaignArgs, mem: &HostMemory) -> Result<()> {
+    let spec = CampaignSpec::load(&a.spec)?;
+    let threads = a.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |t| t as usize);
+    let show = !a.json && std::io::stderr().is_terminal();
+    if show {
+        eprintln!("golden run: {} steps of {} on {} ...", spec.golden_steps, spec.model.display(), spec.hw.display());
+    }
+    let c = Campaign::prepare(spec, &a.spec, mem)?;
+    let total = a.shard.trials(c.info.trials).count() as u64;
+    let bar = if show {
+        let b = ProgressBar::new(total);
+        b.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} trials {per_sec} ETA {eta}  {msg}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let counts: Vec<AtomicU64> = Outcome::ALL.iter().map(|_| AtomicU64::new(0)).collect();
+    let mode = match a.mode {
+        Mode::Hybrid => TrialMode::Hybrid,
+        Mode::Cycle => TrialMode::CycleLevel,
+    };
+    let opts = RunOptions { threads, shard: a.shard, resume: a.resume, mode };
+    let summary = c
+        .run(&a.out, opts, |r| {
+            let i = Outcome::ALL.iter().position(|&o| o == r.outcome).expect("outcome listed");
+            counts[i].fetch_add(1, Ordering::Relaxed);
+            let msg: Vec<String> = Outcome::ALL
+                .iter()
+                .zip(&counts)
+                .map(|(o, n)| (o, n.load(Ordering::Relaxed)))
+                .filter(|(_, n)| *n > 0)
+                .map(|(o, n)| format!("{o} {n}"))
+                .collect();
+            bar.set_message(msg.join(", "));
+            bar.inc(1);
+        })
+        .with_context(|| format!("campaign {}", a.spec.display()))?;
+    bar.finish_and_clear();
+    print_summary(&summary, a.json, &a.out)
+}
+
+/// Runs `faultline merge`.
+pub fn run_merge(a: MergeArgs) -> Result<()> {
+    let summary = merge(&a.out, &a.shards)?;
+    print_summary(&summary, a.json, &a.out)
+}
+
+/// Prints a summary: a table of outcome shares per class, or JSON.
+fn print_summary(s: &Summary, json: bool, out: &std::path::Path) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(s)?);
+        return Ok(());
+    }
+    println!(
+        "campaign {}: {} trials ({} simulated, {} skipped as provably dead, {} dead ones verified masked)",
+        s.campaign, s.trials, s.simulated, s.skipped_dead, s.verified_dead
+    );
+    let pct = |p: f64| format!("{:.1}", 100.0 * p);
+    println!("{:<28} {:>7}  {:<22} {:<22}  outcomes", "class", "trials", "unmasked % [95% CI]", "failure % [95% CI]");
+    for c in &s.classes {
+        let outcomes: Vec<String> =
+            c.outcomes.iter().filter(|o| o.share.k > 0).map(|o| format!("{} {}", o.outcome, o.share.k)).collect();
+        println!(
+            "{:<28} {:>7}  {:<22} {:<22}  {}",
+            c.class,
+            c.trials,
+            format!("{} [{}, {}]", pct(c.unmasked.p), pct(c.unmasked.lo), pct(c.unmasked.hi)),
+            format!("{} [{}, {}]", pct(c.failure.p), pct(c.failure.lo), pct(c.failure.hi)),
+            outcomes.join(", ")
+        );
+    }
+    println!(
+        "all selected ({}): unmasked {}% [{}, {}], failure {}% [{}, {}]",
+        s.unmasked.method,
+        pct(s.unmasked.p),
+        pct(s.unmasked.lo),
+        pct(s.unmasked.hi),
+        pct(s.failure.p),
+        pct(s.failure.lo),
+        pct(s.failure.hi)
+    );
+    println!("records: {}", out.join("records.jsonl").display());
+    Ok(())
+}

@@ -1,0 +1,637 @@
+//! Running a campaign: the golden run once, then trials in parallel, each restoring the golden
+//! state before its injection step, running that step with the fault (hybrid: the faulted
+//! instruction at register level, the rest functionally) and, unless the fault was masked,
+//! the follow-up window functionally; records are written in trial order, chunk by chunk and
+//! synced, so a run killed at any moment resumes with nothing lost or repeated.
+
+use crate::error::{FaultError, Result};
+use crate::model::Anchor;
+use crate::outcome::Outcome;
+use crate::record::{summarize, CampaignInfo, ClassInfo, Golden, RecordKey, Summary, TrialRecord, SCHEMA};
+use crate::sample::Space;
+use crate::spec::{CampaignSpec, FaultModel};
+use faultline_graph::{ModelSpec, TrainGraph};
+use faultline_hw::budget::HostMemory;
+use faultline_hw::isa::ExecUnit;
+use faultline_hw::{ExecMode, HwConfig};
+use faultline_num::NumFormat;
+use faultline_train::source::{self, LoadOptions};
+use faultline_train::{InitWeights, ModelState, MxuFormat, StepFault, TrainOptions, TrainState, Trainer};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Trials per written chunk, per thread: large enough to keep every thread busy, small enough
+/// that a kill loses little work.
+const CHUNK_PER_THREAD: usize = 16;
+
+/// A deterministic slice of a campaign: trials `t` with `t % count == index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    /// This slice, `0..count`.
+    pub index: u64,
+    /// Slices in all.
+    pub count: u64,
+}
+
+impl Shard {
+    /// The whole campaign.
+    pub const ALL: Shard = Shard { index: 0, count: 1 };
+
+    /// Parses `I/N` (0-based `I < N`).
+    pub fn parse(s: &str) -> std::result::Result<Shard, String> {
+        let bad = || format!("`{s}` is not a shard: expected I/N with 0 <= I < N, e.g. 0/4");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+        if index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// This shard's trials of `trials`, in order.
+    pub fn trials(self, trials: u64) -> impl Iterator<Item = u64> {
+        (self.index..trials).step_by(self.count as usize)
+    }
+}
+
+/// How a campaign runs (none of it changes a record).
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    /// Worker threads.
+    pub threads: usize,
+    /// The slice to run.
+    pub shard: Shard,
+    /// Continue the records already in the output directory.
+    pub resume: bool,
+    /// How the injection step runs.
+    pub mode: TrialMode,
+}
+
+/// How a trial's steps run: never changes a record (the twins are bit-exact).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrialMode {
+    /// The faulted instruction at register level, everything else functionally; provably dead
+    /// faults are not run.
+    #[default]
+    Hybrid,
+    /// Every instruction of every step at register level, dead faults included: the reference
+    /// hybrid trials are checked and timed against.
+    CycleLevel,
+}
+
+/// The golden run's states around each injection step.
+#[derive(Debug, Clone)]
+struct GoldenStates {
+    /// State before each injection step.
+    before: BTreeMap<u64, TrainState>,
+    /// State after each injection step.
+    after: BTreeMap<u64, TrainState>,
+}
+
+/// A prepared campaign: spec, machine, golden run and sampled space.
+pub struct Campaign {
+    /// What `campaign.json` holds.
+    pub info: CampaignInfo,
+    /// The space trials are drawn from.
+    pub space: Space,
+    /// A trainer at step 0 (functional), cloned per worker.
+    trainer: Trainer,
+    golden: GoldenStates,
+}
+
+/// Whether two model states hold the same bits.
+fn same_bits(a: &ModelState, b: &ModelState) -> bool {
+    a.step == b.step
+        && a.tensors.len() == b.tensors.len()
+        && a.tensors.iter().zip(&b.tensors).all(|((na, ta), (nb, tb))| {
+            na == nb && ta.shape == tb.shape && ta.data.iter().zip(&tb.data).all(|(x, y)| x.to_bits() == y.to_bits())
+        })
+}
+
+/// Whether every value of a model state is finite.
+fn finite(s: &ModelState) -> bool {
+    s.tensors.values().all(|t| t.data.iter().all(|v| v.is_finite()))
+}
+
+impl Campaign {
+    /// Loads the spec's model, machine and data, checks the spec against them, runs the golden
+    /// run and lays out the sampled space.
+    pub fn prepare(spec: CampaignSpec, file: &Path, mem: &HostMemory) -> Result<Campaign> {
+        let model = ModelSpec::load(spec.resolve(file, &spec.model))?;
+        let hw = HwConfig::load(spec.resolve(file, &spec.hw))?;
+        let s = &spec.train;
+        let precision = s.precision.unwrap_or(if hw.mxu.input_format == NumFormat::Fp32 {
+            MxuFormat::Fp32
+        } else {
+            MxuFormat::Bf16
+        });
+        let options = TrainOptions {
+            batch: s.batch,
+            optimizer: s.optimizer,
+            lr: s.lr,
+            precision,
+            mode: ExecMode::Functional,
+            seed: s.seed,
+            // Trials evaluate once, at the window's end.
+            eval_every: 0,
+            init: InitWeights::Seed,
+            allow_nonfinite: false,
+            data_dir: s.data.as_ref().map(|d| spec.resolve(file, d)),
+        };
+        let tg = TrainGraph::build(&model, s.batch, s.optimizer.spec(s.lr))?;
+        let data = match &s.data {
+            Some(dir) => source::load_dir(
+                &spec.resolve(file, dir),
+                &model,
+                s.seed,
+                &LoadOptions { mem: *mem, allow_nonfinite: false },
+            )?,
+            None => source::shipped(&model, s.seed, mem)?,
+        };
+        let mut trainer = Trainer::from_graph(&model, tg, &hw, data, options)?;
+        let steps = spec.inject_steps.steps();
+        let space =
+            Space::new(&trainer.exec, &trainer.schedule, &spec.sites, steps.clone(), spec.sampling, spec.seed, file)?;
+        let classes: Vec<_> = space.classes.iter().map(|c| c.class).collect();
+        spec.fault.check(&trainer.exec.hw, &classes, file)?;
+
+        let start = trainer.snapshot();
+        let (mut before, mut after, mut losses, mut window_accuracy) =
+            (BTreeMap::new(), BTreeMap::new(), vec![], vec![]);
+        for step in 1..=spec.golden_steps {
+            let inject = steps.binary_search(&step).is_ok();
+            if inject {
+                before.insert(step, trainer.snapshot());
+            }
+            let r = trainer.step()?;
+            if !r.loss.is_finite() || !finite(&trainer.state) {
+                return Err(FaultError::Invalid {
+                    file: file.into(),
+                    field: "train".into(),
+                    value: format!("{:?}", spec.train),
+                    allowed: format!("a run that trains: the golden run's loss or state is not finite at step {step}"),
+                });
+            }
+            losses.push(r.loss);
+            if inject {
+                after.insert(step, trainer.snapshot());
+            }
+            if step > spec.follow_up && steps.binary_search(&(step - spec.follow_up)).is_ok() {
+                window_accuracy.push((step - spec.follow_up, trainer.evaluate(&trainer.data.test)?));
+            }
+        }
+        let checksum = trainer.state.tensors.values().fold(0u64, |h, t| h.rotate_left(5) ^ t.checksum());
+        trainer.restore_snapshot(&start);
+        let sched = &trainer.schedule;
+        let ehw = &trainer.exec.hw;
+        let class_info = space
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ClassInfo {
+                class: c.class.pattern(),
+                bits: c.bits,
+                width: c.class.width(ehw),
+                weight: space.weight(i),
+                live_bit_cycles: c.live.iter().map(|w| w.bit_cycles(ehw)).sum(),
+            })
+            .collect();
+        let info = CampaignInfo {
+            schema: SCHEMA,
+            hw: hw.name.clone(),
+            cycles_per_step: sched.total_cycles,
+            instructions_per_step: trainer.exec.program().instrs.len(),
+            trials: space.trials(),
+            classes: class_info,
+            golden: Golden { losses, window_accuracy, final_checksum: format!("{checksum:016x}") },
+            spec,
+        };
+        Ok(Campaign { info, space, trainer, golden: GoldenStates { before, after } })
+    }
+
+    /// The spec.
+    pub fn spec(&self) -> &CampaignSpec {
+        &self.info.spec
+    }
+
+    /// A trainer to run trials on (each worker owns one).
+    pub fn trainer(&self) -> Trainer {
+        self.trainer.clone()
+    }
+
+    /// The fault trial `t` injects.
+    pub fn upset(&self, t: u64) -> (Anchor, Vec<StepFault>) {
+        let hw = &self.trainer.exec.hw;
+        let a = self.space.anchor(hw, t);
+        (a, self.spec().fault.upset(hw, &a))
+    }
+
+    /// Runs trial `t` on `tr` (any state: it is restored first). A provably dead trial is
+    /// recorded `HwMasked` without running, unless it is one checked (every
+    /// `verify_dead_every`-th) or `tr` runs at cycle level ([`TrialMode::CycleLevel`] runs
+    /// everything, to check and to time hybrid trials against).
+    pub fn trial(&self, tr: &mut Trainer, t: u64) -> Result<TrialRecord> {
+        let spec = self.spec();
+        let (a, upset) = self.upset(t);
+        let dead = spec.skip_dead && self.space.dead(&tr.exec.hw, &upset);
+        let verify = dead && spec.verify_dead_every > 0 && t.is_multiple_of(spec.verify_dead_every);
+        let skip = dead && !verify;
+        if skip && tr.exec.mode == ExecMode::CycleLevel {
+            // The reference runs it too (and checks it is masked), but records what hybrid does.
+            self.judge(tr, t, &a, &upset, true)?;
+        }
+        let mut rec = self.judge(tr, t, &a, &upset, !skip)?;
+        rec.verified_dead = verify;
+        Ok(rec)
+    }
+
+    /// Injects `upset` (anchored at `a`) on `tr` from the golden state before its step and
+    /// judges what it did; with `run` false, records it skipped and `HwMasked` (for a provably
+    /// dead upset). A dead upset that runs must come out `HwMasked`, else the liveness analysis
+    /// is wrong: an error.
+    pub fn judge(&self, tr: &mut Trainer, t: u64, a: &Anchor, upset: &[StepFault], run: bool) -> Result<TrialRecord> {
+        let spec = self.spec();
+        let dead = spec.skip_dead && self.space.dead(&tr.exec.hw, upset);
+        let mut rec = TrialRecord {
+            schema: SCHEMA,
+            trial: t,
+            fault: upset.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" + "),
+            class: a.class.pattern(),
+            model: model_name(spec.fault),
+            bit: a.bit,
+            element: a.elem,
+            step: a.step,
+            cycle: a.cycle,
+            skipped: !run,
+            verified_dead: false,
+            outcome: Outcome::HwMasked,
+            injection: None,
+            loss_delta: Vec::new(),
+            test_accuracy_delta: None,
+            register_level_cycles: 0,
+        };
+        if rec.skipped {
+            return Ok(rec);
+        }
+        let s = a.step;
+        let golden = &self.info.golden;
+        tr.restore_snapshot(&self.golden.before[&s]);
+        let r = tr.step_with_upset(upset)?;
+        let report = r.injection.ok_or_else(|| FaultError::Inconsistent(format!("trial {t}: no injection report")))?;
+        let unit = ExecUnit::of(a.class.unit);
+        if unit.is_some() && report.unit_busy {
+            rec.register_level_cycles = tr.schedule.instrs[report.instr].cycles;
+        }
+        let same = same_bits(&tr.state, &self.golden.after[&s].model);
+        let hw_masked = report.masked();
+        rec.injection = Some(report);
+        rec.outcome = if hw_masked && same && r.loss.to_bits() == golden.losses[s as usize - 1].to_bits() {
+            Outcome::HwMasked
+        } else if hw_masked {
+            return Err(FaultError::Inconsistent(format!(
+                "trial {t}: `{}` left the faulted instruction's outputs bit-identical, yet the step's loss or state changed",
+                rec.fault
+            )));
+        } else if !r.loss.is_finite() || !finite(&tr.state) {
+            Outcome::ImmediateInfNan
+        } else if same {
+            Outcome::Masked
+        } else {
+            Outcome::Benign // refined by the follow-up below
+        };
+        if dead && rec.outcome != Outcome::HwMasked {
+            return Err(FaultError::Inconsistent(format!(
+                "trial {t}: `{}` lies outside every live window, yet its outcome is {}",
+                rec.fault, rec.outcome
+            )));
+        }
+        if rec.outcome != Outcome::HwMasked && rec.outcome != Outcome::Masked {
+            rec.loss_delta.push(r.loss - golden.losses[s as usize - 1]);
+        }
+        if rec.outcome != Outcome::Benign {
+            return Ok(rec);
+        }
+        let window = &golden.losses[s as usize..(s + spec.follow_up) as usize];
+        let mut losses = Vec::with_capacity(window.len());
+        for g in window {
+            let l = tr.step()?.loss;
+            rec.loss_delta.push(l - g);
+            losses.push(l);
+            if !l.is_finite() {
+                rec.outcome = Outcome::ShortTermInfNan;
+                return Ok(rec);
+            }
+        }
+        if !finite(&tr.state) {
+            rec.outcome = Outcome::ShortTermInfNan;
+            return Ok(rec);
+        }
+        let acc = tr.evaluate(&tr.data.test)?;
+        let g_acc = golden.window_accuracy.iter().find(|(st, _)| *st == s).map(|x| x.1).expect("golden window");
+        rec.test_accuracy_delta = Some(acc - g_acc);
+        rec.outcome = spec.thresholds.classify(&losses, window, acc, g_acc);
+        Ok(rec)
+    }
+
+    /// Runs the campaign's `opts.shard` into `out`, calling `on_trial` after each trial (from
+    /// worker threads), and returns the summary of the records in `out`.
+    pub fn run(&self, out: &Path, opts: RunOptions, on_trial: impl Fn(&TrialRecord) + Sync) -> Result<Summary> {
+        let info_text = json_text(&self.info);
+        let ids: Vec<u64> = opts.shard.trials(self.info.trials).collect();
+        let done = open_output(out, &info_text, opts)?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(opts.threads.max(1))
+            .build()
+            .map_err(|e| FaultError::Inconsistent(format!("cannot start worker threads: {e}")))?;
+        let trainer = || {
+            let mut t = self.trainer();
+            if opts.mode == TrialMode::CycleLevel {
+                t.exec.mode = ExecMode::CycleLevel;
+            }
+            Mutex::new(t)
+        };
+        let trainers: Vec<Mutex<Trainer>> = (0..pool.current_num_threads()).map(|_| trainer()).collect();
+        let records_path = out.join("records.jsonl");
+        let mut records = OpenOptions::new().append(true).open(&records_path).map_err(FaultError::io(&records_path))?;
+        let timing_path = out.join("timing.jsonl");
+        let mut timing = OpenOptions::new().append(true).open(&timing_path).map_err(FaultError::io(&timing_path))?;
+        let chunk = CHUNK_PER_THREAD * pool.current_num_threads();
+        for ids in ids[done.min(ids.len())..].chunks(chunk) {
+            let results: Vec<Result<(TrialRecord, f64)>> = pool.install(|| {
+                ids.par_iter()
+                    .map(|&t| {
+                        let i = rayon::current_thread_index().unwrap_or(0);
+                        let mut tr = trainers[i].lock().unwrap_or_else(|e| e.into_inner());
+                        let clock = Instant::now();
+                        let rec = self.trial(&mut tr, t)?;
+                        let secs = clock.elapsed().as_secs_f64();
+                        on_trial(&rec);
+                        Ok((rec, secs))
+                    })
+                    .collect()
+            });
+            let (mut lines, mut times) = (String::new(), String::new());
+            for r in results {
+                let (rec, secs) = r?;
+                lines.push_str(&serde_json::to_string(&rec).expect("records serialise"));
+                lines.push('\n');
+                times.push_str(&format!("{{\"trial\":{},\"wall_us\":{}}}\n", rec.trial, (secs * 1e6).round() as u64));
+            }
+            records.write_all(lines.as_bytes()).map_err(FaultError::io(&records_path))?;
+            records.sync_data().map_err(FaultError::io(&records_path))?;
+            timing.write_all(times.as_bytes()).map_err(FaultError::io(&timing_path))?;
+        }
+        finish(out)
+    }
+}
+
+/// The fault model's name in records.
+fn model_name(m: FaultModel) -> String {
+    match m {
+        FaultModel::Flip => "flip".into(),
+        FaultModel::MultiBit { bits, along } => format!("multibit{bits}-{along:?}").to_lowercase(),
+        FaultModel::StuckAt { value, cycles } => format!("stuck{value}-{cycles}cycles"),
+    }
+}
+
+/// Pretty JSON with a final newline.
+fn json_text<T: Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).expect("campaign files serialise") + "\n"
+}
+
+/// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half.
+fn write_atomic(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, text).map_err(FaultError::io(&tmp))?;
+    fs::rename(&tmp, path).map_err(FaultError::io(path))
+}
+
+/// The lines of `path` that are complete (end in a newline) and the byte length they span;
+/// a missing file has none.
+fn complete_lines(path: &Path) -> Result<(Vec<String>, u64)> {
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(FaultError::io(path)(e)),
+    };
+    let (mut lines, mut len, mut r) = (Vec::new(), 0u64, BufReader::new(f));
+    loop {
+        let mut line = String::new();
+        let n = r.read_line(&mut line).map_err(FaultError::io(path))?;
+        if n == 0 || !line.ends_with('\n') {
+            return Ok((lines, len));
+        }
+        len += n as u64;
+        line.pop();
+        lines.push(line);
+    }
+}
+
+/// The trial id of a record line.
+fn trial_of(line: &str) -> Option<u64> {
+    serde_json::from_str::<RecordKey>(line).ok().map(|k| k.trial)
+}
+
+/// Prepares `out` for a run and returns the number of this shard's trials already recorded:
+/// a fresh directory gets `campaign.json` (and `shard.json` for a slice); `--resume` checks
+/// both match and keeps the records that are this shard's first trials in order, cutting a
+/// half-written last line.
+fn open_output(out: &Path, info_text: &str, opts: RunOptions) -> Result<usize> {
+    fs::create_dir_all(out).map_err(FaultError::io(out))?;
+    let info_path = out.join("campaign.json");
+    let shard_path = out.join("shard.json");
+    let shard_text = (opts.shard != Shard::ALL).then(|| json_text(&opts.shard));
+    let records_path = out.join("records.jsonl");
+    match fs::read_to_string(&info_path) {
+        Ok(existing) => {
+            if !opts.resume {
+                return Err(FaultError::Output {
+                    path: out.into(),
+                    why: "holds a campaign already: pass --resume to continue it, or choose another --out".into(),
+                });
+            }
+            if existing != info_text {
+                return Err(FaultError::Output {
+                    path: info_path,
+                    why: "records a different campaign (spec, machine or golden run differ); choose another --out"
+                        .into(),
+                });
+            }
+            let existing_shard = fs::read_to_string(&shard_path).ok();
+            if existing_shard != shard_text {
+                let was = existing_shard
+                    .and_then(|t| serde_json::from_str::<Shard>(&t).ok())
+                    .map_or("the whole campaign".to_string(), |s| format!("shard {}/{}", s.index, s.count));
+                return Err(FaultError::Output {
+                    path: out.into(),
+                    why: format!("was run as {was}; resume it as that"),
+                });
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if records_path.exists() {
+                return Err(FaultError::Output {
+                    path: records_path,
+                    why: "exists without campaign.json; choose another --out".into(),
+                });
+            }
+            if let Some(t) = &shard_text {
+                write_atomic(&shard_path, t)?;
+            }
+            write_atomic(&info_path, info_text)?;
+        }
+        Err(e) => return Err(FaultError::io(&info_path)(e)),
+    }
+    let (lines, len) = complete_lines(&records_path)?;
+    let trials: u64 = serde_json::from_str::<CampaignInfo>(info_text).map(|i| i.trials).unwrap_or(0);
+    let expected = opts.shard.trials(trials);
+    let kept = lines.iter().zip(expected).take_while(|(l, t)| trial_of(l) == Some(*t)).count();
+    let keep_len: u64 = lines[..kept].iter().map(|l| l.len() as u64 + 1).sum();
+    debug_assert!(keep_len <= len);
+    let f = OpenOptions::new().create(true).append(true).open(&records_path).map_err(FaultError::io(&records_path))?;
+    f.set_len(keep_len).map_err(FaultError::io(&records_path))?;
+    // Timing lines of trials not kept go; the rest stay.
+    let timing_path = out.join("timing.jsonl");
+    let (times, _) = complete_lines(&timing_path)?;
+    let done: std::collections::BTreeSet<u64> = lines[..kept].iter().filter_map(|l| trial_of(l)).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let kept_times: String = times
+        .iter()
+        .filter(|l| trial_of_timing(l).is_some_and(|t| done.contains(&t) && seen.insert(t)))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    fs::write(&timing_path, kept_times).map_err(FaultError::io(&timing_path))?;
+    Ok(kept)
+}
+
+fn trial_of_timing(line: &str) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct T {
+        trial: u64,
+    }
+    serde_json::from_str::<T>(line).ok().map(|t| t.trial)
+}
+
+/// Reads `campaign.json` and `records.jsonl` of `dir`.
+fn read_dir(dir: &Path) -> Result<(String, CampaignInfo, Vec<String>)> {
+    let info_path = dir.join("campaign.json");
+    let text = fs::read_to_string(&info_path).map_err(FaultError::io(&info_path))?;
+    let info: CampaignInfo = serde_json::from_str(&text)
+        .map_err(|e| FaultError::Output { path: info_path.clone(), why: format!("not a campaign file: {e}") })?;
+    if info.schema != SCHEMA {
+        return Err(FaultError::Output {
+            path: info_path,
+            why: format!("schema {} (this faultline reads schema {SCHEMA})", info.schema),
+        });
+    }
+    let (lines, _) = complete_lines(&dir.join("records.jsonl"))?;
+    Ok((text, info, lines))
+}
+
+/// Parses record lines for the summary.
+fn keys(path: &Path, lines: &[String]) -> Result<Vec<RecordKey>> {
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| FaultError::Output {
+                path: path.into(),
+                why: format!("line {}: not a trial record: {e}", i + 1),
+            })
+        })
+        .collect()
+}
+
+/// Writes `summary.json` of the records in `out` and returns it.
+fn finish(out: &Path) -> Result<Summary> {
+    let (_, info, lines) = read_dir(out)?;
+    let summary = summarize(&info, &keys(&out.join("records.jsonl"), &lines)?);
+    write_atomic(&out.join("summary.json"), &json_text(&summary))?;
+    Ok(summary)
+}
+
+/// Combines the complete shard directories `shards` (one per slice `i/N`, any order) into
+/// `out`: the same `campaign.json`, `records.jsonl` and `summary.json` bytes one unsharded run
+/// writes (and the shards' `timing.jsonl`, in trial order).
+pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
+    let mut parts: BTreeMap<u64, (PathBuf, Vec<String>, Vec<String>)> = BTreeMap::new();
+    let mut first: Option<(String, CampaignInfo, u64)> = None;
+    for dir in shards {
+        let (text, info, lines) = read_dir(dir)?;
+        let shard_path = dir.join("shard.json");
+        let shard: Shard = match fs::read_to_string(&shard_path) {
+            Ok(t) => serde_json::from_str(&t)
+                .map_err(|e| FaultError::Output { path: shard_path.clone(), why: format!("not a shard file: {e}") })?,
+            Err(_) => Shard::ALL,
+        };
+        match &first {
+            None => first = Some((text, info, shard.count)),
+            Some((t, _, n)) => {
+                if *t != text {
+                    return Err(FaultError::Output {
+                        path: dir.join("campaign.json"),
+                        why: format!("differs from {}'s: the shards are of different campaigns", shards[0].display()),
+                    });
+                }
+                if *n != shard.count {
+                    return Err(FaultError::Output {
+                        path: shard_path,
+                        why: format!("is a slice of {} shards, {} of {n}", shard.count, shards[0].display()),
+                    });
+                }
+            }
+        }
+        let trials = first.as_ref().map_or(0, |f| f.1.trials);
+        let expected: Vec<u64> = shard.trials(trials).collect();
+        let got: Vec<Option<u64>> = lines.iter().map(|l| trial_of(l)).collect();
+        if got.len() != expected.len() || got.iter().zip(&expected).any(|(g, e)| *g != Some(*e)) {
+            return Err(FaultError::Output {
+                path: dir.clone(),
+                why: format!(
+                    "shard {}/{} is incomplete or out of order ({} of its {} trials recorded); run it with --resume first",
+                    shard.index,
+                    shard.count,
+                    lines.len(),
+                    expected.len()
+                ),
+            });
+        }
+        let (times, _) = complete_lines(&dir.join("timing.jsonl"))?;
+        if parts.insert(shard.index, (dir.clone(), lines, times)).is_some() {
+            return Err(FaultError::Output { path: dir.clone(), why: format!("shard {} is given twice", shard.index) });
+        }
+    }
+    let Some((text, info, count)) = first else {
+        return Err(FaultError::Output { path: out.into(), why: "no shard directories to merge".into() });
+    };
+    let missing: Vec<String> = (0..count).filter(|i| !parts.contains_key(i)).map(|i| format!("{i}/{count}")).collect();
+    if !missing.is_empty() {
+        return Err(FaultError::Output { path: out.into(), why: format!("shards missing: {}", missing.join(", ")) });
+    }
+    // Trial t is line t / N of shard t % N.
+    let mut records = String::new();
+    for t in 0..info.trials {
+        records.push_str(&parts[&(t % count)].1[(t / count) as usize]);
+        records.push('\n');
+    }
+    let mut times: Vec<(u64, &String)> =
+        parts.values().flat_map(|p| p.2.iter()).filter_map(|l| trial_of_timing(l).map(|t| (t, l))).collect();
+    times.sort_by_key(|x| x.0);
+    fs::create_dir_all(out).map_err(FaultError::io(out))?;
+    if out.join("records.jsonl").exists() {
+        return Err(FaultError::Output {
+            path: out.into(),
+            why: "holds records already; choose an empty --out".into(),
+        });
+    }
+    write_atomic(&out.join("campaign.json"), &text)?;
+    write_atomic(&out.join("records.jsonl"), &records)?;
+    write_atomic(&out.join("timing.jsonl"), &times.iter().map(|(_, l)| format!("{l}\n")).collect::<String>())?;
+    finish(out)
+}

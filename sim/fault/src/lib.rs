@@ -1,0 +1,31 @@
+//! Fault-injection campaigns during training: one hardware fault per trial, in a named bit at a
+//! chosen time of a training run, and what it did to training.
+//!
+//! * [`spec`]: the campaign file (`configs/campaign-*.ron`);
+//! * [`model`]: fault models (flips, multi-bit upsets, stuck-ats) and the bits a fault strikes;
+//! * [`sample`]: the (bit, cycle, step) space and the deterministic trial plan;
+//! * [`outcome`]: He et al.'s outcome taxonomy and the thresholds that separate outcomes;
+//! * [`campaign`]: the golden run, trials in parallel, resumable and sharded output, merge;
+//! * [`record`]: the files a campaign writes, and the summary;
+//! * [`stats`]: Wilson intervals and stratified estimates.
+//!
+//! **Architecture invariant:** this crate decides what to inject and how to judge it; how a
+//! fault acts on the machine is `train` and `hw`'s business. Records are a function of the spec
+//! and the trial id alone: threads, shards and resumption never change a byte.
+
+#![warn(missing_docs)]
+
+pub mod campaign;
+pub mod error;
+pub mod model;
+pub mod outcome;
+pub mod record;
+pub mod sample;
+pub mod spec;
+pub mod stats;
+
+pub use campaign::{merge, Campaign, RunOptions, Shard, TrialMode};
+pub use error::{FaultError, Result};
+pub use outcome::{Outcome, Thresholds};
+pub use record::{Summary, TrialRecord};
+pub use spec::CampaignSpec;

@@ -1,0 +1,140 @@
+//! Fault models: the bits one fault strikes and how, from a sampled anchor (a bit of an
+//! element of a class at a cycle of a step).
+
+use crate::error::{FaultError, Result};
+use crate::spec::{Along, FaultModel};
+use faultline_hw::{HwConfig, SiteClass};
+use faultline_num::BitFault;
+use faultline_train::StepFault;
+use std::path::Path;
+
+/// Where a trial's fault is anchored: bit `bit` of element `elem` of a class, at `cycle` of
+/// training step `step`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Anchor {
+    /// The class.
+    pub class: SiteClass,
+    /// Element (PE, lane, word) as [`SiteClass::site_at`] numbers them.
+    pub elem: u64,
+    /// Bit within the element's register or word.
+    pub bit: u32,
+    /// Training step (1-based).
+    pub step: u64,
+    /// Cycle within the step.
+    pub cycle: u64,
+}
+
+/// Elements in one row of `class` (the neighbours of an element): a PE row, or all lanes or
+/// words.
+fn row_len(hw: &HwConfig, class: SiteClass) -> u64 {
+    let d = class.dims(hw);
+    if d[1] > 1 {
+        d[1] as u64
+    } else {
+        class.elements(hw)
+    }
+}
+
+impl FaultModel {
+    /// Bits one fault strikes.
+    pub fn bits(self) -> u32 {
+        match self {
+            FaultModel::MultiBit { bits, .. } => bits,
+            _ => 1,
+        }
+    }
+
+    /// Checks that every selected class can take this fault (a `k`-bit upset needs `k` bits per
+    /// word or `k` elements per row).
+    pub fn check(self, hw: &HwConfig, classes: &[SiteClass], file: &Path) -> Result<()> {
+        let FaultModel::MultiBit { bits, along } = self else { return Ok(()) };
+        for &c in classes {
+            let (room, what) = match along {
+                Along::Bits => (c.width(hw) as u64, "bits per element"),
+                Along::Elements => (row_len(hw, c), "elements per row"),
+            };
+            if (bits as u64) > room {
+                return Err(FaultError::Invalid {
+                    file: file.into(),
+                    field: "fault.bits".into(),
+                    value: bits.to_string(),
+                    allowed: format!("at most {room}: class {c} has {room} {what}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The bits struck, all at the anchor's step and cycle. Neighbours extend up from the
+    /// anchor (higher bits, or the next elements along the row) and shift down where they
+    /// would pass the register's or row's end, so every bit of the class is struck by the same
+    /// number of anchors except near the ends.
+    pub fn upset(self, hw: &HwConfig, a: &Anchor) -> Vec<StepFault> {
+        let fault = |elem: u64, bit: u32, kind: BitFault, duration: u64| {
+            let idx = elem * a.class.width(hw) as u64 + bit as u64;
+            let site = a.class.site_at(hw, idx).expect("anchors lie inside their class");
+            StepFault { kind, site, step: a.step, cycle: a.cycle, duration }
+        };
+        match self {
+            FaultModel::Flip => vec![fault(a.elem, a.bit, BitFault::Flip, 1)],
+            FaultModel::StuckAt { value, cycles } => {
+                let kind = if value == 0 { BitFault::StuckAt0 } else { BitFault::StuckAt1 };
+                vec![fault(a.elem, a.bit, kind, cycles)]
+            }
+            FaultModel::MultiBit { bits, along: Along::Bits } => {
+                let first = a.bit.min(a.class.width(hw) - bits);
+                (first..first + bits).map(|b| fault(a.elem, b, BitFault::Flip, 1)).collect()
+            }
+            FaultModel::MultiBit { bits, along: Along::Elements } => {
+                let row = row_len(hw, a.class);
+                let (base, at) = (a.elem / row * row, a.elem % row);
+                let first = at.min(row - bits as u64);
+                (first..first + bits as u64).map(|e| fault(base + e, a.bit, BitFault::Flip, 1)).collect()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faultline_hw::{Dataflow, Register, Unit};
+    use faultline_num::Precision;
+
+    fn hw() -> HwConfig {
+        HwConfig::test_config(4, 6, Dataflow::WeightStationary, Precision::Bf16Fp32)
+    }
+
+    fn class(unit: Unit, register: Register) -> SiteClass {
+        SiteClass::all(&hw()).into_iter().find(|c| c.unit == unit && c.register == register).unwrap()
+    }
+
+    #[test]
+    fn upsets_strike_neighbours_inside_the_register_and_row() {
+        let hw = hw();
+        let psum = class(Unit::Mxu, Register::Psum);
+        // PE (1, 5) is the last of its row of 6: a 3-PE upset shifts left to columns 3..=5.
+        let a = Anchor { class: psum, elem: 11, bit: 31, step: 2, cycle: 7 };
+        let up = FaultModel::MultiBit { bits: 3, along: Along::Elements }.upset(&hw, &a);
+        let names: Vec<String> = up.iter().map(|f| f.site.to_string()).collect();
+        assert_eq!(names, ["mxu.pe[1][3].psum[31]", "mxu.pe[1][4].psum[31]", "mxu.pe[1][5].psum[31]"]);
+        // Bit 31 of a 32-bit sum: two adjacent bits are 30 and 31.
+        let up = FaultModel::MultiBit { bits: 2, along: Along::Bits }.upset(&hw, &a);
+        let names: Vec<String> = up.iter().map(|f| f.site.to_string()).collect();
+        assert_eq!(names, ["mxu.pe[1][5].psum[30]", "mxu.pe[1][5].psum[31]"]);
+        assert!(up.iter().all(|f| (f.step, f.cycle, f.kind) == (2, 7, BitFault::Flip)));
+        let up = FaultModel::StuckAt { value: 1, cycles: 9 }.upset(&hw, &a);
+        assert_eq!((up[0].kind, up[0].duration), (BitFault::StuckAt1, 9));
+    }
+
+    #[test]
+    fn upsets_wider_than_a_class_are_refused() {
+        let hw = hw();
+        let tile = class(Unit::Seq, Register::TileCounter);
+        let e = FaultModel::MultiBit { bits: 2, along: Along::Elements }
+            .check(&hw, &[tile], Path::new("c.ron"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "c.ron: field `fault.bits` = 2: at most 1: class seq.tile has 1 elements per row");
+    }
+}

@@ -1,0 +1,208 @@
+//! What a fault did to training: the outcome taxonomy of He et al., *Understanding and
+//! Mitigating Hardware Failures in Deep Learning Training Systems* (ISCA 2023), with the
+//! operational definitions Faultline uses.
+//!
+//! A trial restores the golden run's state before the injection step `s`, runs step `s` with
+//! the fault (hybrid: the faulted instruction at register level, the rest functionally) and
+//! compares with the golden run:
+//!
+//! | outcome | definition |
+//! |---|---|
+//! | `HwMasked` | the faulted instruction's outputs are bit-identical to golden (the fault never left the hardware), or the (bit, cycle) is provably dead |
+//! | `Masked` | outputs differ, but the training state (parameters, optimizer state) after step `s` is bit-identical to golden |
+//! | `ImmediateInfNan` | step `s`'s loss or the state after it is not finite |
+//! | `ShortTermInfNan` | a loss or the state turns non-finite within the follow-up window |
+//! | `SharpDegrade` | a *loss jump* that does not recover within the window |
+//! | `SharpSlowDegrade` | a loss jump whose loss recovers, but test accuracy at the window's end stays down |
+//! | `SlowDegrade` | no jump; the loss at the window's end has not recovered |
+//! | `LowTestAccuracy` | no jump; the loss recovers but test accuracy does not |
+//! | `Benign` | the state differs, yet loss and test accuracy at the window's end are within tolerance |
+//!
+//! With the [`Thresholds`]: a *loss jump* is a follow-up loss, in the first `jump_within` steps,
+//! above `(1 + jump) x` golden's loss on the same step; the loss *recovers* when its mean over
+//! the window's last `recover_over` steps is at most `(1 + loss_tolerance) x` golden's mean
+//! there; test accuracy *stays down* when it is more than `accuracy_drop` (absolute) below
+//! golden's at the window's end.
+
+use crate::error::{FaultError, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::Path;
+
+/// What one fault did to training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Never left the hardware.
+    HwMasked,
+    /// Left the instruction, masked by training before the state changed.
+    Masked,
+    /// The state changed; loss and accuracy within tolerance at the window's end.
+    Benign,
+    /// Non-finite loss or state in the injection step.
+    ImmediateInfNan,
+    /// Non-finite loss or state within the follow-up window.
+    ShortTermInfNan,
+    /// A loss jump that does not recover.
+    SharpDegrade,
+    /// A loss jump that recovers in loss but not in test accuracy.
+    SharpSlowDegrade,
+    /// No jump; the loss has not recovered by the window's end.
+    SlowDegrade,
+    /// No jump; the loss recovered but test accuracy did not.
+    LowTestAccuracy,
+}
+
+impl Outcome {
+    /// Every outcome, from most to least benign.
+    pub const ALL: [Outcome; 9] = [
+        Outcome::HwMasked,
+        Outcome::Masked,
+        Outcome::Benign,
+        Outcome::ImmediateInfNan,
+        Outcome::ShortTermInfNan,
+        Outcome::SharpDegrade,
+        Outcome::SharpSlowDegrade,
+        Outcome::SlowDegrade,
+        Outcome::LowTestAccuracy,
+    ];
+
+    /// The name in records and summaries.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Outcome::HwMasked => "HwMasked",
+            Outcome::Masked => "Masked",
+            Outcome::Benign => "Benign",
+            Outcome::ImmediateInfNan => "ImmediateInfNan",
+            Outcome::ShortTermInfNan => "ShortTermInfNan",
+            Outcome::SharpDegrade => "SharpDegrade",
+            Outcome::SharpSlowDegrade => "SharpSlowDegrade",
+            Outcome::SlowDegrade => "SlowDegrade",
+            Outcome::LowTestAccuracy => "LowTestAccuracy",
+        }
+    }
+
+    /// The fault changed the training state (anything but `HwMasked` and `Masked`): what the
+    /// per-bit vulnerability counts.
+    pub const fn unmasked(self) -> bool {
+        !matches!(self, Outcome::HwMasked | Outcome::Masked)
+    }
+
+    /// Training failed: non-finite values or a degraded model (not masked, not benign).
+    pub const fn failure(self) -> bool {
+        self.unmasked() && !matches!(self, Outcome::Benign)
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The thresholds that separate outcomes (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Thresholds {
+    /// A loss jump: a follow-up loss above `(1 + jump) x` golden's.
+    pub jump: f64,
+    /// Follow-up steps in which a jump counts as sharp (from the step after injection).
+    pub jump_within: u64,
+    /// The loss recovered: its mean over the last `recover_over` steps is at most
+    /// `(1 + loss_tolerance) x` golden's.
+    pub loss_tolerance: f64,
+    /// Steps at the end of the window the recovery is judged over.
+    pub recover_over: u64,
+    /// Test accuracy stays down: more than this (absolute, 0..1) below golden's.
+    pub accuracy_drop: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds { jump: 1.0, jump_within: 2, loss_tolerance: 0.05, recover_over: 5, accuracy_drop: 0.02 }
+    }
+}
+
+impl Thresholds {
+    /// Checks ranges against a follow-up window of `follow_up` steps.
+    pub fn validate(&self, file: &Path, follow_up: u64) -> Result<()> {
+        let bad = |field: &str, value: String, allowed: String| {
+            Err(FaultError::Invalid { file: file.into(), field: format!("thresholds.{field}"), value, allowed })
+        };
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        if !positive(self.jump) {
+            return bad("jump", self.jump.to_string(), "a positive number (0.5: 50% above golden)".into());
+        }
+        if !positive(self.loss_tolerance) {
+            return bad("loss_tolerance", self.loss_tolerance.to_string(), "a positive number".into());
+        }
+        if !(self.accuracy_drop.is_finite() && (0.0..1.0).contains(&self.accuracy_drop)) {
+            return bad("accuracy_drop", self.accuracy_drop.to_string(), "a number in [0, 1)".into());
+        }
+        if !(1..=follow_up).contains(&self.jump_within) {
+            return bad("jump_within", self.jump_within.to_string(), format!("1..={follow_up} (the follow-up window)"));
+        }
+        if !(1..=follow_up).contains(&self.recover_over) {
+            return bad(
+                "recover_over",
+                self.recover_over.to_string(),
+                format!("1..={follow_up} (the follow-up window)"),
+            );
+        }
+        Ok(())
+    }
+
+    /// The outcome of a trial whose state differs from golden and stayed finite through the
+    /// window: `losses[k]` and `golden[k]` are the losses of follow-up step `k` (equal
+    /// lengths), `accuracy` and `golden_accuracy` the test accuracies at the window's end.
+    pub fn classify(&self, losses: &[f64], golden: &[f64], accuracy: f64, golden_accuracy: f64) -> Outcome {
+        let within = (self.jump_within as usize).min(losses.len());
+        let jump = losses[..within].iter().zip(golden).any(|(l, g)| *l > g * (1.0 + self.jump));
+        let tail = |v: &[f64]| {
+            let k = (self.recover_over as usize).clamp(1, v.len().max(1));
+            v[v.len() - k..].iter().sum::<f64>() / k as f64
+        };
+        let recovered = tail(losses) <= tail(golden) * (1.0 + self.loss_tolerance);
+        let accurate = golden_accuracy - accuracy <= self.accuracy_drop;
+        match (jump, recovered, accurate) {
+            (true, false, _) => Outcome::SharpDegrade,
+            (true, true, false) => Outcome::SharpSlowDegrade,
+            (false, false, _) => Outcome::SlowDegrade,
+            (false, true, false) => Outcome::LowTestAccuracy,
+            (_, true, true) => Outcome::Benign,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification_follows_the_definitions() {
+        let t = Thresholds::default();
+        let golden = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5];
+        // Jump at the first follow-up step (2.5 > 2 x 1.0), never recovers.
+        assert_eq!(t.classify(&[2.5, 2.4, 2.3, 2.2, 2.1, 2.0], &golden, 0.5, 0.9), Outcome::SharpDegrade);
+        // Jump, loss back within 5%, accuracy down 10 points.
+        let back = [2.5, 0.9, 0.8, 0.7, 0.6, 0.5];
+        assert_eq!(t.classify(&back, &golden, 0.8, 0.9), Outcome::SharpSlowDegrade);
+        assert_eq!(t.classify(&back, &golden, 0.89, 0.9), Outcome::Benign);
+        // A jump after `jump_within` steps is not sharp.
+        let long = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3];
+        assert_eq!(t.classify(&[1.0, 0.9, 2.0, 0.7, 0.6, 0.5, 0.4, 0.3], &long, 0.9, 0.9), Outcome::Benign);
+        // The same jump inside the window's last 5 steps: the loss has not recovered.
+        assert_eq!(t.classify(&[1.0, 0.9, 0.8, 0.7, 2.0, 0.5, 0.4, 0.3], &long, 0.9, 0.9), Outcome::SlowDegrade);
+        // No jump, loss 20% above golden at the end.
+        assert_eq!(t.classify(&[1.1, 1.0, 1.0, 0.9, 0.8, 0.7], &golden, 0.9, 0.9), Outcome::SlowDegrade);
+        // No jump, loss recovered, accuracy 5 points down.
+        assert_eq!(t.classify(&golden, &golden, 0.85, 0.9), Outcome::LowTestAccuracy);
+        assert_eq!(t.classify(&golden, &golden, 0.9, 0.9), Outcome::Benign);
+    }
+
+    #[test]
+    fn thresholds_are_checked_against_the_window() {
+        let t = Thresholds { recover_over: 30, ..Thresholds::default() };
+        let e = t.validate(Path::new("c.ron"), 20).unwrap_err().to_string();
+        assert_eq!(e, "c.ron: field `thresholds.recover_over` = 30: 1..=20 (the follow-up window)");
+    }
+}

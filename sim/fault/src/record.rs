@@ -1,0 +1,269 @@
+//! The campaign's files, and the one place their schema lives:
+//! * `campaign.json` ([`CampaignInfo`]): the spec, the sampled space, the golden run;
+//! * `records.jsonl` ([`TrialRecord`]): one line per trial, in trial order;
+//! * `summary.json` ([`Summary`]): outcome counts per class with Wilson 95% intervals and the
+//!   vulnerability estimates, computed from the two files above alone, so a merge of shards
+//!   writes the same bytes as one run;
+//! * `timing.jsonl`: wall time per trial (kept apart: it differs from run to run).
+
+use crate::outcome::Outcome;
+use crate::spec::{CampaignSpec, Sampling};
+use crate::stats::{stratified, Estimate};
+use faultline_train::InjectionReport;
+use serde::{Deserialize, Serialize};
+
+/// Version of the record and summary schema; bumped on any change to their fields.
+pub const SCHEMA: u32 = 1;
+
+/// One selected class in `campaign.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassInfo {
+    /// Class pattern, e.g. `mxu.pe[*][*].psum`.
+    pub class: String,
+    /// Bits in the class.
+    pub bits: u64,
+    /// Bits per element.
+    pub width: u32,
+    /// Its share of the sampled space (bits over all selected bits).
+    pub weight: f64,
+    /// (bit, cycle) pairs of one step that may be live; the rest are provably dead.
+    pub live_bit_cycles: u128,
+}
+
+/// The fault-free run trials are compared with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Golden {
+    /// Loss of every step, 1-based step `s` at index `s - 1`.
+    pub losses: Vec<f64>,
+    /// Test accuracy at the end of each injection step's follow-up window: `(step, accuracy)`.
+    pub window_accuracy: Vec<(u64, f64)>,
+    /// Training-state checksum after the last step (identifies the run).
+    pub final_checksum: String,
+}
+
+/// `campaign.json`: what was run, identical for every shard of a campaign.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CampaignInfo {
+    /// Schema version.
+    pub schema: u32,
+    /// The spec as parsed (defaults filled in).
+    pub spec: CampaignSpec,
+    /// Machine config name.
+    pub hw: String,
+    /// Cycles of one training step.
+    pub cycles_per_step: u64,
+    /// Instructions of one training step.
+    pub instructions_per_step: usize,
+    /// Trials the plan runs.
+    pub trials: u64,
+    /// The selected classes.
+    pub classes: Vec<ClassInfo>,
+    /// The golden run.
+    pub golden: Golden,
+}
+
+/// One trial: the fault, where it landed, what it did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialRecord {
+    /// Schema version.
+    pub schema: u32,
+    /// Trial id (its sample is a function of the campaign seed and this).
+    pub trial: u64,
+    /// The fault: every bit struck, `KIND:SITE@step=S,cycle=C`, `+`-joined.
+    pub fault: String,
+    /// Its class pattern.
+    pub class: String,
+    /// Flip, stuck-at or multi-bit, as the spec's fault model names it.
+    pub model: String,
+    /// The anchor bit (within the element's register or word).
+    pub bit: u32,
+    /// The anchor element (PE, lane, word) as `faultline sites` numbers them.
+    pub element: u64,
+    /// Training step.
+    pub step: u64,
+    /// Cycle within the step.
+    pub cycle: u64,
+    /// Provably dead and not run (counted as `HwMasked`).
+    pub skipped: bool,
+    /// Provably dead, run anyway to check that it is masked.
+    pub verified_dead: bool,
+    /// What it did to training.
+    pub outcome: Outcome,
+    /// Where it landed and what it did to the faulted instruction's outputs (absent when
+    /// skipped).
+    pub injection: Option<InjectionReport>,
+    /// Loss minus golden loss, from the injection step through the follow-up window (empty
+    /// when the state after the injection step equals golden; stops at a non-finite loss).
+    pub loss_delta: Vec<f64>,
+    /// Test accuracy minus golden at the end of the window (absent unless the window ran to
+    /// its end).
+    pub test_accuracy_delta: Option<f64>,
+    /// Cycles of the faulted instruction, run at register level (0 for memory and sequencer
+    /// faults, whose effect is computed from the schedule).
+    pub register_level_cycles: u64,
+}
+
+/// The fields of a record the summary needs (reading records back tolerates the `null`s that
+/// JSON writes for non-finite errors elsewhere in a line).
+#[derive(Debug, Clone, Deserialize)]
+pub struct RecordKey {
+    /// Trial id.
+    pub trial: u64,
+    /// Class pattern.
+    pub class: String,
+    /// Anchor bit.
+    pub bit: u32,
+    /// Skipped as dead.
+    pub skipped: bool,
+    /// Dead, and run to check.
+    pub verified_dead: bool,
+    /// Outcome.
+    pub outcome: Outcome,
+}
+
+/// Count and fraction of one outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutcomeShare {
+    /// The outcome.
+    pub outcome: Outcome,
+    /// Its share of the trials, with the 95% interval.
+    pub share: Estimate,
+}
+
+/// Vulnerability of one bit position of a class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BitSummary {
+    /// Bit within the register or word.
+    pub bit: u32,
+    /// Trials anchored there that changed the training state.
+    pub unmasked: Estimate,
+}
+
+/// One class's results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassSummary {
+    /// Class pattern.
+    pub class: String,
+    /// Bits in the class.
+    pub bits: u64,
+    /// Its weight in combined estimates.
+    pub weight: f64,
+    /// Trials in it.
+    pub trials: u64,
+    /// Trials skipped as provably dead.
+    pub skipped_dead: u64,
+    /// Each outcome's share (every outcome listed, in [`Outcome::ALL`] order).
+    pub outcomes: Vec<OutcomeShare>,
+    /// Vulnerability (AVF) of the class: the share of trials that changed the training state.
+    pub unmasked: Estimate,
+    /// Share of trials in which training failed (non-finite or degraded).
+    pub failure: Estimate,
+    /// `fit_per_bit x bits x failure share`: the class's contribution to the training-failure
+    /// rate, when the spec gives a raw FIT per bit.
+    pub failure_fit: Option<f64>,
+    /// Vulnerability per bit position.
+    pub per_bit: Vec<BitSummary>,
+}
+
+/// A combined estimate over classes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Combined {
+    /// `pooled` (uniform or exhaustive sampling: the classes' trials pooled) or `stratified`
+    /// (class estimates weighted by their share of the space).
+    pub method: String,
+    /// The estimate.
+    pub p: f64,
+    /// Lower end of the 95% interval.
+    pub lo: f64,
+    /// Upper end of the 95% interval.
+    pub hi: f64,
+}
+
+/// `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Schema version.
+    pub schema: u32,
+    /// Campaign name.
+    pub campaign: String,
+    /// Trials recorded.
+    pub trials: u64,
+    /// Of which simulated (not skipped).
+    pub simulated: u64,
+    /// Skipped as provably dead (counted `HwMasked`).
+    pub skipped_dead: u64,
+    /// Dead trials run anyway, every one found `HwMasked`.
+    pub verified_dead: u64,
+    /// Each outcome's share over all trials (pooled).
+    pub outcomes: Vec<OutcomeShare>,
+    /// Vulnerability of the selected classes together.
+    pub unmasked: Combined,
+    /// Training-failure share of the selected classes together.
+    pub failure: Combined,
+    /// Per class.
+    pub classes: Vec<ClassSummary>,
+}
+
+/// The summary of `records` (any order) of the campaign `info`.
+pub fn summarize(info: &CampaignInfo, records: &[RecordKey]) -> Summary {
+    let shares = |rs: &[&RecordKey]| -> Vec<OutcomeShare> {
+        let n = rs.len() as u64;
+        Outcome::ALL
+            .iter()
+            .map(|&o| OutcomeShare {
+                outcome: o,
+                share: Estimate::of(rs.iter().filter(|r| r.outcome == o).count() as u64, n),
+            })
+            .collect()
+    };
+    let count = |rs: &[&RecordKey], f: fn(Outcome) -> bool| {
+        Estimate::of(rs.iter().filter(|r| f(r.outcome)).count() as u64, rs.len() as u64)
+    };
+    let classes: Vec<ClassSummary> = info
+        .classes
+        .iter()
+        .map(|c| {
+            let rs: Vec<&RecordKey> = records.iter().filter(|r| r.class == c.class).collect();
+            let failure = count(&rs, Outcome::failure);
+            let per_bit = (0..c.width)
+                .filter_map(|b| {
+                    let at: Vec<&RecordKey> = rs.iter().copied().filter(|r| r.bit == b).collect();
+                    (!at.is_empty()).then(|| BitSummary { bit: b, unmasked: count(&at, Outcome::unmasked) })
+                })
+                .collect();
+            ClassSummary {
+                class: c.class.clone(),
+                bits: c.bits,
+                weight: c.weight,
+                trials: rs.len() as u64,
+                skipped_dead: rs.iter().filter(|r| r.skipped).count() as u64,
+                outcomes: shares(&rs),
+                unmasked: count(&rs, Outcome::unmasked),
+                failure,
+                failure_fit: info.spec.fit_per_bit.map(|fit| fit * c.bits as f64 * failure.p),
+                per_bit,
+            }
+        })
+        .collect();
+    let all: Vec<&RecordKey> = records.iter().collect();
+    let combine = |f: fn(&ClassSummary) -> Estimate, pooled: Estimate| match info.spec.sampling {
+        Sampling::Stratified { .. } => {
+            let strata: Vec<(f64, Estimate)> = classes.iter().map(|c| (c.weight, f(c))).collect();
+            let (p, lo, hi) = stratified(&strata);
+            Combined { method: "stratified".into(), p, lo, hi }
+        }
+        _ => Combined { method: "pooled".into(), p: pooled.p, lo: pooled.lo, hi: pooled.hi },
+    };
+    Summary {
+        schema: SCHEMA,
+        campaign: info.spec.name.clone(),
+        trials: records.len() as u64,
+        simulated: records.iter().filter(|r| !r.skipped).count() as u64,
+        skipped_dead: records.iter().filter(|r| r.skipped).count() as u64,
+        verified_dead: records.iter().filter(|r| r.verified_dead).count() as u64,
+        outcomes: shares(&all),
+        unmasked: combine(|c| c.unmasked, count(&all, Outcome::unmasked)),
+        failure: combine(|c| c.failure, count(&all, Outcome::failure)),
+        classes,
+    }
+}

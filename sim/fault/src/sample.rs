@@ -1,0 +1,188 @@
+//! The space a campaign samples, (bit, cycle, step) over its site classes, and the trial plan:
+//! trial `t`'s anchor is a pure function of the campaign seed and `t` (ChaCha8), so any shard,
+//! thread or resumed run draws the same faults.
+
+use crate::error::{FaultError, Result};
+use crate::model::Anchor;
+use crate::spec::{Sampling, MAX_TRIALS};
+use faultline_graph::StepSchedule;
+use faultline_hw::sites::glob_match;
+use faultline_hw::{HwConfig, SiteClass};
+use faultline_train::space::{windows, LiveWindow};
+use faultline_train::{Executor, StepFault};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::path::Path;
+
+/// One selected class: its bits and the windows in which they may be live.
+#[derive(Debug, Clone)]
+pub struct ClassSpace {
+    /// The class.
+    pub class: SiteClass,
+    /// Bits in it.
+    pub bits: u64,
+    /// Its possibly live (element, cycle) windows in a step ([`faultline_train::space`]).
+    pub live: Vec<LiveWindow>,
+}
+
+/// The sampled space: the selected classes over every injection step's cycles.
+#[derive(Debug, Clone)]
+pub struct Space {
+    /// Selected classes, in `faultline sites` order.
+    pub classes: Vec<ClassSpace>,
+    /// Injection steps.
+    pub steps: Vec<u64>,
+    /// Cycles of one step (every step runs the same program).
+    pub cycles: u64,
+    /// How trials are drawn.
+    pub sampling: Sampling,
+    /// Campaign seed.
+    pub seed: u64,
+}
+
+impl Space {
+    /// The classes of `exec`'s machine that `globs` select (each glob must select one), over
+    /// `steps` of schedule `sched`. `file` names the spec in errors.
+    pub fn new(
+        exec: &Executor,
+        sched: &StepSchedule,
+        globs: &[String],
+        steps: Vec<u64>,
+        sampling: Sampling,
+        seed: u64,
+        file: &Path,
+    ) -> Result<Space> {
+        let hw = &exec.hw;
+        let all: Vec<SiteClass> = SiteClass::all(hw).into_iter().filter(|c| c.bit_count(hw) > 0).collect();
+        for g in globs {
+            if !all.iter().any(|c| glob_match(g, &c.pattern())) {
+                let names: Vec<String> = all.iter().map(|c| c.pattern()).collect();
+                return Err(FaultError::Invalid {
+                    file: file.into(),
+                    field: "sites".into(),
+                    value: format!("{g:?}"),
+                    allowed: format!("globs over the classes of {}: {}", hw.name, names.join(", ")),
+                });
+            }
+        }
+        let live = windows(exec, sched);
+        let classes = all
+            .into_iter()
+            .filter(|c| globs.iter().any(|g| glob_match(g, &c.pattern())))
+            .map(|class| ClassSpace {
+                class,
+                bits: class.bit_count(hw),
+                live: live.iter().filter(|w| w.class == class).cloned().collect(),
+            })
+            .collect();
+        let space = Space { classes, steps, cycles: sched.total_cycles, sampling, seed };
+        let trials = space.trials_unchecked();
+        if !(1..=MAX_TRIALS as u128).contains(&trials) {
+            return Err(FaultError::Invalid {
+                file: file.into(),
+                field: "sampling".into(),
+                value: format!("{sampling:?}"),
+                allowed: format!(
+                    "at most {MAX_TRIALS} trials; this plan has {trials} (Exhaustive enumerates every bit, cycle \
+                     and step: use Uniform or Stratified for large spaces)"
+                ),
+            });
+        }
+        Ok(space)
+    }
+
+    /// Total bits of the selected classes.
+    pub fn bits(&self) -> u64 {
+        self.classes.iter().map(|c| c.bits).sum()
+    }
+
+    /// Share of the sampled space that class `i` holds (its bits over all selected bits): the
+    /// class's weight in a combined estimate.
+    pub fn weight(&self, i: usize) -> f64 {
+        self.classes[i].bits as f64 / self.bits() as f64
+    }
+
+    fn trials_unchecked(&self) -> u128 {
+        match self.sampling {
+            Sampling::Exhaustive => self.bits() as u128 * self.cycles as u128 * self.steps.len() as u128,
+            Sampling::Uniform { n } => n as u128,
+            Sampling::Stratified { per_class } => per_class as u128 * self.classes.len() as u128,
+        }
+    }
+
+    /// Trials the plan runs.
+    pub fn trials(&self) -> u64 {
+        self.trials_unchecked() as u64
+    }
+
+    /// The index of the class anchor `a` lies in.
+    pub fn class_index(&self, a: &Anchor) -> usize {
+        self.classes.iter().position(|c| c.class == a.class).expect("anchors lie in selected classes")
+    }
+
+    /// Trial `t`'s anchor.
+    pub fn anchor(&self, hw: &HwConfig, t: u64) -> Anchor {
+        let at = |class: usize, idx: u64, step: usize, cycle: u64| {
+            let c = self.classes[class].class;
+            let w = c.width(hw) as u64;
+            Anchor { class: c, elem: idx / w, bit: (idx % w) as u32, step: self.steps[step], cycle }
+        };
+        // Within a class: a uniform bit, step and cycle.
+        let draw = |rng: &mut ChaCha8Rng, class: usize| {
+            let idx = rng.gen_range(0..self.classes[class].bits);
+            let step = rng.gen_range(0..self.steps.len());
+            at(class, idx, step, rng.gen_range(0..self.cycles))
+        };
+        match self.sampling {
+            Sampling::Exhaustive => {
+                // Class-major, then bit, step, cycle.
+                let per_bit = self.cycles * self.steps.len() as u64;
+                let (mut bit, rest) = (t / per_bit, t % per_bit);
+                let mut class = 0;
+                while bit >= self.classes[class].bits {
+                    bit -= self.classes[class].bits;
+                    class += 1;
+                }
+                at(class, bit, (rest / self.cycles) as usize, rest % self.cycles)
+            }
+            Sampling::Uniform { .. } => {
+                let mut rng = trial_rng(self.seed, t);
+                // A class with probability proportional to its bits: uniform over all bits.
+                let mut idx = rng.gen_range(0..self.bits());
+                let mut class = 0;
+                while idx >= self.classes[class].bits {
+                    idx -= self.classes[class].bits;
+                    class += 1;
+                }
+                let step = rng.gen_range(0..self.steps.len());
+                at(class, idx, step, rng.gen_range(0..self.cycles))
+            }
+            Sampling::Stratified { per_class } => draw(&mut trial_rng(self.seed, t), (t / per_class) as usize),
+        }
+    }
+
+    /// Whether every bit of an upset is provably dead for its whole duration: outside every
+    /// live window of its class.
+    pub fn dead(&self, hw: &HwConfig, upset: &[StepFault]) -> bool {
+        upset.iter().all(|f| {
+            let class = f.site.class();
+            let elem = class.element_of(hw, &f.site);
+            let (from, to) = (f.cycle, f.cycle.saturating_add(f.duration));
+            self.classes
+                .iter()
+                .filter(|c| c.class == class)
+                .flat_map(|c| &c.live)
+                .all(|w| !(w.elems.contains(&elem) && w.cycles.start < to && from < w.cycles.end))
+        })
+    }
+}
+
+/// The RNG of trial `t` of a campaign with seed `seed`: ChaCha8 keyed by both, independent of
+/// which thread, shard or run draws it.
+pub fn trial_rng(seed: u64, t: u64) -> ChaCha8Rng {
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8..16].copy_from_slice(&t.to_le_bytes());
+    key[16..24].copy_from_slice(b"faultln1");
+    ChaCha8Rng::from_seed(key)
+}

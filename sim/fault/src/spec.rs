@@ -1,0 +1,267 @@
+//! A campaign's definition: `configs/campaign-*.ron`, parsed with unknown fields refused and
+//! checked field by field, so a bad spec is reported as `file:line:col` (syntax, unknown or
+//! missing field) or `file: field ... = value: allowed values`.
+
+use crate::error::{FaultError, Result};
+use crate::outcome::Thresholds;
+use faultline_hw::budget::{read_text_capped, TEXT_FILE_LIMIT};
+use faultline_train::{MxuFormat, OptimizerKind, MAX_STEPS};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Largest number of trials one campaign may plan (its records stay a few GB at most).
+pub const MAX_TRIALS: u64 = 10_000_000;
+
+/// A fault-injection campaign during training.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CampaignSpec {
+    /// Name, shown in summaries and reports.
+    pub name: String,
+    /// Model definition (RON); a relative path is relative to the spec file's directory, so a
+    /// campaign runs the same from any working directory (a Slurm job's, say).
+    pub model: PathBuf,
+    /// Hardware config (RON), relative as `model` is.
+    pub hw: PathBuf,
+    /// Training settings, as `faultline train` takes them.
+    #[serde(default)]
+    pub train: TrainSettings,
+    /// Steps the golden (fault-free) run trains; every injection step plus the follow-up
+    /// window must fit in it.
+    pub golden_steps: u64,
+    /// Training steps (1-based) faults strike in; a trial picks one.
+    pub inject_steps: Steps,
+    /// Site classes to inject into: globs over the class patterns `faultline sites` prints,
+    /// e.g. `mxu.pe[*][*].psum`, `mxu.*`, `ub.word[*]`.
+    pub sites: Vec<String>,
+    /// What one fault does.
+    pub fault: FaultModel,
+    /// How trials are drawn from the (bit, cycle) space.
+    pub sampling: Sampling,
+    /// Count (bit, cycle) pairs the program proves dead as hardware-masked without running them.
+    #[serde(default = "yes")]
+    pub skip_dead: bool,
+    /// Run one in this many skipped trials anyway and check it is hardware-masked (0: none).
+    #[serde(default = "verify_every")]
+    pub verify_dead_every: u64,
+    /// Steps trained after the injection step (functionally) before classifying.
+    pub follow_up: u64,
+    /// Outcome thresholds.
+    #[serde(default)]
+    pub thresholds: Thresholds,
+    /// Seed of trial sampling (training keeps its own `train.seed`).
+    pub seed: u64,
+    /// Raw failure rate per bit (FIT: failures per 10^9 device-hours), for reports.
+    #[serde(default)]
+    pub fit_per_bit: Option<f64>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn verify_every() -> u64 {
+    50
+}
+
+/// Training settings of the golden run and every trial.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainSettings {
+    /// Minibatch size.
+    pub batch: usize,
+    /// Optimizer: `sgd`, `momentum` or `adam`.
+    pub optimizer: OptimizerKind,
+    /// Learning rate (`None`: the optimizer's default).
+    pub lr: Option<f64>,
+    /// MXU input format, `bf16` or `fp32` (`None`: the config's).
+    pub precision: Option<MxuFormat>,
+    /// Seed of initialisation, data split and batch order.
+    pub seed: u64,
+    /// Data directory as `faultline train --data` takes it, relative as `model` is (`None`:
+    /// the shipped dataset).
+    pub data: Option<PathBuf>,
+}
+
+impl Default for TrainSettings {
+    fn default() -> Self {
+        TrainSettings { batch: 32, optimizer: OptimizerKind::Sgd, lr: None, precision: None, seed: 1, data: None }
+    }
+}
+
+/// Training steps, as a list or an inclusive range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Steps {
+    /// These steps.
+    List(Vec<u64>),
+    /// `first..=last`.
+    Range {
+        /// First step.
+        first: u64,
+        /// Last step.
+        last: u64,
+    },
+}
+
+impl Steps {
+    /// The steps, ascending, without repeats.
+    pub fn steps(&self) -> Vec<u64> {
+        let mut v = match self {
+            Steps::List(v) => v.clone(),
+            Steps::Range { first, last } => (*first..=*last).collect(),
+        };
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+}
+
+/// What one injected fault does to its bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FaultModel {
+    /// A single-bit transient: the bit flips for one cycle.
+    Flip,
+    /// A multi-bit upset at one cycle: `bits` adjacent bits of one register or word
+    /// (`along: Bits`), or the same bit of `bits` adjacent elements (PEs along a row, lanes,
+    /// words; `along: Elements`).
+    MultiBit {
+        /// Bits flipped (>= 2).
+        bits: u32,
+        /// Which neighbours.
+        along: Along,
+    },
+    /// The bit held at `value` for `cycles` cycles from the fault's cycle (a register's
+    /// stuck-at acts within the instruction it starts in).
+    StuckAt {
+        /// 0 or 1.
+        value: u8,
+        /// Cycles (>= 1).
+        cycles: u64,
+    },
+}
+
+/// The neighbours a multi-bit upset spreads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Along {
+    /// Adjacent bits of the same register or word.
+    Bits,
+    /// The same bit of adjacent elements.
+    Elements,
+}
+
+/// How trials are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Sampling {
+    /// Every (bit, cycle, step) of the selected classes (small spaces only).
+    Exhaustive,
+    /// `n` trials uniform over (bit, cycle, step) of the selected classes: the fraction of
+    /// unmasked outcomes estimates their per-bit vulnerability without bias.
+    Uniform {
+        /// Trials.
+        n: u64,
+    },
+    /// `per_class` uniform trials in each selected class; class estimates combine with each
+    /// class's share of the space as its weight.
+    Stratified {
+        /// Trials per class.
+        per_class: u64,
+    },
+}
+
+impl CampaignSpec {
+    /// Reads and parses a spec file and checks the fields that need no model or machine.
+    pub fn load(path: &Path) -> Result<CampaignSpec> {
+        let text = read_text_capped(path, TEXT_FILE_LIMIT).map_err(FaultError::io(path))?;
+        Self::from_ron(&text, path)
+    }
+
+    /// Parses RON text; `file` names it in errors.
+    pub fn from_ron(text: &str, file: &Path) -> Result<CampaignSpec> {
+        let spec: CampaignSpec = ron::from_str(text).map_err(|e| FaultError::Parse {
+            file: file.to_path_buf(),
+            line: e.span.start.line,
+            col: e.span.start.col,
+            message: e.code.to_string(),
+        })?;
+        spec.validate(file)?;
+        Ok(spec)
+    }
+
+    /// `path` as written in the spec file `file`: relative paths are relative to its directory.
+    pub fn resolve(&self, file: &Path, path: &Path) -> PathBuf {
+        match file.parent() {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path.to_path_buf(),
+        }
+    }
+
+    /// Value checks the types cannot express.
+    pub fn validate(&self, file: &Path) -> Result<()> {
+        let bad = |field: &str, value: String, allowed: &str| {
+            Err(FaultError::Invalid { file: file.into(), field: field.into(), value, allowed: allowed.into() })
+        };
+        if self.name.is_empty() || self.name.chars().any(char::is_control) || self.name.len() > 200 {
+            return bad("name", format!("{:?}", self.name), "1 to 200 characters, no control characters");
+        }
+        if !(1..=1 << 24).contains(&self.train.batch) {
+            return bad("train.batch", self.train.batch.to_string(), "an integer in 1..=16777216");
+        }
+        if let Some(lr) = self.train.lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
+            return bad("train.lr", lr.to_string(), "a positive finite number, or None for the optimizer's default");
+        }
+        if !(1..=MAX_STEPS).contains(&self.golden_steps) {
+            return bad("golden_steps", self.golden_steps.to_string(), &format!("an integer in 1..={MAX_STEPS}"));
+        }
+        if self.follow_up == 0 {
+            return bad("follow_up", "0".into(), "at least 1 step (outcomes are judged over it)");
+        }
+        let steps = self.inject_steps.steps();
+        if let Steps::Range { first, last } = self.inject_steps {
+            if first > last {
+                return bad("inject_steps", format!("Range(first: {first}, last: {last})"), "first <= last");
+            }
+        }
+        match (steps.first(), steps.last()) {
+            (Some(&0), _) => return bad("inject_steps", "0".into(), "steps count from 1"),
+            (None, _) => return bad("inject_steps", "[]".into(), "at least one step"),
+            (_, Some(&last)) if last.saturating_add(self.follow_up) > self.golden_steps => {
+                return bad(
+                    "inject_steps",
+                    last.to_string(),
+                    &format!(
+                        "steps whose follow-up ({} steps) ends within golden_steps ({}): at most {}",
+                        self.follow_up,
+                        self.golden_steps,
+                        self.golden_steps.saturating_sub(self.follow_up)
+                    ),
+                )
+            }
+            _ => {}
+        }
+        if self.sites.is_empty() {
+            return bad("sites", "[]".into(), "at least one site-class glob, e.g. \"mxu.pe[*][*].psum\"");
+        }
+        match self.fault {
+            FaultModel::MultiBit { bits, .. } if !(2..=32).contains(&bits) => {
+                return bad("fault.bits", bits.to_string(), "2..=32 (a single bit is `Flip`)")
+            }
+            FaultModel::StuckAt { value, .. } if value > 1 => return bad("fault.value", value.to_string(), "0 or 1"),
+            FaultModel::StuckAt { cycles: 0, .. } => return bad("fault.cycles", "0".into(), "at least 1 cycle"),
+            _ => {}
+        }
+        match self.sampling {
+            Sampling::Uniform { n } if !(1..=MAX_TRIALS).contains(&n) => {
+                return bad("sampling.n", n.to_string(), &format!("1..={MAX_TRIALS} trials"))
+            }
+            Sampling::Stratified { per_class } if !(1..=MAX_TRIALS).contains(&per_class) => {
+                return bad("sampling.per_class", per_class.to_string(), &format!("1..={MAX_TRIALS} trials"))
+            }
+            _ => {}
+        }
+        self.thresholds.validate(file, self.follow_up)?;
+        if let Some(fit) = self.fit_per_bit.filter(|f| !(f.is_finite() && *f >= 0.0)) {
+            return bad("fit_per_bit", fit.to_string(), "a finite number >= 0 (FIT per bit), or None");
+        }
+        Ok(())
+    }
+}
