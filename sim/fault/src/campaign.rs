@@ -1,8 +1,9 @@
 //! Running a campaign: the golden run once, then trials in parallel, each restoring the golden
 //! state before its injection step, running that step with the fault (hybrid: the faulted
 //! instruction at register level, the rest functionally) and, unless the fault was masked,
-//! the follow-up window functionally; records are written in trial order, chunk by chunk and
-//! synced, so a run killed at any moment resumes with nothing lost or repeated.
+//! the follow-up window functionally; records are written in trial order, chunk by chunk (and
+//! synced to disk every second), so a run killed at any moment resumes with nothing lost or
+//! repeated.
 
 use crate::error::{FaultError, Result};
 use crate::model::Anchor;
@@ -362,6 +363,7 @@ impl Campaign {
         let timing_path = out.join("timing.jsonl");
         let mut timing = OpenOptions::new().append(true).open(&timing_path).map_err(FaultError::io(&timing_path))?;
         let chunk = CHUNK_PER_THREAD * pool.current_num_threads();
+        let mut synced = Instant::now();
         for ids in ids[done.min(ids.len())..].chunks(chunk) {
             let results: Vec<Result<(TrialRecord, f64)>> = pool.install(|| {
                 ids.par_iter()
@@ -383,10 +385,18 @@ impl Campaign {
                 lines.push('\n');
                 times.push_str(&format!("{{\"trial\":{},\"wall_us\":{}}}\n", rec.trial, (secs * 1e6).round() as u64));
             }
-            records.write_all(lines.as_bytes()).map_err(FaultError::io(&records_path))?;
-            records.sync_data().map_err(FaultError::io(&records_path))?;
+            // Timing first: a kill between the two leaves timing lines of unrecorded trials,
+            // which resuming drops, rather than recorded trials without timing.
             timing.write_all(times.as_bytes()).map_err(FaultError::io(&timing_path))?;
+            records.write_all(lines.as_bytes()).map_err(FaultError::io(&records_path))?;
+            // A killed process loses nothing written (the kernel has it); syncing guards
+            // against a machine crash, and once a second bounds that loss at little cost.
+            if synced.elapsed().as_secs_f64() >= 1.0 {
+                records.sync_data().map_err(FaultError::io(&records_path))?;
+                synced = Instant::now();
+            }
         }
+        records.sync_data().map_err(FaultError::io(&records_path))?;
         finish(out)
     }
 }

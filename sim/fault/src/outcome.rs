@@ -105,12 +105,13 @@ impl fmt::Display for Outcome {
 pub struct Thresholds {
     /// A loss jump: a follow-up loss above `(1 + jump) x` golden's.
     pub jump: f64,
-    /// Follow-up steps in which a jump counts as sharp (from the step after injection).
+    /// Follow-up steps in which a jump counts as sharp (from the step after injection;
+    /// clipped to the window).
     pub jump_within: u64,
     /// The loss recovered: its mean over the last `recover_over` steps is at most
     /// `(1 + loss_tolerance) x` golden's.
     pub loss_tolerance: f64,
-    /// Steps at the end of the window the recovery is judged over.
+    /// Steps at the end of the window the recovery is judged over (clipped to the window).
     pub recover_over: u64,
     /// Test accuracy stays down: more than this (absolute, 0..1) below golden's.
     pub accuracy_drop: f64,
@@ -123,8 +124,8 @@ impl Default for Thresholds {
 }
 
 impl Thresholds {
-    /// Checks ranges against a follow-up window of `follow_up` steps.
-    pub fn validate(&self, file: &Path, follow_up: u64) -> Result<()> {
+    /// Checks value ranges.
+    pub fn validate(&self, file: &Path) -> Result<()> {
         let bad = |field: &str, value: String, allowed: String| {
             Err(FaultError::Invalid { file: file.into(), field: format!("thresholds.{field}"), value, allowed })
         };
@@ -138,15 +139,11 @@ impl Thresholds {
         if !(self.accuracy_drop.is_finite() && (0.0..1.0).contains(&self.accuracy_drop)) {
             return bad("accuracy_drop", self.accuracy_drop.to_string(), "a number in [0, 1)".into());
         }
-        if !(1..=follow_up).contains(&self.jump_within) {
-            return bad("jump_within", self.jump_within.to_string(), format!("1..={follow_up} (the follow-up window)"));
+        if self.jump_within == 0 {
+            return bad("jump_within", "0".into(), "at least 1 step (clipped to the follow-up window)".into());
         }
-        if !(1..=follow_up).contains(&self.recover_over) {
-            return bad(
-                "recover_over",
-                self.recover_over.to_string(),
-                format!("1..={follow_up} (the follow-up window)"),
-            );
+        if self.recover_over == 0 {
+            return bad("recover_over", "0".into(), "at least 1 step (clipped to the follow-up window)".into());
         }
         Ok(())
     }
@@ -200,9 +197,13 @@ mod tests {
     }
 
     #[test]
-    fn thresholds_are_checked_against_the_window() {
-        let t = Thresholds { recover_over: 30, ..Thresholds::default() };
-        let e = t.validate(Path::new("c.ron"), 20).unwrap_err().to_string();
-        assert_eq!(e, "c.ron: field `thresholds.recover_over` = 30: 1..=20 (the follow-up window)");
+    fn thresholds_are_checked() {
+        let t = Thresholds { recover_over: 0, ..Thresholds::default() };
+        let e = t.validate(Path::new("c.ron")).unwrap_err().to_string();
+        assert_eq!(e, "c.ron: field `thresholds.recover_over` = 0: at least 1 step (clipped to the follow-up window)");
+        // Windows shorter than the defaults' 5 steps judge recovery over the whole window.
+        let t = Thresholds::default();
+        assert_eq!(t.classify(&[1.5, 1.5], &[1.0, 1.0], 0.9, 0.9), Outcome::SlowDegrade);
+        assert_eq!(t.classify(&[1.0, 1.0], &[1.0, 1.0], 0.9, 0.9), Outcome::Benign);
     }
 }

@@ -258,7 +258,7 @@ impl CampaignSpec {
             }
             _ => {}
         }
-        self.thresholds.validate(file, self.follow_up)?;
+        self.thresholds.validate(file)?;
         if let Some(fit) = self.fit_per_bit.filter(|f| !(f.is_finite() && *f >= 0.0)) {
             return bad("fit_per_bit", fit.to_string(), "a finite number >= 0 (FIT per bit), or None");
         }
