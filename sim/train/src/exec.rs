@@ -85,48 +85,114 @@ pub struct StepOutput {
     pub phase_cycles: BTreeMap<String, u64>,
     /// Busy and stall cycles of each unit (`mxu`, `vpu`).
     pub unit_cycles: BTreeMap<String, UnitCycles>,
-    /// What an injected fault did to its instruction's outputs (`None` without injection).
+    /// What an injected fault did to its instruction's outputs (`None` without injection;
+    /// with several faulted instructions, see [`Effect`]).
     pub effect: Option<Effect>,
 }
 
 /// A fault injected into a step. A register fault (`faults`): instruction `instr` runs
-/// cycle-level with `faults` (sites of its unit, times relative to its own schedule) and
-/// everything else in the executor's mode, which is exact by the bit-exact-twin invariant. A
-/// memory or DMA fault (`words`): the buffer words it changes, as the instructions that read
-/// them see them ([`crate::memfault`]); `instr` is the instruction it struck or first reaches.
-/// A sequencer fault (`seq`) in GEMM `instr`: the words its fold loop changes
-/// ([`crate::seqfault`]), found from a fault-free run of the same step.
+/// cycle-level with `faults` (sites of its unit, times relative to its own schedule), and so
+/// does each instruction of `later` with its own schedule (a stuck-at that outlasts one
+/// instruction reaches the next ones on its unit); everything else runs in the executor's
+/// mode, which is exact by the bit-exact-twin invariant. A memory or DMA fault (`words`): the
+/// buffer words it changes, as the instructions that read them see them
+/// ([`crate::memfault`]); `instr` is the instruction it struck or first reaches. A sequencer
+/// fault (`seq`) in GEMM `instr` and the GEMMs of `later` (their schedules empty): the words
+/// each fold loop changes ([`crate::seqfault`]), found from a run of the same step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Injection {
-    /// Index of the instruction in the step's [`Program`].
+    /// Index of the instruction in the step's [`Program`] (the first the fault reaches).
     pub instr: usize,
-    /// The fault events of a register fault.
+    /// The fault events of a register fault in `instr`.
     pub faults: FaultSchedule,
+    /// Further instructions the fault reaches, after `instr` in program order: for a register
+    /// fault each with its fault events (times relative to that instruction); for a sequencer
+    /// fault the further GEMMs whose fold loops it changes (schedules empty). Empty for memory
+    /// and DMA faults, whose `words` cover every instruction.
+    pub later: Vec<(usize, FaultSchedule)>,
     /// The words a memory or DMA fault changes.
     pub words: Vec<WordHit>,
-    /// A sequencer fault (absolute step cycles) in GEMM `instr`.
+    /// A sequencer fault (absolute step cycles) in GEMM `instr` (and those of `later`).
     pub seq: Option<ActiveFault>,
 }
 
 impl Injection {
     /// A register fault (`faults`) in instruction `instr`.
     pub fn register(instr: usize, faults: FaultSchedule) -> Injection {
-        Injection { instr, faults, words: Vec::new(), seq: None }
+        Injection { instr, faults, later: Vec::new(), words: Vec::new(), seq: None }
+    }
+
+    /// A register fault reaching several instructions of one unit, each with its events
+    /// (`None` if the list is empty); put in program order, events of one instruction joined.
+    pub fn registers(faults: Vec<(usize, FaultSchedule)>) -> Option<Injection> {
+        let mut it = faults.into_iter();
+        let (instr, first) = it.next()?;
+        let mut inj = Injection::register(instr, first);
+        for (i, f) in it {
+            inj.add_register_faults(i, f);
+        }
+        Some(inj)
     }
 
     /// Memory or DMA words changed by a fault that struck or first reaches `instr`.
     pub fn words(instr: usize, words: Vec<WordHit>) -> Injection {
-        Injection { instr, faults: FaultSchedule::none(), words, seq: None }
+        Injection { instr, faults: FaultSchedule::none(), later: Vec::new(), words, seq: None }
     }
 
     /// A sequencer fault in GEMM `instr`.
     pub fn sequencer(instr: usize, fault: ActiveFault) -> Injection {
-        Injection { instr, faults: FaultSchedule::none(), words: Vec::new(), seq: Some(fault) }
+        Injection { seq: Some(fault), ..Injection::words(instr, Vec::new()) }
+    }
+
+    /// A sequencer fault in several GEMMs (`None` if `gemms` is empty), in program order.
+    pub fn sequencer_in(mut gemms: Vec<usize>, fault: ActiveFault) -> Option<Injection> {
+        gemms.sort_unstable();
+        gemms.dedup();
+        let (&first, rest) = gemms.split_first()?;
+        let later = rest.iter().map(|&g| (g, FaultSchedule::none())).collect();
+        Some(Injection { later, ..Injection::sequencer(first, fault) })
+    }
+
+    /// Every instruction the fault is placed on (`instr`, then `later`), in program order.
+    pub fn instrs(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.instr).chain(self.later.iter().map(|&(i, _)| i))
+    }
+
+    /// The register faults instruction `i` runs with at cycle level (`None`: it runs in the
+    /// executor's mode). A memory, DMA or sequencer injection has none.
+    pub fn register_faults(&self, i: usize) -> Option<&FaultSchedule> {
+        if !self.words.is_empty() || self.seq.is_some() {
+            return None;
+        }
+        if i == self.instr {
+            return Some(&self.faults);
+        }
+        self.later.binary_search_by_key(&i, |&(j, _)| j).ok().map(|k| &self.later[k].1)
+    }
+
+    /// Adds register fault events in instruction `i` (the bits of an upset struck together):
+    /// joined to the events already placed there, or placing `i` in program order.
+    pub fn add_register_faults(&mut self, i: usize, faults: FaultSchedule) {
+        if i == self.instr {
+            self.faults.events.extend(faults.events);
+            return;
+        }
+        if i < self.instr {
+            let first = std::mem::replace(&mut self.faults, faults);
+            self.later.insert(0, (std::mem::replace(&mut self.instr, i), first));
+            return;
+        }
+        match self.later.binary_search_by_key(&i, |&(j, _)| j) {
+            Ok(k) => self.later[k].1.events.extend(faults.events),
+            Err(k) => self.later.insert(k, (i, faults)),
+        }
     }
 }
 
 /// The effect of an injected fault on the outputs of the instruction it hit, against the same
-/// instruction run without the fault.
+/// instruction run without the fault. A register fault placed on several instructions reports
+/// the first of them (program order) whose outputs differ, else the first (masked: each ran
+/// exactly as without the fault, so the whole step did).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Effect {
     /// The instruction.
@@ -240,9 +306,9 @@ impl Executor {
         self.step_with_fault(state, x, labels, None)
     }
 
-    /// [`Executor::step`] with an optional fault in one instruction. Errors (and leaves
-    /// `state` untouched) if the injection names no instruction of the step or a fault the
-    /// instruction's unit cannot take.
+    /// [`Executor::step`] with an optional fault in one or more instructions. Errors (and
+    /// leaves `state` untouched) if the injection names no instruction of the step or a fault
+    /// the instruction's unit cannot take.
     pub fn step_with_fault(
         &self,
         state: &mut ModelState,
@@ -251,20 +317,19 @@ impl Executor {
         fault: Option<&Injection>,
     ) -> Result<StepOutput> {
         let p = &self.step;
-        let seq = match fault {
+        let (seq, groups) = match fault {
             Some(f @ Injection { seq: Some(sf), .. }) => {
-                Some(self.words_of_sequencer_fault(f.instr, *sf, &self.step_buffers(state, x, labels)?)?)
+                let (inj, groups) = self.sequencer_words(f, *sf, state, x, labels)?;
+                (Some(inj), groups)
             }
-            _ => None,
+            _ => (None, Vec::new()),
         };
         let mut bufs = self.bind(p, state, x, Some(labels))?;
-        let mut out = run_program(&self.hw, self.mode, p, &mut bufs, seq.as_ref().or(fault))?;
+        let mut out = run(&self.hw, self.mode, p, &mut bufs, seq.as_ref().or(fault), false, &groups)?;
         if let Some(inj) = &seq {
             // The GEMM's result is what the fault corrupts first.
-            let ins = &p.instrs[inj.instr];
-            let e = out.effect.get_or_insert_with(|| Effect::none(p, inj.instr, ins.writes()[0]));
-            e.instr = inj.instr;
-            e.elements = ins.out_len();
+            let e = out.effect.get_or_insert_with(|| Effect::none(p, inj.instr, p.instrs[inj.instr].writes()[0]));
+            e.elements = p.instrs[e.instr].out_len();
         }
         let value = |bufs: &mut [Vec<u32>], i: NodeIndex| -> Vec<f32> {
             let b = p.buffer_of(i).expect("kept nodes have buffers");
@@ -287,7 +352,7 @@ impl Executor {
     /// buffer table numbers them; `state` is not changed.
     pub fn step_buffers(&self, state: &ModelState, x: &[f32], labels: &[u32]) -> Result<Vec<Vec<u32>>> {
         let mut bufs = self.bind(&self.step, state, x, Some(labels))?;
-        run(&self.hw, ExecMode::Functional, &self.step, &mut bufs, None, true)?;
+        run(&self.hw, ExecMode::Functional, &self.step, &mut bufs, None, true, &[])?;
         Ok(bufs)
     }
 
@@ -295,14 +360,58 @@ impl Executor {
     /// changes ([`crate::seqfault`]), given the fault-free step's buffers
     /// ([`Executor::step_buffers`]).
     pub fn words_of_sequencer_fault(&self, g: usize, f: ActiveFault, golden: &[Vec<u32>]) -> Result<Injection> {
-        let p = &self.step;
-        if !matches!(p.instrs.get(g), Some(isa::Instr::Gemm { .. })) {
+        let sched = self.schedule();
+        let map = memfault::StepMap::new(&self.step, &sched, &self.hw)?;
+        Ok(Injection::words(g, self.gemm_words(&map, g, f, golden)?))
+    }
+
+    /// [`seqfault::words`] of GEMM `g`, refusing an instruction that is not a GEMM.
+    fn gemm_words(
+        &self,
+        map: &memfault::StepMap,
+        g: usize,
+        f: ActiveFault,
+        golden: &[Vec<u32>],
+    ) -> Result<Vec<WordHit>> {
+        if !matches!(self.step.instrs.get(g), Some(isa::Instr::Gemm { .. })) {
             return Err(TrainError::Config(format!("a sequencer fault targets a GEMM; instruction {g} is not one")));
         }
+        seqfault::words(map, g, f, golden)
+    }
+
+    /// The words sequencer fault `f` changes in the GEMMs of `inj` ([`Injection::instrs`]), as
+    /// one word injection on the first GEMM, with the GEMM each run of words comes from (its
+    /// first word's index, the GEMM; see [`run`]). [`seqfault::words`] takes a GEMM's operands
+    /// and the words it overwrites from a run of the step, which must be the faulty run up to
+    /// that GEMM: the fault-free step for the first, and for a later one the step re-run with
+    /// the words found so far (when there are new ones).
+    fn sequencer_words(
+        &self,
+        inj: &Injection,
+        f: ActiveFault,
+        state: &ModelState,
+        x: &[f32],
+        labels: &[u32],
+    ) -> Result<(Injection, Vec<(usize, usize)>)> {
         let sched = self.schedule();
-        let map = memfault::StepMap::new(p, &sched, &self.hw)?;
-        let words = seqfault::words(&map, g, f, golden)?;
-        Ok(Injection::words(g, words))
+        let map = memfault::StepMap::new(&self.step, &sched, &self.hw)?;
+        let mut golden = self.step_buffers(state, x, labels)?;
+        let (mut words, mut groups, mut stale) = (Vec::new(), Vec::new(), false);
+        for g in inj.instrs() {
+            if stale {
+                let mut bufs = self.bind(&self.step, state, x, Some(labels))?;
+                let so_far = Injection::words(inj.instr, words.clone());
+                run(&self.hw, ExecMode::Functional, &self.step, &mut bufs, Some(&so_far), true, &[])?;
+                (golden, stale) = (bufs, false);
+            }
+            let w = self.gemm_words(&map, g, f, &golden)?;
+            if !w.is_empty() {
+                groups.push((words.len(), g));
+                stale = true;
+            }
+            words.extend(w);
+        }
+        Ok((Injection::words(inj.instr, words), groups))
     }
 
     /// The model output for a batch of inputs, running only the forward program.
@@ -369,10 +478,14 @@ pub fn run_program(
     bufs: &mut [Vec<u32>],
     fault: Option<&Injection>,
 ) -> Result<StepOutput> {
-    run(hw, mode, p, bufs, fault, false)
+    run(hw, mode, p, bufs, fault, false, &[])
 }
 
-/// [`run_program`]; `keep` keeps every buffer (no releases).
+/// [`run_program`]; `keep` keeps every buffer (no releases). `groups` splits the injection's
+/// words by the instruction they come from (the first word's index, the instruction: the GEMMs
+/// a sequencer fault strikes), each counted apart: the effect reported is the first group's
+/// that changed a word, on its instruction. Empty: one group, the effect on the instruction
+/// that first sees a changed word.
 fn run(
     hw: &HwConfig,
     mode: ExecMode,
@@ -380,15 +493,15 @@ fn run(
     bufs: &mut [Vec<u32>],
     fault: Option<&Injection>,
     keep: bool,
+    groups: &[(usize, usize)],
 ) -> Result<StepOutput> {
     if let Some(f) = fault {
         if f.seq.is_some() {
             return Err(TrainError::Config("a sequencer fault runs through Executor::step_with_fault".into()));
         }
-        if f.instr >= p.instrs.len() {
+        if let Some(i) = f.instrs().find(|&i| i >= p.instrs.len()) {
             return Err(TrainError::Config(format!(
-                "fault targets instruction {}, but the step has {} instructions (0..{})",
-                f.instr,
+                "fault targets instruction {i}, but the step has {} instructions (0..{})",
                 p.instrs.len(),
                 p.instrs.len()
             )));
@@ -397,7 +510,8 @@ fn run(
     let none = FaultSchedule::none();
     let (mut durations, mut effect) = (Vec::with_capacity(p.instrs.len()), None);
     let words = fault.map_or(&[][..], |f| &f.words[..]);
-    let mut mem = words.first().map(|_| WordEffect { hw, p, words, effect: None });
+    let groups = if groups.is_empty() { vec![(0, None)] } else { groups.iter().map(|&(k, i)| (k, Some(i))).collect() };
+    let mut mem = words.first().map(|_| WordEffect { hw, p, words, effects: vec![None; groups.len()], groups });
     for (i, ins) in p.instrs.iter().enumerate() {
         // A destination filled in parts (batched GEMMs, per-sample reductions) is sized first.
         for d in ins.writes() {
@@ -407,11 +521,17 @@ fn run(
             }
         }
         let restore = mem.as_mut().map(|m| m.apply(bufs, Some(i), false)).unwrap_or_default();
-        let parts: Vec<&WordHit> = words.iter().filter(|h| h.instr == Some(i) && h.part.is_some()).collect();
-        let c = match fault.filter(|f| f.instr == i && f.words.is_empty()) {
-            Some(f) => {
-                let (c, e) = inject(hw, p, i, bufs, &f.faults)?;
-                effect = Some(e);
+        let parts: Vec<(usize, &WordHit)> =
+            words.iter().enumerate().filter(|(_, h)| h.instr == Some(i) && h.part.is_some()).collect();
+        let c = match fault.and_then(|f| f.register_faults(i)) {
+            Some(faults) => {
+                let (c, e) = inject(hw, p, i, bufs, faults)?;
+                // The first faulted instruction (program order) whose outputs differ is what
+                // the fault did; with none, the first's masked effect: then every faulted
+                // instruction's outputs, and so the whole step, are fault-free.
+                if effect.as_ref().is_none_or(|x: &Effect| x.masked() && !e.masked()) {
+                    effect = Some(e);
+                }
                 c
             }
             None if !parts.is_empty() => {
@@ -436,8 +556,9 @@ fn run(
     if let Some(mut m) = mem {
         m.apply(bufs, None, false);
         // Nothing changed: the fault is reported against the instruction it was placed on.
-        m.effect(fault.map_or(0, |f| f.instr), words[0].buf);
-        effect = m.effect;
+        m.effect(0, fault.map_or(0, |f| f.instr), words[0].buf);
+        let first = m.effects.iter().position(|e| e.as_ref().is_some_and(|e| !e.masked()));
+        effect = m.effects.swap_remove(first.unwrap_or(0));
     }
     // The step's cycles: the measured durations, issued by the program's timing rule.
     let t = p.timeline(&durations);
@@ -457,7 +578,11 @@ struct WordEffect<'a> {
     hw: &'a HwConfig,
     p: &'a Program,
     words: &'a [WordHit],
-    effect: Option<Effect>,
+    /// The words' groups: each one's first word, and the instruction its effect is reported on
+    /// (`None`: the one that first sees a changed word).
+    groups: Vec<(usize, Option<usize>)>,
+    /// Each group's effect so far.
+    effects: Vec<Option<Effect>>,
 }
 
 impl WordEffect<'_> {
@@ -466,9 +591,9 @@ impl WordEffect<'_> {
     /// wrote (`written` true). Counts every word whose bits change.
     fn apply(&mut self, bufs: &mut [Vec<u32>], at: Option<usize>, written: bool) -> Vec<(BufId, usize, u32)> {
         let mut restore = Vec::new();
-        for h in self.words.iter().filter(|h| h.instr == at && h.written == written && h.part.is_none()) {
-            let Some(&old) = bufs[h.buf.index()].get(h.elem) else { continue };
-            let new = memfault::apply(h.op, old, bufs, self.hw.mxu.input_format);
+        let words = self.words;
+        let hits = words.iter().enumerate().filter(|(_, h)| h.instr == at && h.written == written && h.part.is_none());
+        for (k, h, old, new) in memfault::compose(hits, bufs, self.hw.mxu.input_format) {
             if new == old {
                 continue;
             }
@@ -476,35 +601,36 @@ impl WordEffect<'_> {
             if !written && at.is_some() {
                 restore.push((h.buf, h.elem, old));
             }
-            self.effect(at.unwrap_or(self.p.instrs.len()), h.buf).record(old, new);
+            self.effect(k, at.unwrap_or(self.p.instrs.len()), h.buf).record(old, new);
         }
         restore
     }
 
-    /// The effect so far; the first changed word (of `buf`, seen by instruction `instr`)
-    /// starts it.
-    fn effect(&mut self, instr: usize, buf: BufId) -> &mut Effect {
+    /// The effect so far of the group of word `k`; its first changed word (of `buf`, seen by
+    /// instruction `instr`) starts it.
+    fn effect(&mut self, k: usize, instr: usize, buf: BufId) -> &mut Effect {
+        let g = self.groups.partition_point(|&(first, _)| first <= k).saturating_sub(1);
         let (p, words) = (self.p, self.words.len());
-        self.effect.get_or_insert_with(|| Effect { elements: words, ..Effect::none(p, instr, buf) })
+        let instr = self.groups[g].1.unwrap_or(instr);
+        self.effects[g].get_or_insert_with(|| Effect { elements: words, ..Effect::none(p, instr, buf) })
     }
 
     /// Runs instruction `i` with only some of its reads of a word changed (`parts`): a GEMM
     /// fold by fold ([`crate::gemmfold`]), a VPU op with some operand elements changed.
-    /// Counts every read that sees a changed word.
-    fn parts(&mut self, bufs: &mut [Vec<u32>], i: usize, parts: &[&WordHit], mode: ExecMode) -> Result<u64> {
+    /// Counts every read that sees a changed word (in the group of the first part: the reads
+    /// of one instruction are not told apart).
+    fn parts(&mut self, bufs: &mut [Vec<u32>], i: usize, parts: &[(usize, &WordHit)], mode: ExecMode) -> Result<u64> {
+        let (k, parts): (Vec<usize>, Vec<&WordHit>) = parts.iter().copied().unzip();
         let ins = &self.p.instrs[i];
         let (c, seen) = match ins {
             isa::Instr::Vpu { n, .. } => {
                 let fmt = self.hw.mxu.input_format;
                 // (operand, element, changed value) for each read, from the words as they are.
-                let changes: Vec<(usize, usize, u32, u32)> = parts
-                    .iter()
-                    .filter_map(|h| {
-                        let (k, e) = (h.part? / n, h.part? % n);
-                        let old = *bufs[h.buf.index()].get(h.elem)?;
-                        Some((k, e, old, memfault::apply(h.op, old, bufs, fmt)))
-                    })
-                    .collect();
+                let changes: Vec<(usize, usize, u32, u32)> =
+                    memfault::compose(parts.iter().copied().enumerate(), bufs, fmt)
+                        .into_iter()
+                        .filter_map(|(_, h, old, new)| Some((h.part? / n, h.part? % n, old, new)))
+                        .collect();
                 let mut edit = |inputs: &mut [Vec<u32>]| {
                     for &(k, e, _, new) in &changes {
                         inputs[k][e] = new;
@@ -513,10 +639,10 @@ impl WordEffect<'_> {
                 let c = isa::execute_vpu_edited(self.hw, ins, bufs, mode, &FaultSchedule::none(), &mut edit)?;
                 (c, changes.iter().map(|&(_, _, old, new)| (old, new)).collect())
             }
-            _ => gemmfold::run(self.hw, ins, bufs, parts)?,
+            _ => gemmfold::run(self.hw, ins, bufs, &parts)?,
         };
         for (old, new) in seen.into_iter().filter(|(o, n)| o != n) {
-            self.effect(i, parts[0].buf).record(old, new);
+            self.effect(k[0], i, parts[0].buf).record(old, new);
         }
         Ok(c)
     }

@@ -164,28 +164,28 @@ fn run_typed<F: MacFormat>(
     // those reach.
     let (mut a_seen, mut w_seen) = (BTreeMap::new(), BTreeMap::new());
     let mut reached = BTreeSet::new();
-    for h in hits {
+    // Operand reads, each once with its hits composed (the accumulator's are applied below, to
+    // the partial sum as the fold reads it).
+    let operand = |h: &&WordHit| h.buf != out.buf || h.elem < out.offset || h.elem - out.offset >= s.m * s.n;
+    let reads = memfault::compose(hits.iter().copied().filter(operand).enumerate(), bufs, fmt);
+    for h in hits.iter().filter(|h| !operand(h) && h.part.is_some()) {
+        let e = h.elem - out.offset;
+        reached.insert((e / s.n, e % s.n));
+    }
+    for (_, h, old, new) in reads {
         let Some(c) = h.part else { continue };
         let f = s.folds[c];
-        let mut change = |bufs: &[Vec<u32>]| {
-            let old = bufs[h.buf.index()][h.elem];
-            let new = memfault::apply(h.op, old, bufs, fmt);
-            seen.push((old, new));
-            isa::to_input(fmt, new)
-        };
+        seen.push((old, new));
+        let input = isa::to_input(fmt, new);
         if h.buf == a.buf && h.elem >= a.offset && h.elem - a.offset < s.m * s.k {
             let (mm, kk) = coords(a, h.elem - a.offset, s.m, s.k);
-            a_seen.insert((c, mm, kk), change(bufs));
+            a_seen.insert((c, mm, kk), input);
             reached.extend((f.n0..f.n0 + f.nc).map(|nn| (mm, nn)));
         }
         if h.buf == b.buf && h.elem >= b.offset && h.elem - b.offset < s.k * s.n {
             let (kk, nn) = coords(b, h.elem - b.offset, s.k, s.n);
-            w_seen.insert((c, nn, kk), change(bufs));
+            w_seen.insert((c, nn, kk), input);
             reached.extend((f.m0..f.m0 + f.mr).map(|mm| (mm, nn)));
-        }
-        if h.buf == out.buf && h.elem >= out.offset && h.elem - out.offset < s.m * s.n {
-            let e = h.elem - out.offset;
-            reached.insert((e / s.n, e % s.n));
         }
     }
     // Each reached output through its folds in order: the fold's partial sum from the operands
@@ -213,10 +213,13 @@ fn run_typed<F: MacFormat>(
                 ps
             } else {
                 let elem = out.offset + e;
+                // This fold's read of the word: its hits in turn, seen once.
+                let old = v;
                 for h in hits.iter().filter(|h| h.part == Some(c) && h.buf == out.buf && h.elem == elem) {
-                    let new = memfault::apply(h.op, v, bufs, fmt);
-                    seen.push((v, new));
-                    v = new;
+                    v = memfault::apply(h.op, v, bufs, fmt);
+                }
+                if v != old {
+                    seen.push((old, v));
                 }
                 F::add(v, ps)
             };

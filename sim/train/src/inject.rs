@@ -3,17 +3,19 @@
 //!
 //! A [`StepFault`] is written `KIND:SITE@step=S,cycle=C` (a stuck-at adds `,for=N`, its cycles),
 //! e.g. `flip:mxu.pe[31][0].psum[30]@step=5,cycle=400`. The step's program schedule says which
-//! instruction the site's unit runs at that cycle ([`faultline_graph::StepSchedule::locate`]) and
-//! [`faultline_hw::isa::fault_time`] which fold or vector of it; that instruction runs at cycle
-//! level with the fault, and its effect on the instruction's outputs is reported
-//! ([`InjectionReport`]). A fault on a unit that is idle at that cycle (the MXU while a VPU
-//! instruction runs, or before a GEMM's first fold) is masked: every GEMM and VPU instruction
-//! loads its operand registers afresh, so an idle register's upset is overwritten before use.
+//! instructions the site's unit runs during the fault's cycles `[C, C + N)` (a flip: cycle `C`
+//! alone) and [`faultline_hw::isa::fault_time`] which fold or vector of each the fault starts
+//! in; those instructions run at cycle level with the fault (in each, from where it starts to
+//! the instruction's end), and its effect is reported ([`InjectionReport`]): on the first of
+//! them whose outputs it corrupts, else on the first. A fault whose cycles the site's unit
+//! spends idle (the MXU while a VPU instruction runs, or before a GEMM's first fold) is masked:
+//! every GEMM and VPU instruction loads its operand registers afresh, so an idle register's
+//! upset is overwritten before use; a stuck-at that lasts into the unit's next instruction
+//! forces the bit there too.
 //!
-//! A register fault's stuck-at acts within the instruction it starts in. Memory-word,
-//! weight-buffer and DMA-register faults change the buffer words the program placed there
-//! ([`memfault`]); sequencer faults change the fold loop of the GEMM running then
-//! ([`seqfault`]).
+//! Memory-word, weight-buffer and DMA-register faults change the buffer words the program
+//! placed there ([`memfault`]), and sequencer faults the fold loops of the GEMMs running then
+//! ([`seqfault`]); a stuck-at does so in every read, transfer or GEMM its cycles overlap.
 
 use crate::error::{Result, TrainError};
 use crate::exec::{Effect, Executor, Injection};
@@ -21,7 +23,7 @@ use crate::memfault;
 use crate::seqfault;
 use faultline_graph::{Phase, StepSchedule};
 use faultline_hw::fault::{ActiveFault, FaultTime};
-use faultline_hw::isa::{self, ExecUnit};
+use faultline_hw::isa::{self, ExecUnit, Instr};
 use faultline_hw::{FaultEvent, FaultSchedule, FaultSite, Unit};
 use faultline_num::BitFault;
 use serde::{Deserialize, Serialize};
@@ -102,12 +104,16 @@ impl FromStr for StepFault {
 }
 
 /// Where a [`StepFault`] landed in its step, and what it did to the instruction it hit (with
-/// the site's unit idle: the instruction running on the other unit, or starting next).
+/// the site's unit idle: the instruction running on the other unit, or starting next). A fault
+/// that reaches several instructions (a stuck-at outlasting one) is reported on the first
+/// whose outputs it corrupts, else on the first: masked means the whole step was fault-free.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InjectionReport {
     /// The fault, in its text form.
     pub fault: String,
-    /// Index of the instruction issuing at the fault's cycle.
+    /// Index of the instruction reported on: the one the fault struck (for a register or
+    /// sequencer fault reaching several, the one whose effect is reported), or the first
+    /// reader of a changed word.
     pub instr: usize,
     /// That instruction's name (`gemm`, or the VPU op).
     pub op: String,
@@ -119,7 +125,7 @@ pub struct InjectionReport {
     pub layer: String,
     /// Whether the faulted site's unit is running that instruction (else the fault is masked).
     pub unit_busy: bool,
-    /// The fold (GEMM) or vector (VPU) the cycle falls in, when the unit is busy; for a
+    /// The fold (GEMM) or vector (VPU) the fault starts in there, when the unit is busy; for a
     /// sequencer fault, the first fold slot whose loop it changes; for a memory word a GEMM
     /// reads fold by fold (a VPU op element by element), the first fold (vector) that reads
     /// the changed word.
@@ -146,11 +152,11 @@ impl InjectionReport {
 
     /// The report of `f` placed on instruction `instr`, before anything is measured: no tile,
     /// nothing corrupted, the instruction's outputs and the first buffer it writes.
-    fn placed(exec: &Executor, f: &StepFault, instr: usize) -> InjectionReport {
+    fn placed(exec: &Executor, fault: String, instr: usize) -> InjectionReport {
         let p = exec.program();
         let (ins, tag) = (&p.instrs[instr], &p.tags[instr]);
         InjectionReport {
-            fault: f.to_string(),
+            fault,
             instr,
             op: ins.name().to_string(),
             node: format!("{}{}", exec.tg.graph.node(tag.node).name, tag.tile_suffix()),
@@ -233,42 +239,81 @@ pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(
         };
     };
     let p = exec.program();
-    // The instruction the site's unit runs then; with the unit idle, the one the other unit
-    // runs (or the next to start), for the report.
-    let (instr, local, busy) = match sched.locate(unit, f.cycle) {
-        Some((i, local)) => (i, local, true),
-        None => {
+    let struck = register_faults(exec, sched, unit, f)?;
+    // The report names the first instruction the fault reaches; with none, the instruction
+    // the site's unit runs then (idle: the one the other unit runs, or the next to start).
+    let instr = match struck.first() {
+        Some(&(i, _)) => i,
+        None => sched.locate(unit, f.cycle).map(|(i, _)| i).unwrap_or_else(|| {
             let other = if unit == ExecUnit::Mxu { ExecUnit::Vpu } else { ExecUnit::Mxu };
-            let i = sched
+            sched
                 .locate(other, f.cycle)
                 .map(|(i, _)| i)
                 .or_else(|| sched.instrs.iter().position(|c| c.start > f.cycle))
-                .unwrap_or(sched.instrs.len() - 1);
-            (i, 0, false)
-        }
+                .unwrap_or(p.instrs.len() - 1)
+        }),
     };
-    let ins = &p.instrs[instr];
-    let time = if busy { isa::fault_time(&exec.hw, ins, local)? } else { None };
+    let time = struck.first().map(|(_, s)| s.events[0].at);
     let report = InjectionReport {
         unit_busy: time.is_some(),
         tile: time.map(|t| t.tile),
         tile_cycle: time.map(|t| t.cycle),
-        ..InjectionReport::placed(exec, f, instr)
+        ..InjectionReport::placed(exec, f.to_string(), instr)
     };
-    let injection = time.map(|at| {
-        // A stuck-at acts within the instruction it starts in.
-        let left = sched.instrs[instr].cycles - local;
-        let event = FaultEvent { site: f.site, kind: f.kind, at, duration: f.duration.min(left).max(1) };
-        Injection::register(instr, FaultSchedule::one(event))
-    });
-    Ok((injection, report))
+    Ok((Injection::registers(struck), report))
+}
+
+/// The instructions register fault `f` on `unit` reaches, each with the fault on its own
+/// clock, in program order: every instruction of the unit whose span overlaps the fault's
+/// cycles. In each the fault starts at the first of those cycles that has a fold or vector
+/// ([`isa::fault_time`]) and stops at the instruction's end: the next instruction loads its
+/// registers afresh, and the stuck-at goes on forcing the bit there.
+fn register_faults(
+    exec: &Executor,
+    sched: &StepSchedule,
+    unit: ExecUnit,
+    f: &StepFault,
+) -> Result<Vec<(usize, FaultSchedule)>> {
+    let active = f.on_step_clock();
+    let mut struck = Vec::new();
+    for (i, c) in sched.instrs.iter().enumerate() {
+        let end = c.start.saturating_add(c.cycles);
+        if c.unit != unit || !active.acts_between(c.start, end) {
+            continue;
+        }
+        let (from, to) = (active.start.max(c.start) - c.start, active.end.min(end) - c.start);
+        let Some((local, at)) = first_fault_time(exec, &exec.program().instrs[i], from, to)? else { continue };
+        let event = FaultEvent { site: f.site, kind: f.kind, at, duration: to - local };
+        struck.push((i, FaultSchedule::one(event)));
+    }
+    Ok(struck)
+}
+
+/// The first cycle in `[from, to)` of `ins` (from its issue) at which a register fault has a
+/// fold or vector to count from, with that time; `None` if no cycle there has one.
+fn first_fault_time(exec: &Executor, ins: &Instr, from: u64, to: u64) -> Result<Option<(u64, FaultTime)>> {
+    if from >= to {
+        return Ok(None);
+    }
+    if let Some(t) = isa::fault_time(&exec.hw, ins, from)? {
+        return Ok(Some((from, t)));
+    }
+    // Before a GEMM's first fold (or past its end) nothing holds the register: the fault
+    // waits for the next fold to start.
+    if let Instr::Gemm { m, k, n, .. } = ins {
+        let s = faultline_hw::mxu::Schedule::new(&exec.hw.mxu, *m, *k, *n)?;
+        if let Some(c) = s.folds.iter().map(|fo| fo.start).find(|&c| c > from && c < to) {
+            return Ok(isa::fault_time(&exec.hw, ins, c)?.map(|t| (c, t)));
+        }
+    }
+    Ok(None)
 }
 
 /// Resolves an upset of several bits struck together: bits of one register or word, or the
 /// same bit of neighbouring elements, all with one kind, step, cycle and duration on one unit.
-/// Register bits join one instruction's fault schedule; memory and DMA bits join their word
-/// hits (two bits of one word compose, as the hits apply in turn). The report names every bit
-/// (`+`-joined) and places the upset where its first effective bit lands.
+/// Register bits join the fault schedules of the instructions they reach; memory and DMA bits
+/// join their word hits (two bits of one word compose, as the hits apply in turn). The report
+/// names every bit (`+`-joined) and places the upset where its first effective bit lands.
 pub fn resolve_upset(
     exec: &Executor,
     sched: &StepSchedule,
@@ -296,10 +341,18 @@ pub fn resolve_upset(
         match injection.as_mut() {
             None => (injection, report) = (Some(inj), rep),
             Some(acc) => {
-                acc.faults.events.extend(inj.faults.events);
-                acc.words.extend(inj.words);
-                if sched.instrs[inj.instr].start < sched.instrs[acc.instr].start && acc.faults.is_empty() {
-                    acc.instr = inj.instr;
+                let earlier = sched.instrs[inj.instr].start < sched.instrs[acc.instr].start;
+                let Injection { instr, faults, later, words, .. } = inj;
+                // Register bits of one unit and time reach the same instructions at the same
+                // times: their events join there.
+                for (i, s) in std::iter::once((instr, faults)).chain(later).filter(|(_, s)| !s.is_empty()) {
+                    acc.add_register_faults(i, s);
+                }
+                acc.words.extend(words);
+                // A word fault is placed on the earliest instruction any bit reaches (register
+                // faults already are, by `add_register_faults`).
+                if earlier && (acc.faults.is_empty() || acc.instr == instr) {
+                    acc.instr = instr;
                     (report.instr, report.op, report.node) = (rep.instr, rep.op, rep.node);
                     (report.phase, report.layer) = (rep.phase, rep.layer);
                 }
@@ -343,15 +396,15 @@ fn resolve_memory(
         tile: fold,
         elements: words.len(),
         buffer,
-        ..InjectionReport::placed(exec, f, instr)
+        ..InjectionReport::placed(exec, f.to_string(), instr)
     };
     let injection = (!words.is_empty()).then(|| Injection::words(instr, words));
     Ok((injection, report))
 }
 
-/// [`resolve`] for a sequencer site: the GEMM running at the fault's cycle, if the fault
-/// changes its fold loop ([`seqfault::strikes`]); else masked, reported against the
-/// instruction running then.
+/// [`resolve`] for a sequencer site: every GEMM whose span the fault overlaps and whose fold
+/// loop it changes ([`seqfault::strikes`]), reported against the first; else masked, reported
+/// against the GEMM (or, with the MXU idle, the instruction) running at the fault's cycle.
 fn resolve_sequencer(
     exec: &Executor,
     sched: &StepSchedule,
@@ -360,19 +413,24 @@ fn resolve_sequencer(
     let p = exec.program();
     let active = f.on_step_clock();
     let map = memfault::StepMap::new(p, sched, &exec.hw)?;
+    let mut struck = Vec::new();
+    for (g, c) in sched.instrs.iter().enumerate() {
+        if c.unit == ExecUnit::Mxu && active.acts_between(c.start, c.start.saturating_add(c.cycles)) {
+            if let Some(at) = seqfault::strikes(&map, g, active)? {
+                struck.push((g, at));
+            }
+        }
+    }
+    let first = struck.first().copied();
     let gemm = sched.locate(ExecUnit::Mxu, f.cycle).map(|(g, _)| g);
-    let struck = match gemm {
-        Some(g) => seqfault::strikes(&map, g, active)?.map(|at| (g, at)),
-        None => None,
-    };
-    let instr = gemm.or(running(sched, f.cycle)).unwrap_or(0);
+    let instr = first.map(|(g, _)| g).or(gemm).or(running(sched, f.cycle)).unwrap_or(0);
     let report = InjectionReport {
-        unit_busy: struck.is_some(),
-        tile: struck.map(|(_, (slot, _))| slot),
-        tile_cycle: struck.map(|(_, (_, c))| c),
-        ..InjectionReport::placed(exec, f, instr)
+        unit_busy: first.is_some(),
+        tile: first.map(|(_, (slot, _))| slot),
+        tile_cycle: first.map(|(_, (_, c))| c),
+        ..InjectionReport::placed(exec, f.to_string(), instr)
     };
-    Ok((struck.map(|(g, _)| Injection::sequencer(g, active)), report))
+    Ok((Injection::sequencer_in(struck.iter().map(|&(g, _)| g).collect(), active), report))
 }
 
 /// The first instruction (in program order) running at `cycle` of the step, on any unit.
@@ -380,7 +438,43 @@ fn running(sched: &StepSchedule, cycle: u64) -> Option<usize> {
     ExecUnit::ALL.iter().filter_map(|&u| sched.locate(u, cycle)).map(|(i, _)| i).min()
 }
 
-/// Fills the effect fields of a report from what the executor measured.
+/// [`complete`] for an injection that may reach several instructions (a stuck-at outlasting
+/// one): the report is first moved onto the instruction whose effect the executor measured
+/// (the first faulted one whose outputs the fault corrupted, else the first: see
+/// [`Effect`]), with the fold or vector the fault starts in there, so that a masked report
+/// means the whole step ran fault-free.
+pub fn complete_on(
+    exec: &Executor,
+    sched: &StepSchedule,
+    injection: Option<&Injection>,
+    mut report: InjectionReport,
+    effect: Option<&Effect>,
+) -> Result<InjectionReport> {
+    if let (Some(inj), Some(e)) = (injection, effect) {
+        // Word injections are reported where they were resolved; only register and sequencer
+        // faults are placed on instructions one by one.
+        if e.instr != report.instr && inj.words.is_empty() && inj.instrs().any(|i| i == e.instr) {
+            let at = match inj.seq {
+                Some(seq) => {
+                    let map = memfault::StepMap::new(exec.program(), sched, &exec.hw)?;
+                    seqfault::strikes(&map, e.instr, seq)?.map(|(tile, cycle)| FaultTime { tile, cycle })
+                }
+                None => inj.register_faults(e.instr).and_then(|s| s.events.first()).map(|ev| ev.at),
+            };
+            let fault = std::mem::take(&mut report.fault);
+            report = InjectionReport {
+                unit_busy: report.unit_busy,
+                tile: at.map(|t| t.tile),
+                tile_cycle: at.map(|t| t.cycle),
+                ..InjectionReport::placed(exec, fault, e.instr)
+            };
+        }
+    }
+    Ok(complete(report, effect))
+}
+
+/// Fills the effect fields of a report from what the executor measured (the report stays on
+/// the instruction it was resolved to: see [`complete_on`] for faults reaching several).
 pub fn complete(mut report: InjectionReport, effect: Option<&Effect>) -> InjectionReport {
     if let Some(e) = effect {
         report.elements = e.elements;

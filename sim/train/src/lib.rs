@@ -3,9 +3,11 @@
 //! * [`exec`]: interprets a step's program (`faultline_graph::Program`: GEMMs on the MXU with
 //!   bf16 or fp32 inputs and fp32 accumulation, everything else as VPU instructions) in
 //!   `Functional` or `CycleLevel` mode with identical bits, with an optional fault injected
-//!   into one instruction and its effect on that instruction's outputs reported.
+//!   into one or more instructions and its effect on the first one's outputs it corrupts
+//!   reported.
 //! * [`inject`]: faults on the training clock (step, cycle within the step), resolved to the
-//!   instruction, fold or vector they hit, with the effect on that instruction's outputs.
+//!   instructions, folds or vectors they hit (a stuck-at: every one its cycles overlap), with
+//!   the effect on the outputs of the instruction reported.
 //! * [`space`]: a step's injection space from its program alone: the (bit, cycle) pairs of
 //!   each site class that may be live, and the rest, dead.
 //! * [`memfault`], [`seqfault`]: which reads a memory, weight-buffer, DMA-register or

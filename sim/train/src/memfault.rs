@@ -30,7 +30,8 @@
 //! its data phase at that cycle, and through the address generator's increments every later
 //! word of that transfer: words are read from (or written to) the wrong address, whatever
 //! buffer lives there then (a word no buffer has written reads as 0), and the intended
-//! destination words keep their previous contents.
+//! destination words keep their previous contents. A stuck-at does so in every transfer whose
+//! data phase it overlaps: each reloads the register, and the stuck bit is forced again.
 
 use crate::error::{Result, TrainError};
 use crate::gemmfold::GemmMap;
@@ -340,16 +341,36 @@ pub fn tile_written(s: &faultline_hw::mxu::Schedule, f: usize) -> u64 {
     f.checked_sub(1).map_or(0, |p| s.folds[p].start)
 }
 
-/// The words a DMA address-register fault changes (see the module docs): the transfer in its
-/// data phase when the fault strikes, its destination words after the fault, and any word its
-/// misdirected writes land in.
+/// The words a DMA address-register fault changes (see the module docs): in every transfer
+/// whose data phase the fault overlaps (a stuck-at may outlast one transfer: each reloads the
+/// register, and the bit is forced again), its destination words after the fault and any word
+/// its misdirected writes land in. Returns the transfer to report, the first whose words
+/// change (else the first struck), and the hits of all of them in program order (hits on one
+/// word apply in turn); `None` when no data phase overlaps the fault.
 pub fn dma_hits(m: &StepMap, f: ActiveFault) -> Option<(usize, Vec<WordHit>)> {
     let ovh = m.p.dma_overhead;
-    let d = (0..m.p.instrs.len()).find(|&i| {
-        let c = &m.sched.instrs[i];
-        c.unit == ExecUnit::Dma && c.start + ovh <= f.start && f.start < c.start + c.cycles
-    })?;
-    let Instr::Dma { src, src_offset, dst, dst_offset, len, .. } = m.p.instrs[d] else { return None };
+    let struck: Vec<usize> = (0..m.p.instrs.len())
+        .filter(|&i| {
+            let c = &m.sched.instrs[i];
+            c.unit == ExecUnit::Dma && f.acts_between(c.start + ovh, c.start + c.cycles)
+        })
+        .collect();
+    let mut hits = Vec::new();
+    let mut named = None;
+    for &d in &struck {
+        let h = transfer_hits(m, d, f);
+        if !h.is_empty() {
+            named.get_or_insert(d);
+        }
+        hits.extend(h);
+    }
+    Some((named.or(struck.first().copied())?, hits))
+}
+
+/// [`dma_hits`] of one transfer `d`.
+fn transfer_hits(m: &StepMap, d: usize, f: ActiveFault) -> Vec<WordHit> {
+    let ovh = m.p.dma_overhead;
+    let Instr::Dma { src, src_offset, dst, dst_offset, len, .. } = m.p.instrs[d] else { return Vec::new() };
     let (hs, hd) = (m.p.homes[src.index()], m.p.homes[dst.index()]);
     let src_reg = f.event.site.register == Register::SrcAddr;
     let first = if src_reg { hs.base + src_offset as u64 } else { hd.base + dst_offset as u64 };
@@ -381,7 +402,7 @@ pub fn dma_hits(m: &StepMap, f: ActiveFault) -> Option<(usize, Vec<WordHit>)> {
             hits.extend(m.reads_after(b, y, t, moved));
         }
     }
-    Some((d, hits))
+    hits
 }
 
 /// The raw value of `op` applied to `old`, reading copies from `bufs`; a weight-buffer fault
@@ -399,6 +420,35 @@ pub fn apply(op: WordOp, old: u32, bufs: &[Vec<u32>], format: NumFormat) -> u32 
         WordOp::Copy(b, y) => bufs[b.index()].get(y).copied().unwrap_or(0),
         WordOp::Bits(v) => v,
     }
+}
+
+/// The reads `hits` (each with a caller's tag, e.g. its index) change, each read once, with
+/// the word's value before and after and the tag of its first hit: hits on the same read
+/// (instruction, buffer, element, part, and whether it is written) apply in turn to what the
+/// ones before left, so the bits of one upset in one word compose (two flips of one bit
+/// cancel). In order of each read's first hit; hits on words `bufs` does not hold are dropped.
+pub fn compose<'h>(
+    hits: impl IntoIterator<Item = (usize, &'h WordHit)>,
+    bufs: &[Vec<u32>],
+    format: NumFormat,
+) -> Vec<(usize, &'h WordHit, u32, u32)> {
+    let mut out: Vec<(usize, &WordHit, u32, u32)> = Vec::new();
+    let mut at = std::collections::HashMap::new();
+    for (k, h) in hits {
+        let key = (h.instr, h.buf, h.elem, h.part, h.written);
+        match at.get(&key) {
+            Some(&i) => {
+                let e: &mut (usize, &WordHit, u32, u32) = &mut out[i];
+                e.3 = apply(h.op, e.3, bufs, format);
+            }
+            None => {
+                let Some(&old) = bufs[h.buf.index()].get(h.elem) else { continue };
+                at.insert(key, out.len());
+                out.push((k, h, old, apply(h.op, old, bufs, format)));
+            }
+        }
+    }
+    out
 }
 
 /// The hits of a fault on a memory or DMA site, with the DMA instruction it struck (for DMA

@@ -20,8 +20,13 @@
 //! partial sums added to the wrong rows), and the words its misdirected writes land in, which
 //! every later read of them sees until they are rewritten. Values come from a fault-free run of
 //! the step: the GEMM's operands and the words it overwrites are the same in the faulty run,
-//! since nothing before the fault differs. A weight-buffer word no GEMM of the step has
-//! written reads as 0 (the previous step's tiles are not tracked).
+//! since nothing before the fault differs. A stuck-at that outlasts one GEMM changes the fold
+//! loop of every GEMM it overlaps; the executor takes each later GEMM's values from the step
+//! re-run with the earlier GEMMs' changes ([`crate::exec::Executor::step_with_fault`]). That
+//! run keeps the words as stored, so one exception is not exact: a later struck GEMM reading,
+//! as an operand, a word an earlier struck GEMM's misdirected write changed only for its
+//! readers recomputes its fold loop from the word's stored value. A weight-buffer word no GEMM
+//! of the step has written reads as 0 (the previous step's tiles are not tracked).
 
 use crate::error::Result;
 use crate::gemmfold::{fold_psum, row_times};
@@ -108,8 +113,9 @@ pub fn strikes(m: &StepMap, g: usize, f: ActiveFault) -> Result<Option<(usize, u
     Ok(first.map(|q| (q, f.start.saturating_sub(m.start(g) + s.folds[q].start))))
 }
 
-/// The words sequencer fault `f` in GEMM `g` changes, given the fault-free step's buffers
-/// `golden` (nothing released): the GEMM's result words that differ (written by `g`) and the
+/// The words sequencer fault `f` in GEMM `g` changes, given the step's buffers `golden` as the
+/// faulty run has them up to `g` (nothing released; the fault-free step's when `g` is the
+/// first GEMM the fault strikes): the GEMM's result words that differ (written by `g`) and the
 /// reads of other buffers' words its misdirected writes land in.
 pub fn words(m: &StepMap, g: usize, f: ActiveFault, golden: &[Vec<u32>]) -> Result<Vec<WordHit>> {
     with_precision!(m.hw.mxu.precision(), F => words_typed::<F>(m, g, f, golden))

@@ -354,7 +354,9 @@ impl Trainer {
             }
         };
         let out = self.exec.step_with_fault(&mut self.state, &x, &y, injection.as_ref())?;
-        let injection = report.map(|r| inject::complete(r, out.effect.as_ref()));
+        let injection = report
+            .map(|r| inject::complete_on(&self.exec, &self.schedule, injection.as_ref(), r, out.effect.as_ref()))
+            .transpose()?;
         let step = self.state.step;
         let every = self.options.eval_every;
         let due = every > 0 && step.is_multiple_of(every);

@@ -498,3 +498,73 @@ fn a_broadcast_word_flipped_mid_instruction_reaches_only_the_later_reads() {
     assert_eq!((rep.corrupted, rep.elements), (later, later), "{rep}");
     assert!(later < readers.len() && s != golden, "{rep}");
 }
+
+/// A stuck-at lasting over several instructions of its unit is placed on each of them: in each,
+/// from the first cycle it is active there (the instruction's fold or vector then) to the
+/// instruction's end, exactly the event the same stuck-at cut to that instruction's span
+/// resolves to; the step equals the step with those parts injected together. A flip stays on
+/// one instruction; an upset's bits join in every instruction.
+#[test]
+fn a_stuck_at_over_several_instructions_is_its_parts_in_each() {
+    use faultline_train::exec::Injection;
+    let t = trainer(Dataflow::WeightStationary);
+    let sched = &t.schedule;
+    let (x, y, golden) = golden_step(&t);
+    let on = |u: ExecUnit| (0..sched.instrs.len()).filter(|&i| sched.instrs[i].unit == u).collect::<Vec<_>>();
+    let (gemms, vpus) = (on(ExecUnit::Mxu), on(ExecUnit::Vpu));
+    let stuck = |site: &str, cycle, duration| StepFault {
+        kind: faultline_num::BitFault::StuckAt1,
+        site: site.parse().unwrap(),
+        step: 1,
+        cycle,
+        duration,
+    };
+    // From the middle of the second VPU instruction to the middle of the sixth; and over the
+    // whole step on a PE.
+    let (a, b) = (sched.instrs[vpus[1]], sched.instrs[vpus[5]]);
+    let (from, to) = (a.start + a.cycles / 2, b.start + b.cycles / 2);
+    for (f, struck) in [
+        (stuck("vpu.lane[0].out[30]", from, to - from), vpus[1..=5].to_vec()),
+        (stuck("mxu.pe[4][0].psum[30]", 0, sched.total_cycles), gemms.clone()),
+    ] {
+        let inj = inject::resolve(&t.exec, sched, &f).unwrap().0.unwrap();
+        assert_eq!(inj.instrs().collect::<Vec<_>>(), struck, "{f}");
+        let mut parts = Vec::new();
+        for &i in &struck {
+            let c = sched.instrs[i];
+            let (s, e) = (f.cycle.max(c.start), (f.cycle + f.duration).min(c.start + c.cycles));
+            let part =
+                inject::resolve(&t.exec, sched, &StepFault { cycle: s, duration: e - s, ..f }).unwrap().0.unwrap();
+            assert!(part.later.is_empty() && part.instr == i, "{f}: {part:?}");
+            assert_eq!(inj.register_faults(i), Some(&part.faults), "{f} in instruction {i}");
+            parts.push((i, part.faults));
+        }
+        // Bits: the stuck-at may leave NaNs, unequal to themselves.
+        let run = |inj: &Injection| {
+            let mut s = t.state.clone();
+            let o = t.exec.step_with_fault(&mut s, &x, &y, Some(inj)).unwrap();
+            let bits: Vec<Vec<u32>> = s.tensors.values().map(|v| v.bits()).collect();
+            (bits, o.loss.to_bits(), o.effect.unwrap())
+        };
+        let (s, loss, e) = run(&inj);
+        let (s2, loss2, e2) = run(&Injection::registers(parts).unwrap());
+        assert!(s == s2 && loss == loss2 && e == e2, "{f}");
+        let golden_bits: Vec<Vec<u32>> = golden.0.tensors.values().map(|v| v.bits()).collect();
+        assert!((s, loss) != (golden_bits, golden.1) && !e.masked(), "{f}: {e:?}");
+        // The effect is the first struck instruction's that the fault corrupts.
+        let (rep, _) = faulty_step(&t, &f, &x, &y);
+        assert_eq!(rep.instr, e.instr, "{f}");
+    }
+    // A flip: one instruction, as before.
+    let flip = StepFault { kind: faultline_num::BitFault::Flip, ..stuck("mxu.pe[4][0].psum[30]", from, 1) };
+    let g = sched.locate(ExecUnit::Mxu, sched.instrs[gemms[1]].start + 7).unwrap().0;
+    let inj =
+        inject::resolve(&t.exec, sched, &StepFault { cycle: sched.instrs[g].start + 7, ..flip }).unwrap().0.unwrap();
+    assert!(inj.instr == g && inj.later.is_empty() && inj.faults.events[0].duration == 1, "{inj:?}");
+    // Two bits struck together over the whole step: both in every GEMM.
+    let bits =
+        [stuck("mxu.pe[4][0].psum[30]", 0, sched.total_cycles), stuck("mxu.pe[4][0].psum[29]", 0, sched.total_cycles)];
+    let inj = inject::resolve_upset(&t.exec, sched, &bits).unwrap().0.unwrap();
+    assert_eq!(inj.instrs().collect::<Vec<_>>(), gemms);
+    assert!(gemms.iter().all(|&g| inj.register_faults(g).unwrap().events.len() == 2), "{inj:?}");
+}
