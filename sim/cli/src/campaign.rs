@@ -73,6 +73,7 @@ pub fn run(a: CampaignArgs, mem: &HostMemory) -> Result<()> {
         eprintln!("golden run: {} steps of {} on {} ...", spec.golden_steps, spec.model.display(), spec.hw.display());
     }
     let c = Campaign::prepare(spec, &a.spec, mem)?;
+    mem.check(&format!("campaign `{}` on {threads} threads", c.info.spec.name), c.host_bytes(threads))?;
     let total = a.shard.trials(c.info.trials).count() as u64;
     let bar = if show {
         let b = ProgressBar::new(total);

@@ -104,6 +104,8 @@ pub struct Campaign {
     /// A trainer at step 0 (functional), cloned per worker.
     trainer: Trainer,
     golden: GoldenStates,
+    /// Host bytes one worker's step needs ([`faultline_train::exec::host_bytes`]).
+    step_bytes: Option<u64>,
 }
 
 /// Whether two model states hold the same bits.
@@ -146,6 +148,14 @@ impl Campaign {
             data_dir: s.data.as_ref().map(|d| spec.resolve(file, d)),
         };
         let tg = TrainGraph::build(&model, s.batch, s.optimizer.spec(s.lr))?;
+        // Checked before anything large is made: the golden run's step, and its snapshots
+        // (two states per injection step, each about the step's parameters).
+        let step_bytes = faultline_train::exec::host_bytes(&tg);
+        let snapshots = step_bytes.and_then(|b| b.checked_mul(2 * spec.inject_steps.steps().len() as u64));
+        mem.check(
+            &format!("the golden run of campaign `{}` ({} steps of `{}`)", spec.name, spec.golden_steps, model.name),
+            faultline_hw::budget::sum(&[step_bytes, snapshots]),
+        )?;
         let data = match &s.data {
             Some(dir) => source::load_dir(
                 &spec.resolve(file, dir),
@@ -213,7 +223,12 @@ impl Campaign {
             golden: Golden { losses, window_accuracy, final_checksum: format!("{checksum:016x}") },
             spec,
         };
-        Ok(Campaign { info, space, trainer, golden: GoldenStates { before, after } })
+        Ok(Campaign { info, space, trainer, golden: GoldenStates { before, after }, step_bytes })
+    }
+
+    /// Host bytes `threads` workers need (`None` past 2^64): check it before [`Campaign::run`].
+    pub fn host_bytes(&self, threads: usize) -> Option<u64> {
+        self.step_bytes?.checked_mul(threads as u64)
     }
 
     /// The spec.
@@ -285,9 +300,13 @@ impl Campaign {
         tr.restore_snapshot(&self.golden.before[&s]);
         let r = tr.step_with_upset(upset)?;
         let report = r.injection.ok_or_else(|| FaultError::Inconsistent(format!("trial {t}: no injection report")))?;
-        let unit = ExecUnit::of(a.class.unit);
-        if unit.is_some() && report.unit_busy {
-            rec.register_level_cycles = tr.schedule.instrs[report.instr].cycles;
+        if let Some(unit) = ExecUnit::of(a.class.unit).filter(|_| report.unit_busy) {
+            // Every instruction of the unit the fault's cycles overlap runs at register level.
+            let (from, to) = (a.cycle, a.cycle + upset[0].duration);
+            rec.register_level_cycles = (tr.schedule.instrs.iter())
+                .filter(|c| c.unit == unit && c.start < to && from < c.start + c.cycles)
+                .map(|c| c.cycles)
+                .sum();
         }
         let same = same_bits(&tr.state, &self.golden.after[&s].model);
         let hw_masked = report.masked();
