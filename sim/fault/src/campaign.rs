@@ -10,7 +10,7 @@ use crate::model::Anchor;
 use crate::outcome::Outcome;
 use crate::record::{summarize, CampaignInfo, ClassInfo, Golden, RecordKey, Summary, TrialRecord, SCHEMA};
 use crate::sample::Space;
-use crate::spec::{CampaignSpec, FaultModel};
+use crate::spec::{CampaignSpec, FaultModel, Lasts};
 use faultline_graph::{ModelSpec, TrainGraph};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::isa::ExecUnit;
@@ -93,6 +93,8 @@ struct GoldenStates {
     before: BTreeMap<u64, TrainState>,
     /// State after each injection step.
     after: BTreeMap<u64, TrainState>,
+    /// State at the end of each injection step's follow-up window.
+    window_end: BTreeMap<u64, TrainState>,
 }
 
 /// A prepared campaign: spec, machine, golden run and sampled space.
@@ -167,14 +169,23 @@ impl Campaign {
         };
         let mut trainer = Trainer::from_graph(&model, tg, &hw, data, options)?;
         let steps = spec.inject_steps.steps();
-        let space =
-            Space::new(&trainer.exec, &trainer.schedule, &spec.sites, steps.clone(), spec.sampling, spec.seed, file)?;
+        let whole = spec.fault.whole_steps();
+        let space = Space::new(
+            &trainer.exec,
+            &trainer.schedule,
+            &spec.sites,
+            steps.clone(),
+            spec.sampling,
+            spec.seed,
+            whole,
+            file,
+        )?;
         let classes: Vec<_> = space.classes.iter().map(|c| c.class).collect();
         spec.fault.check(&trainer.exec.hw, &classes, file)?;
 
         let start = trainer.snapshot();
-        let (mut before, mut after, mut losses, mut window_accuracy) =
-            (BTreeMap::new(), BTreeMap::new(), vec![], vec![]);
+        let (mut before, mut after, mut window_end) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+        let (mut losses, mut window_accuracy) = (vec![], vec![]);
         for step in 1..=spec.golden_steps {
             let inject = steps.binary_search(&step).is_ok();
             if inject {
@@ -195,6 +206,7 @@ impl Campaign {
             }
             if step > spec.follow_up && steps.binary_search(&(step - spec.follow_up)).is_ok() {
                 window_accuracy.push((step - spec.follow_up, trainer.evaluate(&trainer.data.test)?));
+                window_end.insert(step - spec.follow_up, trainer.snapshot());
             }
         }
         let checksum = trainer.state.tensors.values().fold(0u64, |h, t| h.rotate_left(5) ^ t.checksum());
@@ -223,7 +235,7 @@ impl Campaign {
             golden: Golden { losses, window_accuracy, final_checksum: format!("{checksum:016x}") },
             spec,
         };
-        Ok(Campaign { info, space, trainer, golden: GoldenStates { before, after }, step_bytes })
+        Ok(Campaign { info, space, trainer, golden: GoldenStates { before, after, window_end }, step_bytes })
     }
 
     /// Host bytes `threads` workers need (`None` past 2^64): check it before [`Campaign::run`].
@@ -245,7 +257,7 @@ impl Campaign {
     pub fn upset(&self, t: u64) -> (Anchor, Vec<StepFault>) {
         let hw = &self.trainer.exec.hw;
         let a = self.space.anchor(hw, t);
-        (a, self.spec().fault.upset(hw, &a))
+        (a, self.spec().fault.upset(hw, &a, self.info.cycles_per_step))
     }
 
     /// Runs trial `t` on `tr` (any state: it is restored first). A provably dead trial is
@@ -309,54 +321,86 @@ impl Campaign {
                 .sum();
         }
         let same = same_bits(&tr.state, &self.golden.after[&s].model);
-        let hw_masked = report.masked();
+        let mut corrupted = !report.masked();
         rec.injection = Some(report);
-        rec.outcome = if hw_masked && same && r.loss.to_bits() == golden.losses[s as usize - 1].to_bits() {
-            Outcome::HwMasked
-        } else if hw_masked {
+        if !corrupted && !(same && r.loss.to_bits() == golden.losses[s as usize - 1].to_bits()) {
             return Err(FaultError::Inconsistent(format!(
                 "trial {t}: `{}` left the faulted instruction's outputs bit-identical, yet the step's loss or state changed",
                 rec.fault
             )));
-        } else if !r.loss.is_finite() || !finite(&tr.state) {
-            Outcome::ImmediateInfNan
-        } else if same {
-            Outcome::Masked
-        } else {
-            Outcome::Benign // refined by the follow-up below
-        };
+        }
+        rec.outcome = self.follow(tr, &mut rec, upset, r.loss, same, &mut corrupted)?;
         if dead && rec.outcome != Outcome::HwMasked {
             return Err(FaultError::Inconsistent(format!(
                 "trial {t}: `{}` lies outside every live window, yet its outcome is {}",
                 rec.fault, rec.outcome
             )));
         }
-        if rec.outcome != Outcome::HwMasked && rec.outcome != Outcome::Masked {
-            rec.loss_delta.push(r.loss - golden.losses[s as usize - 1]);
+        Ok(rec)
+    }
+
+    /// The outcome of a trial whose injection step (loss `loss`, state `same` as golden's or
+    /// not, the faulted instructions' outputs `corrupted` or not) has run on `tr`: judged
+    /// there, or after the follow-up window, which a permanent fault strikes in every step.
+    fn follow(
+        &self,
+        tr: &mut Trainer,
+        rec: &mut TrialRecord,
+        upset: &[StepFault],
+        loss: f64,
+        same: bool,
+        corrupted: &mut bool,
+    ) -> Result<Outcome> {
+        let (spec, golden, s) = (self.spec(), &self.info.golden, rec.step);
+        let permanent = spec.fault.permanent();
+        if !loss.is_finite() || !finite(&tr.state) {
+            rec.loss_delta.push(loss - golden.losses[s as usize - 1]);
+            return Ok(Outcome::ImmediateInfNan);
         }
-        if rec.outcome != Outcome::Benign {
-            return Ok(rec);
+        if !permanent && !*corrupted {
+            return Ok(Outcome::HwMasked);
         }
+        if !permanent && same {
+            return Ok(Outcome::Masked);
+        }
+        rec.loss_delta.push(loss - golden.losses[s as usize - 1]);
         let window = &golden.losses[s as usize..(s + spec.follow_up) as usize];
         let mut losses = Vec::with_capacity(window.len());
-        for g in window {
-            let l = tr.step()?.loss;
+        for (k, g) in window.iter().enumerate() {
+            let l = if permanent {
+                // The same bits, stuck for the whole of each later step.
+                let step = s + 1 + k as u64;
+                let again: Vec<StepFault> = upset.iter().map(|f| StepFault { step, cycle: 0, ..*f }).collect();
+                let r = tr.step_with_upset(&again)?;
+                *corrupted |= r.injection.is_some_and(|i| !i.masked());
+                r.loss
+            } else {
+                tr.step()?.loss
+            };
             rec.loss_delta.push(l - g);
             losses.push(l);
             if !l.is_finite() {
-                rec.outcome = Outcome::ShortTermInfNan;
-                return Ok(rec);
+                return Ok(Outcome::ShortTermInfNan);
             }
         }
         if !finite(&tr.state) {
-            rec.outcome = Outcome::ShortTermInfNan;
-            return Ok(rec);
+            return Ok(Outcome::ShortTermInfNan);
+        }
+        if permanent && same_bits(&tr.state, &self.golden.window_end[&s].model) {
+            // Struck every step, yet training is where golden's is.
+            rec.loss_delta.clear();
+            return Ok(if *corrupted { Outcome::Masked } else { Outcome::HwMasked });
+        }
+        if !*corrupted {
+            return Err(FaultError::Inconsistent(format!(
+                "trial {}: `{}` never corrupted an instruction's outputs, yet training diverged",
+                rec.trial, rec.fault
+            )));
         }
         let acc = tr.evaluate(&tr.data.test)?;
         let g_acc = golden.window_accuracy.iter().find(|(st, _)| *st == s).map(|x| x.1).expect("golden window");
         rec.test_accuracy_delta = Some(acc - g_acc);
-        rec.outcome = spec.thresholds.classify(&losses, window, acc, g_acc);
-        Ok(rec)
+        Ok(spec.thresholds.classify(&losses, window, acc, g_acc))
     }
 
     /// Runs the campaign's `opts.shard` into `out`, calling `on_trial` after each trial (from
@@ -425,7 +469,9 @@ fn model_name(m: FaultModel) -> String {
     match m {
         FaultModel::Flip => "flip".into(),
         FaultModel::MultiBit { bits, along } => format!("multibit{bits}-{along:?}").to_lowercase(),
-        FaultModel::StuckAt { value, cycles } => format!("stuck{value}-{cycles}cycles"),
+        FaultModel::StuckAt { value, lasts: Lasts::Cycles(n) } => format!("stuck{value}-{n}cycles"),
+        FaultModel::StuckAt { value, lasts: Lasts::Step } => format!("stuck{value}-step"),
+        FaultModel::StuckAt { value, lasts: Lasts::Permanent } => format!("stuck{value}-permanent"),
     }
 }
 

@@ -2,7 +2,7 @@
 //! element of a class at a cycle of a step).
 
 use crate::error::{FaultError, Result};
-use crate::spec::{Along, FaultModel};
+use crate::spec::{Along, FaultModel, Lasts};
 use faultline_hw::{HwConfig, SiteClass};
 use faultline_num::BitFault;
 use faultline_train::StepFault;
@@ -65,11 +65,21 @@ impl FaultModel {
         Ok(())
     }
 
-    /// The bits struck, all at the anchor's step and cycle. Neighbours extend up from the
-    /// anchor (higher bits, or the next elements along the row) and shift down where they
-    /// would pass the register's or row's end, so every bit of the class is struck by the same
-    /// number of anchors except near the ends.
-    pub fn upset(self, hw: &HwConfig, a: &Anchor) -> Vec<StepFault> {
+    /// Whether the fault covers whole steps, so trials sample no cycle (the anchor's is 0).
+    pub fn whole_steps(self) -> bool {
+        matches!(self, FaultModel::StuckAt { lasts: Lasts::Step | Lasts::Permanent, .. })
+    }
+
+    /// Whether the fault stays for every later step.
+    pub fn permanent(self) -> bool {
+        matches!(self, FaultModel::StuckAt { lasts: Lasts::Permanent, .. })
+    }
+
+    /// The bits struck, all at the anchor's step and cycle (a step of `step_cycles` cycles).
+    /// Neighbours extend up from the anchor (higher bits, or the next elements along the row)
+    /// and shift down where they would pass the register's or row's end, so every bit of the
+    /// class is struck by the same number of anchors except near the ends.
+    pub fn upset(self, hw: &HwConfig, a: &Anchor, step_cycles: u64) -> Vec<StepFault> {
         let fault = |elem: u64, bit: u32, kind: BitFault, duration: u64| {
             let idx = elem * a.class.width(hw) as u64 + bit as u64;
             let site = a.class.site_at(hw, idx).expect("anchors lie inside their class");
@@ -77,8 +87,12 @@ impl FaultModel {
         };
         match self {
             FaultModel::Flip => vec![fault(a.elem, a.bit, BitFault::Flip, 1)],
-            FaultModel::StuckAt { value, cycles } => {
+            FaultModel::StuckAt { value, lasts } => {
                 let kind = if value == 0 { BitFault::StuckAt0 } else { BitFault::StuckAt1 };
+                let cycles = match lasts {
+                    Lasts::Cycles(n) => n,
+                    Lasts::Step | Lasts::Permanent => step_cycles - a.cycle,
+                };
                 vec![fault(a.elem, a.bit, kind, cycles)]
             }
             FaultModel::MultiBit { bits, along: Along::Bits } => {
@@ -115,16 +129,20 @@ mod tests {
         let psum = class(Unit::Mxu, Register::Psum);
         // PE (1, 5) is the last of its row of 6: a 3-PE upset shifts left to columns 3..=5.
         let a = Anchor { class: psum, elem: 11, bit: 31, step: 2, cycle: 7 };
-        let up = FaultModel::MultiBit { bits: 3, along: Along::Elements }.upset(&hw, &a);
+        let up = FaultModel::MultiBit { bits: 3, along: Along::Elements }.upset(&hw, &a, 100);
         let names: Vec<String> = up.iter().map(|f| f.site.to_string()).collect();
         assert_eq!(names, ["mxu.pe[1][3].psum[31]", "mxu.pe[1][4].psum[31]", "mxu.pe[1][5].psum[31]"]);
         // Bit 31 of a 32-bit sum: two adjacent bits are 30 and 31.
-        let up = FaultModel::MultiBit { bits: 2, along: Along::Bits }.upset(&hw, &a);
+        let up = FaultModel::MultiBit { bits: 2, along: Along::Bits }.upset(&hw, &a, 100);
         let names: Vec<String> = up.iter().map(|f| f.site.to_string()).collect();
         assert_eq!(names, ["mxu.pe[1][5].psum[30]", "mxu.pe[1][5].psum[31]"]);
         assert!(up.iter().all(|f| (f.step, f.cycle, f.kind) == (2, 7, BitFault::Flip)));
-        let up = FaultModel::StuckAt { value: 1, cycles: 9 }.upset(&hw, &a);
+        let up = FaultModel::StuckAt { value: 1, lasts: Lasts::Cycles(9) }.upset(&hw, &a, 100);
         assert_eq!((up[0].kind, up[0].duration), (BitFault::StuckAt1, 9));
+        // A whole-step stuck-at runs from its (zero) anchor cycle to the step's end.
+        let a0 = Anchor { cycle: 0, ..a };
+        let up = FaultModel::StuckAt { value: 0, lasts: Lasts::Step }.upset(&hw, &a0, 100);
+        assert_eq!((up[0].kind, up[0].cycle, up[0].duration), (BitFault::StuckAt0, 0, 100));
     }
 
     #[test]

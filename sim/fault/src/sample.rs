@@ -32,7 +32,8 @@ pub struct Space {
     pub classes: Vec<ClassSpace>,
     /// Injection steps.
     pub steps: Vec<u64>,
-    /// Cycles of one step (every step runs the same program).
+    /// Cycles sampled in one step: all of them (every step runs the same program), or 1 for
+    /// faults covering whole steps.
     pub cycles: u64,
     /// How trials are drawn.
     pub sampling: Sampling,
@@ -42,7 +43,8 @@ pub struct Space {
 
 impl Space {
     /// The classes of `exec`'s machine that `globs` select (each glob must select one), over
-    /// `steps` of schedule `sched`. `file` names the spec in errors.
+    /// `steps` of schedule `sched` (every cycle, or with `whole_steps` only cycle 0: faults
+    /// that cover whole steps). `file` names the spec in errors.
     pub fn new(
         exec: &Executor,
         sched: &StepSchedule,
@@ -50,6 +52,7 @@ impl Space {
         steps: Vec<u64>,
         sampling: Sampling,
         seed: u64,
+        whole_steps: bool,
         file: &Path,
     ) -> Result<Space> {
         let hw = &exec.hw;
@@ -75,7 +78,8 @@ impl Space {
                 live: live.iter().filter(|w| w.class == class).cloned().collect(),
             })
             .collect();
-        let space = Space { classes, steps, cycles: sched.total_cycles, sampling, seed };
+        let cycles = if whole_steps { 1 } else { sched.total_cycles };
+        let space = Space { classes, steps, cycles, sampling, seed };
         let trials = space.trials_unchecked();
         if !(1..=MAX_TRIALS as u128).contains(&trials) {
             return Err(FaultError::Invalid {

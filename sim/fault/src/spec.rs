@@ -130,14 +130,25 @@ pub enum FaultModel {
         /// Which neighbours.
         along: Along,
     },
-    /// The bit held at `value` for `cycles` cycles from the fault's cycle (a register's
-    /// stuck-at acts within the instruction it starts in).
+    /// The bit held at `value`: every instruction that uses it while it is stuck sees it.
     StuckAt {
         /// 0 or 1.
         value: u8,
-        /// Cycles (>= 1).
-        cycles: u64,
+        /// For how long.
+        lasts: Lasts,
     },
+}
+
+/// How long a stuck-at lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Lasts {
+    /// This many cycles (>= 1) from the sampled cycle.
+    Cycles(u64),
+    /// The whole injection step (no cycle is sampled).
+    Step,
+    /// From the injection step's first cycle on, through every later step of the window (a
+    /// hard fault; no cycle is sampled).
+    Permanent,
 }
 
 /// The neighbours a multi-bit upset spreads to.
@@ -246,7 +257,9 @@ impl CampaignSpec {
                 return bad("fault.bits", bits.to_string(), "2..=32 (a single bit is `Flip`)")
             }
             FaultModel::StuckAt { value, .. } if value > 1 => return bad("fault.value", value.to_string(), "0 or 1"),
-            FaultModel::StuckAt { cycles: 0, .. } => return bad("fault.cycles", "0".into(), "at least 1 cycle"),
+            FaultModel::StuckAt { lasts: Lasts::Cycles(0), .. } => {
+                return bad("fault.lasts", "Cycles(0)".into(), "Cycles(n) with n >= 1, Step or Permanent")
+            }
             _ => {}
         }
         match self.sampling {

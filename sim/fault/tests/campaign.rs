@@ -95,6 +95,35 @@ fn hybrid_trials_record_what_cycle_level_trials_record() {
     assert_eq!(read(&h, "records.jsonl"), read(&cy, "records.jsonl"));
 }
 
+/// Stuck-ats lasting a whole step, or permanent from the injection step on (every follow-up
+/// step struck again): hybrid and cycle-level trials record the same, no cycle is sampled,
+/// and a stuck DMA address bit, which misdirects every transfer, breaks training every time.
+#[test]
+fn whole_step_and_permanent_stuck_ats() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, lasts) in [("step", "Step"), ("perm", "Permanent")] {
+        let f = spec_file(
+            d.path(),
+            name,
+            &format!(
+                "golden_steps: 9, inject_steps: List([4]), sites: [\"mxu.pe[*][*].psum\", \"vpu.lane[*].out\",                  \"dma.*\"], fault: StuckAt(value: 1, lasts: {lasts}), sampling: Stratified(per_class: 4),                  follow_up: 4, seed: 13"
+            ),
+        );
+        let c = prepare(&f);
+        let (h, cy) = (d.path().join(format!("{name}-h")), d.path().join(format!("{name}-c")));
+        let s = c.run(&h, opts(2, Shard::ALL), |_| {}).unwrap();
+        c.run(&cy, RunOptions { mode: TrialMode::CycleLevel, ..opts(2, Shard::ALL) }, |_| {}).unwrap();
+        assert_eq!(read(&h, "records.jsonl"), read(&cy, "records.jsonl"), "{lasts}");
+        let text = String::from_utf8(read(&h, "records.jsonl")).unwrap();
+        assert!(text.lines().all(|l| l.contains("\"cycle\":0,")), "{lasts}: whole steps sample no cycle");
+        let dma = s.classes.iter().find(|x| x.class == "dma.src_addr").unwrap();
+        if lasts == "Permanent" {
+            assert_eq!(dma.failure.k, dma.trials, "{lasts}: {:?}", dma.outcomes);
+        }
+        assert!(s.simulated > 0);
+    }
+}
+
 /// The forward GEMMs of a step: (first cycle, cycles, output rows).
 fn forward_gemms(c: &Campaign) -> Vec<(u64, u64, usize)> {
     let t = c.trainer();
