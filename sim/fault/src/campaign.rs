@@ -323,7 +323,8 @@ impl Campaign {
         let same = same_bits(&tr.state, &self.golden.after[&s].model);
         let mut corrupted = !report.masked();
         rec.injection = Some(report);
-        if !corrupted && !(same && r.loss.to_bits() == golden.losses[s as usize - 1].to_bits()) {
+        let unchanged = same && r.loss.to_bits() == golden.losses[s as usize - 1].to_bits();
+        if !corrupted && !unchanged {
             return Err(FaultError::Inconsistent(format!(
                 "trial {t}: `{}` left the faulted instruction's outputs bit-identical, yet the step's loss or state changed",
                 rec.fault
