@@ -169,17 +169,7 @@ impl Campaign {
         };
         let mut trainer = Trainer::from_graph(&model, tg, &hw, data, options)?;
         let steps = spec.inject_steps.steps();
-        let whole = spec.fault.whole_steps();
-        let space = Space::new(
-            &trainer.exec,
-            &trainer.schedule,
-            &spec.sites,
-            steps.clone(),
-            spec.sampling,
-            spec.seed,
-            whole,
-            file,
-        )?;
+        let space = Space::new(&trainer.exec, &trainer.schedule, &spec, file)?;
         let classes: Vec<_> = space.classes.iter().map(|c| c.class).collect();
         spec.fault.check(&trainer.exec.hw, &classes, file)?;
 

@@ -4,7 +4,7 @@
 
 use crate::error::{FaultError, Result};
 use crate::model::Anchor;
-use crate::spec::{Sampling, MAX_TRIALS};
+use crate::spec::{CampaignSpec, Sampling, MAX_TRIALS};
 use faultline_graph::StepSchedule;
 use faultline_hw::sites::glob_match;
 use faultline_hw::{HwConfig, SiteClass};
@@ -42,19 +42,11 @@ pub struct Space {
 }
 
 impl Space {
-    /// The classes of `exec`'s machine that `globs` select (each glob must select one), over
-    /// `steps` of schedule `sched` (every cycle, or with `whole_steps` only cycle 0: faults
-    /// that cover whole steps). `file` names the spec in errors.
-    pub fn new(
-        exec: &Executor,
-        sched: &StepSchedule,
-        globs: &[String],
-        steps: Vec<u64>,
-        sampling: Sampling,
-        seed: u64,
-        whole_steps: bool,
-        file: &Path,
-    ) -> Result<Space> {
+    /// The classes of `exec`'s machine that the spec's site globs select (each glob must
+    /// select one), over its injection steps of schedule `sched` (every cycle, or only cycle 0
+    /// for faults that cover whole steps). `file` names the spec in errors.
+    pub fn new(exec: &Executor, sched: &StepSchedule, spec: &CampaignSpec, file: &Path) -> Result<Space> {
+        let (globs, sampling, seed) = (&spec.sites, spec.sampling, spec.seed);
         let hw = &exec.hw;
         let all: Vec<SiteClass> = SiteClass::all(hw).into_iter().filter(|c| c.bit_count(hw) > 0).collect();
         for g in globs {
@@ -78,8 +70,8 @@ impl Space {
                 live: live.iter().filter(|w| w.class == class).cloned().collect(),
             })
             .collect();
-        let cycles = if whole_steps { 1 } else { sched.total_cycles };
-        let space = Space { classes, steps, cycles, sampling, seed };
+        let cycles = if spec.fault.whole_steps() { 1 } else { sched.total_cycles };
+        let space = Space { classes, steps: spec.inject_steps.steps(), cycles, sampling, seed };
         let trials = space.trials_unchecked();
         if !(1..=MAX_TRIALS as u128).contains(&trials) {
             return Err(FaultError::Invalid {
