@@ -10,14 +10,17 @@ use crate::model::Anchor;
 use crate::outcome::Outcome;
 use crate::record::{summarize, CampaignInfo, ClassInfo, Golden, RecordKey, Summary, TrialRecord, SCHEMA};
 use crate::sample::Space;
-use crate::spec::{CampaignSpec, FaultModel, Lasts};
+use crate::spec::{CampaignSpec, FaultModel, Lasts, Mode};
+use faultline_graph::StepSchedule;
 use faultline_graph::{ModelSpec, TrainGraph};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::isa::ExecUnit;
 use faultline_hw::{ExecMode, HwConfig};
 use faultline_num::NumFormat;
 use faultline_train::source::{self, LoadOptions};
-use faultline_train::{InitWeights, ModelState, MxuFormat, StepFault, TrainOptions, TrainState, Trainer};
+use faultline_train::{
+    inject, Executor, InitWeights, InjectionReport, ModelState, MxuFormat, StepFault, TrainOptions, TrainState, Trainer,
+};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -97,6 +100,20 @@ struct GoldenStates {
     window_end: BTreeMap<u64, TrainState>,
 }
 
+/// What an inference campaign's trials run: the forward program, the trained model, and the
+/// test batches faults strike with their fault-free outputs.
+struct Inference {
+    /// The inference executor, functional and cycle-level.
+    exec: [Executor; 2],
+    /// Its program's schedule.
+    sched: StepSchedule,
+    /// The model after the golden run.
+    state: ModelState,
+    /// Each injection batch: inputs, samples that count (the last batch is padded), golden
+    /// outputs.
+    batches: BTreeMap<u64, (Vec<f32>, usize, Vec<f32>)>,
+}
+
 /// A prepared campaign: spec, machine, golden run and sampled space.
 pub struct Campaign {
     /// What `campaign.json` holds.
@@ -106,6 +123,8 @@ pub struct Campaign {
     /// A trainer at step 0 (functional), cloned per worker.
     trainer: Trainer,
     golden: GoldenStates,
+    /// For an inference campaign: what its trials run.
+    inference: Option<Inference>,
     /// Host bytes one worker's step needs ([`faultline_train::exec::host_bytes`]).
     step_bytes: Option<u64>,
 }
@@ -122,6 +141,37 @@ fn same_bits(a: &ModelState, b: &ModelState) -> bool {
 /// Whether every value of a model state is finite.
 fn finite(s: &ModelState) -> bool {
     s.tensors.values().all(|t| t.data.iter().all(|v| v.is_finite()))
+}
+
+impl Inference {
+    /// The inference trials of `trainer`'s model as the golden run left it: executor `exec`
+    /// (schedule `sched`), and test batches `batches` (1-based) with their golden outputs.
+    fn new(exec: Executor, sched: StepSchedule, trainer: &Trainer, batches: &[u64], file: &Path) -> Result<Inference> {
+        let (b, test) = (exec.batch(), &trainer.data.test);
+        let count = test.len().div_ceil(b) as u64;
+        if let Some(&last) = batches.last().filter(|&&l| l > count) {
+            return Err(FaultError::Invalid {
+                file: file.into(),
+                field: "inject_steps".into(),
+                value: last.to_string(),
+                allowed: format!("test batches 1..={count} (an Inference campaign's steps are batches of {b} of the {} test samples)", test.len()),
+            });
+        }
+        let state = trainer.state.clone();
+        let mut out = BTreeMap::new();
+        for &k in batches {
+            let start = (k as usize - 1) * b;
+            let real = (test.len() - start).min(b);
+            // Padded as evaluation pads: with the first sample, not counted.
+            let idx: Vec<usize> = (0..b).map(|i| if i < real { start + i } else { 0 }).collect();
+            let (x, _) = test.gather(&idx);
+            let golden = exec.infer_with_fault(&state, &x, None)?.output;
+            out.insert(k, (x, real, golden));
+        }
+        let mut cycle = exec.clone();
+        cycle.mode = ExecMode::CycleLevel;
+        Ok(Inference { exec: [exec, cycle], sched, state, batches: out })
+    }
 }
 
 impl Campaign {
@@ -169,15 +219,23 @@ impl Campaign {
         };
         let mut trainer = Trainer::from_graph(&model, tg, &hw, data, options)?;
         let steps = spec.inject_steps.steps();
-        let space = Space::new(&trainer.exec, &trainer.schedule, &spec, file)?;
+        let training = spec.mode == Mode::Training;
+        // Inference faults strike the forward program, training faults the step program.
+        let inference_exec = (!training).then(|| trainer.exec.inference());
+        let (exec, sched) = match &inference_exec {
+            Some(e) => (e, e.schedule()),
+            None => (&trainer.exec, trainer.schedule.clone()),
+        };
+        let space = Space::new(exec, &sched, &spec, file)?;
         let classes: Vec<_> = space.classes.iter().map(|c| c.class).collect();
-        spec.fault.check(&trainer.exec.hw, &classes, file)?;
+        spec.fault.check(&exec.hw, &classes, file)?;
+        let (cycles_per_step, instructions_per_step) = (sched.total_cycles, exec.program().instrs.len());
 
         let start = trainer.snapshot();
         let (mut before, mut after, mut window_end) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
         let (mut losses, mut window_accuracy) = (vec![], vec![]);
         for step in 1..=spec.golden_steps {
-            let inject = steps.binary_search(&step).is_ok();
+            let inject = training && steps.binary_search(&step).is_ok();
             if inject {
                 before.insert(step, trainer.snapshot());
             }
@@ -194,14 +252,18 @@ impl Campaign {
             if inject {
                 after.insert(step, trainer.snapshot());
             }
-            if step > spec.follow_up && steps.binary_search(&(step - spec.follow_up)).is_ok() {
+            if training && step > spec.follow_up && steps.binary_search(&(step - spec.follow_up)).is_ok() {
                 window_accuracy.push((step - spec.follow_up, trainer.evaluate(&trainer.data.test)?));
                 window_end.insert(step - spec.follow_up, trainer.snapshot());
             }
         }
         let checksum = trainer.state.tensors.values().fold(0u64, |h, t| h.rotate_left(5) ^ t.checksum());
+        let test_accuracy = trainer.evaluate(&trainer.data.test)?;
+        let inference = match inference_exec {
+            Some(e) => Some(Inference::new(e, sched, &trainer, &steps, file)?),
+            None => None,
+        };
         trainer.restore_snapshot(&start);
-        let sched = &trainer.schedule;
         let ehw = &trainer.exec.hw;
         let class_info = space
             .classes
@@ -218,14 +280,14 @@ impl Campaign {
         let info = CampaignInfo {
             schema: SCHEMA,
             hw: hw.name.clone(),
-            cycles_per_step: sched.total_cycles,
-            instructions_per_step: trainer.exec.program().instrs.len(),
+            cycles_per_step,
+            instructions_per_step,
             trials: space.trials(),
             classes: class_info,
-            golden: Golden { losses, window_accuracy, final_checksum: format!("{checksum:016x}") },
+            golden: Golden { test_accuracy, losses, window_accuracy, final_checksum: format!("{checksum:016x}") },
             spec,
         };
-        Ok(Campaign { info, space, trainer, golden: GoldenStates { before, after, window_end }, step_bytes })
+        Ok(Campaign { info, space, trainer, golden: GoldenStates { before, after, window_end }, inference, step_bytes })
     }
 
     /// Host bytes `threads` workers need (`None` past 2^64): check it before [`Campaign::run`].
@@ -293,23 +355,79 @@ impl Campaign {
             loss_delta: Vec::new(),
             test_accuracy_delta: None,
             register_level_cycles: 0,
+            changed_predictions: None,
         };
         if rec.skipped {
             return Ok(rec);
         }
+        if let Some(inf) = &self.inference {
+            self.infer(inf, tr.exec.mode, &mut rec, a, upset)?;
+        } else {
+            self.train(tr, &mut rec, a, upset)?;
+        }
+        if dead && rec.outcome != Outcome::HwMasked {
+            return Err(FaultError::Inconsistent(format!(
+                "trial {t}: `{}` lies outside every live window, yet its outcome is {}",
+                rec.fault, rec.outcome
+            )));
+        }
+        Ok(rec)
+    }
+
+    /// Runs an inference trial's forward pass with `upset` (in `mode`) and judges it.
+    fn infer(
+        &self,
+        inf: &Inference,
+        mode: ExecMode,
+        rec: &mut TrialRecord,
+        a: &Anchor,
+        upset: &[StepFault],
+    ) -> Result<()> {
+        let exec = &inf.exec[(mode == ExecMode::CycleLevel) as usize];
+        let (x, real, golden) = &inf.batches[&a.step];
+        let (injection, report) = inject::resolve_upset(exec, &inf.sched, upset)?;
+        let out = exec.infer_with_fault(&inf.state, x, injection.as_ref())?;
+        let report = inject::complete_on(exec, &inf.sched, injection.as_ref(), report, out.effect.as_ref())?;
+        rec.register_level_cycles = register_cycles(&inf.sched, a, upset, &report);
+        let c = exec.outputs();
+        let (got, want) = (&out.output[..real * c], &golden[..real * c]);
+        let same = got.iter().zip(want).all(|(g, w)| g.to_bits() == w.to_bits());
+        let masked = report.masked();
+        rec.injection = Some(report);
+        rec.outcome = if masked && same {
+            Outcome::HwMasked
+        } else if masked {
+            return Err(FaultError::Inconsistent(format!(
+                "trial {}: `{}` left the faulted instruction's outputs bit-identical, yet the model's output changed",
+                rec.trial, rec.fault
+            )));
+        } else if same {
+            Outcome::Masked
+        } else if got.iter().any(|v| !v.is_finite()) {
+            Outcome::Due
+        } else {
+            let rows = |v: &[f32]| v.chunks(c).map(faultline_train::exec::argmax).collect::<Vec<_>>();
+            let changed = rows(got).iter().zip(rows(want)).filter(|(g, w)| **g != *w).count() as u64;
+            rec.changed_predictions = Some(changed);
+            if changed == 0 {
+                Outcome::SdcBenign
+            } else {
+                Outcome::SdcCritical
+            }
+        };
+        Ok(())
+    }
+
+    /// Runs a training trial: the injection step with `upset` from the golden state before it,
+    /// then whatever judging it needs ([`Campaign::follow`]).
+    fn train(&self, tr: &mut Trainer, rec: &mut TrialRecord, a: &Anchor, upset: &[StepFault]) -> Result<()> {
+        let t = rec.trial;
         let s = a.step;
         let golden = &self.info.golden;
         tr.restore_snapshot(&self.golden.before[&s]);
         let r = tr.step_with_upset(upset)?;
         let report = r.injection.ok_or_else(|| FaultError::Inconsistent(format!("trial {t}: no injection report")))?;
-        if let Some(unit) = ExecUnit::of(a.class.unit).filter(|_| report.unit_busy) {
-            // Every instruction of the unit the fault's cycles overlap runs at register level.
-            let (from, to) = (a.cycle, a.cycle + upset[0].duration);
-            rec.register_level_cycles = (tr.schedule.instrs.iter())
-                .filter(|c| c.unit == unit && c.start < to && from < c.start + c.cycles)
-                .map(|c| c.cycles)
-                .sum();
-        }
+        rec.register_level_cycles = register_cycles(&tr.schedule, a, upset, &report);
         let same = same_bits(&tr.state, &self.golden.after[&s].model);
         let mut corrupted = !report.masked();
         rec.injection = Some(report);
@@ -320,14 +438,8 @@ impl Campaign {
                 rec.fault
             )));
         }
-        rec.outcome = self.follow(tr, &mut rec, upset, r.loss, same, &mut corrupted)?;
-        if dead && rec.outcome != Outcome::HwMasked {
-            return Err(FaultError::Inconsistent(format!(
-                "trial {t}: `{}` lies outside every live window, yet its outcome is {}",
-                rec.fault, rec.outcome
-            )));
-        }
-        Ok(rec)
+        rec.outcome = self.follow(tr, rec, upset, r.loss, same, &mut corrupted)?;
+        Ok(())
     }
 
     /// The outcome of a trial whose injection step (loss `loss`, state `same` as golden's or
@@ -453,6 +565,17 @@ impl Campaign {
         records.sync_data().map_err(FaultError::io(&records_path))?;
         finish(out)
     }
+}
+
+/// Cycles run at register level: every instruction of the site's unit the fault's cycles
+/// overlap (none for memory and sequencer sites, or a unit idle throughout).
+fn register_cycles(sched: &StepSchedule, a: &Anchor, upset: &[StepFault], report: &InjectionReport) -> u64 {
+    let Some(unit) = ExecUnit::of(a.class.unit).filter(|_| report.unit_busy) else { return 0 };
+    let (from, to) = (a.cycle, a.cycle + upset[0].duration);
+    (sched.instrs.iter())
+        .filter(|c| c.unit == unit && c.start < to && from < c.start + c.cycles)
+        .map(|c| c.cycles)
+        .sum()
 }
 
 /// The fault model's name in records.

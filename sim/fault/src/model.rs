@@ -3,7 +3,7 @@
 
 use crate::error::{FaultError, Result};
 use crate::spec::{Along, FaultModel, Lasts};
-use faultline_hw::{HwConfig, SiteClass};
+use faultline_hw::{HwConfig, SiteClass, Unit};
 use faultline_num::BitFault;
 use faultline_train::StepFault;
 use std::path::Path;
@@ -49,6 +49,16 @@ impl FaultModel {
     pub fn check(self, hw: &HwConfig, classes: &[SiteClass], file: &Path) -> Result<()> {
         let FaultModel::MultiBit { bits, along } = self else { return Ok(()) };
         for &c in classes {
+            if c.unit == Unit::Seq {
+                return Err(FaultError::Invalid {
+                    file: file.into(),
+                    field: "fault".into(),
+                    value: format!("MultiBit(bits: {bits}, ..)"),
+                    allowed: format!(
+                        "Flip or StuckAt for class {c}: the sequencer's fold loop is modelled with one faulty bit"
+                    ),
+                });
+            }
             let (room, what) = match along {
                 Along::Bits => (c.width(hw) as u64, "bits per element"),
                 Along::Elements => (row_len(hw, c), "elements per row"),
@@ -112,7 +122,7 @@ impl FaultModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use faultline_hw::{Dataflow, Register, Unit};
+    use faultline_hw::{Dataflow, Register};
     use faultline_num::Precision;
 
     fn hw() -> HwConfig {
@@ -153,6 +163,16 @@ mod tests {
             .check(&hw, &[tile], Path::new("c.ron"))
             .unwrap_err()
             .to_string();
-        assert_eq!(e, "c.ron: field `fault.bits` = 2: at most 1: class seq.tile has 1 elements per row");
+        assert_eq!(
+            e,
+            "c.ron: field `fault` = MultiBit(bits: 2, ..): Flip or StuckAt for class seq.tile: the sequencer's fold loop \
+             is modelled with one faulty bit"
+        );
+        let dma = class(Unit::Dma, Register::SrcAddr);
+        let e = FaultModel::MultiBit { bits: 2, along: Along::Elements }
+            .check(&hw, &[dma], Path::new("c.ron"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "c.ron: field `fault.bits` = 2: at most 1: class dma.src_addr has 1 elements per row");
     }
 }

@@ -18,6 +18,15 @@
 //! | `LowTestAccuracy` | no jump; the loss recovers but test accuracy does not |
 //! | `Benign` | the state differs, yet loss and test accuracy at the window's end are within tolerance |
 //!
+//! Inference campaigns (faults in forward passes over test batches, as in the ABFT and LLM
+//! error-propagation studies) use `HwMasked` and `Masked` (outputs bit-identical to golden) and:
+//!
+//! | outcome | definition |
+//! |---|---|
+//! | `SdcBenign` | outputs differ, every sample's top-1 prediction is unchanged |
+//! | `SdcCritical` | some samples' top-1 predictions changed (the record counts them) |
+//! | `Due` | an output is not finite |
+//!
 //! With the [`Thresholds`]: a *loss jump* is a follow-up loss, in the first `jump_within` steps,
 //! above `(1 + jump) x` golden's loss on the same step; the loss *recovers* when its mean over
 //! the window's last `recover_over` steps is at most `(1 + loss_tolerance) x` golden's mean
@@ -50,11 +59,17 @@ pub enum Outcome {
     SlowDegrade,
     /// No jump; the loss recovered but test accuracy did not.
     LowTestAccuracy,
+    /// Inference: outputs changed, every top-1 prediction unchanged.
+    SdcBenign,
+    /// Inference: some top-1 predictions changed (the record counts them).
+    SdcCritical,
+    /// Inference: a non-finite output (a detected, unrecoverable error).
+    Due,
 }
 
 impl Outcome {
-    /// Every outcome, from most to least benign.
-    pub const ALL: [Outcome; 9] = [
+    /// Every outcome: training's from most to least benign, then inference's.
+    pub const ALL: [Outcome; 12] = [
         Outcome::HwMasked,
         Outcome::Masked,
         Outcome::Benign,
@@ -64,6 +79,9 @@ impl Outcome {
         Outcome::SharpSlowDegrade,
         Outcome::SlowDegrade,
         Outcome::LowTestAccuracy,
+        Outcome::SdcBenign,
+        Outcome::SdcCritical,
+        Outcome::Due,
     ];
 
     /// The name in records and summaries.
@@ -78,6 +96,9 @@ impl Outcome {
             Outcome::SharpSlowDegrade => "SharpSlowDegrade",
             Outcome::SlowDegrade => "SlowDegrade",
             Outcome::LowTestAccuracy => "LowTestAccuracy",
+            Outcome::SdcBenign => "SdcBenign",
+            Outcome::SdcCritical => "SdcCritical",
+            Outcome::Due => "Due",
         }
     }
 
@@ -87,9 +108,10 @@ impl Outcome {
         !matches!(self, Outcome::HwMasked | Outcome::Masked)
     }
 
-    /// Training failed: non-finite values or a degraded model (not masked, not benign).
+    /// Training or inference failed: non-finite values, a degraded model, changed predictions
+    /// (not masked, not benign).
     pub const fn failure(self) -> bool {
-        self.unmasked() && !matches!(self, Outcome::Benign)
+        self.unmasked() && !matches!(self, Outcome::Benign | Outcome::SdcBenign)
     }
 }
 

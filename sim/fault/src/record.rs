@@ -33,6 +33,8 @@ pub struct ClassInfo {
 /// The fault-free run trials are compared with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Golden {
+    /// Test accuracy after the last step.
+    pub test_accuracy: f64,
     /// Loss of every step, 1-based step `s` at index `s - 1`.
     pub losses: Vec<f64>,
     /// Test accuracy at the end of each injection step's follow-up window: `(step, accuracy)`.
@@ -79,7 +81,7 @@ pub struct TrialRecord {
     pub bit: u32,
     /// The anchor element (PE, lane, word) as `faultline sites` numbers them.
     pub element: u64,
-    /// Training step.
+    /// Training step (inference: test batch).
     pub step: u64,
     /// Cycle within the step.
     pub cycle: u64,
@@ -98,9 +100,11 @@ pub struct TrialRecord {
     /// Test accuracy minus golden at the end of the window (absent unless the window ran to
     /// its end).
     pub test_accuracy_delta: Option<f64>,
-    /// Cycles of the faulted instruction, run at register level (0 for memory and sequencer
+    /// Cycles of the faulted instructions, run at register level (0 for memory and sequencer
     /// faults, whose effect is computed from the schedule).
     pub register_level_cycles: u64,
+    /// Inference: samples of the batch whose top-1 prediction changed.
+    pub changed_predictions: Option<u64>,
 }
 
 /// The fields of a record the summary needs (reading records back tolerates the `null`s that

@@ -18,6 +18,9 @@ pub const MAX_TRIALS: u64 = 10_000_000;
 pub struct CampaignSpec {
     /// Name, shown in summaries and reports.
     pub name: String,
+    /// Whether faults strike training steps or inference on the test split.
+    #[serde(default)]
+    pub mode: Mode,
     /// Model definition (RON); a relative path is relative to the spec file's directory, so a
     /// campaign runs the same from any working directory (a Slurm job's, say).
     pub model: PathBuf,
@@ -29,7 +32,8 @@ pub struct CampaignSpec {
     /// Steps the golden (fault-free) run trains; every injection step plus the follow-up
     /// window must fit in it.
     pub golden_steps: u64,
-    /// Training steps (1-based) faults strike in; a trial picks one.
+    /// Training steps (1-based) faults strike in; a trial picks one. For `Inference`: the
+    /// test-split batches (1-based, in order of the split) whose forward pass faults strike.
     pub inject_steps: Steps,
     /// Site classes to inject into: globs over the class patterns `faultline sites` prints,
     /// e.g. `mxu.pe[*][*].psum`, `mxu.*`, `ub.word[*]`.
@@ -44,7 +48,9 @@ pub struct CampaignSpec {
     /// Run one in this many skipped trials anyway and check it is hardware-masked (0: none).
     #[serde(default = "verify_every")]
     pub verify_dead_every: u64,
-    /// Steps trained after the injection step (functionally) before classifying.
+    /// Steps trained after the injection step (functionally) before classifying; 0 (or
+    /// absent) for `Inference`.
+    #[serde(default)]
     pub follow_up: u64,
     /// Outcome thresholds.
     #[serde(default)]
@@ -62,6 +68,17 @@ fn yes() -> bool {
 
 fn verify_every() -> u64 {
     50
+}
+
+/// What a campaign's faults strike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Mode {
+    /// Training steps: each trial is judged by what it does to training (He et al.'s outcomes).
+    #[default]
+    Training,
+    /// Forward passes of the model trained for `golden_steps`, on batches of the test split:
+    /// each trial is judged by the predictions it changes (`SdcBenign`, `SdcCritical`, `Due`).
+    Inference,
 }
 
 /// Training settings of the golden run and every trial.
@@ -223,8 +240,14 @@ impl CampaignSpec {
         if !(1..=MAX_STEPS).contains(&self.golden_steps) {
             return bad("golden_steps", self.golden_steps.to_string(), &format!("an integer in 1..={MAX_STEPS}"));
         }
-        if self.follow_up == 0 {
-            return bad("follow_up", "0".into(), "at least 1 step (outcomes are judged over it)");
+        match self.mode {
+            Mode::Training if self.follow_up == 0 => {
+                return bad("follow_up", "0".into(), "at least 1 step (training outcomes are judged over it)")
+            }
+            Mode::Inference if self.follow_up != 0 => {
+                return bad("follow_up", self.follow_up.to_string(), "0 or absent for an Inference campaign")
+            }
+            _ => {}
         }
         let steps = self.inject_steps.steps();
         if let Steps::Range { first, last } = self.inject_steps {

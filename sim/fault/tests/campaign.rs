@@ -124,6 +124,45 @@ fn whole_step_and_permanent_stuck_ats() {
     }
 }
 
+/// Inference campaigns: faults in the forward pass over test batches of the trained model;
+/// hybrid and cycle-level trials record the same; changed predictions are counted exactly
+/// when the outcome says so; a batch past the test split is refused.
+#[test]
+fn inference_campaigns() {
+    let d = tempfile::tempdir().unwrap();
+    let body =
+        "mode: Inference, golden_steps: 30, inject_steps: Range(first: 1, last: 12), sites: [\"mxu.pe[*][*].psum\", \
+                \"mxu.pe[*][*].weight\", \"vpu.*\", \"dma.*\"], fault: MultiBit(bits: 2, along: Bits), \
+                sampling: Stratified(per_class: 8), seed: 4";
+    let c = prepare(&spec_file(d.path(), "inf", body));
+    assert_eq!(c.info.trials, 10 * 8);
+    let (h, cy) = (d.path().join("h"), d.path().join("c"));
+    let s = c.run(&h, opts(2, Shard::ALL), |_| {}).unwrap();
+    c.run(&cy, RunOptions { mode: TrialMode::CycleLevel, ..opts(2, Shard::ALL) }, |_| {}).unwrap();
+    assert_eq!(read(&h, "records.jsonl"), read(&cy, "records.jsonl"));
+    assert!(s.simulated > 0);
+    let text = String::from_utf8(read(&h, "records.jsonl")).unwrap();
+    let mut sdc = 0;
+    for line in text.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let changed = r["changed_predictions"].as_u64();
+        match r["outcome"].as_str().unwrap() {
+            "SdcCritical" => assert!(changed.unwrap() >= 1, "{line}"),
+            "SdcBenign" => assert_eq!(changed, Some(0), "{line}"),
+            o => assert!(changed.is_none() && !o.contains("Degrade") && !o.contains("InfNan"), "{line}"),
+        }
+        sdc += line.contains("\"outcome\":\"Sdc") as u32;
+    }
+    assert!(sdc > 0, "some flips change outputs");
+    // mlp-digits' 359 test samples are 12 batches of 32.
+    let f = spec_file(d.path(), "inf13", &body.replace("last: 12", "last: 13"));
+    let e = Campaign::prepare(CampaignSpec::load(&f).unwrap(), &f, &HostMemory::default()).err().unwrap().to_string();
+    assert!(e.contains("field `inject_steps` = 13: test batches 1..=12"), "{e}");
+    let f = spec_file(d.path(), "inf-follow", &format!("{body}, follow_up: 3"));
+    let e = CampaignSpec::load(&f).unwrap_err().to_string();
+    assert!(e.contains("field `follow_up` = 3: 0 or absent for an Inference campaign"), "{e}");
+}
+
 /// The forward GEMMs of a step: (first cycle, cycles, output rows).
 fn forward_gemms(c: &Campaign) -> Vec<(u64, u64, usize)> {
     let t = c.trainer();
@@ -292,7 +331,7 @@ fn bad_specs_name_the_file_and_field() {
     assert!(e.contains("field `inject_steps` = 8") && e.contains("at most 7"), "{e}");
     let e =
         err(&format!("{base}, sites: [\"*\"], fault: MultiBit(bits: 2, along: Elements)").replace("fault: Flip, ", ""));
-    assert!(e.contains("field `fault.bits` = 2") && e.contains("seq."), "{e}");
+    assert!(e.contains("field `fault` = MultiBit(bits: 2, ..)") && e.contains("seq."), "{e}");
     let e = err(&format!("{base}, sites: [\"*\"]").replace("Uniform(n: 5)", "Exhaustive"));
     assert!(e.contains("field `sampling`") && e.contains("use Uniform or Stratified"), "{e}");
 }

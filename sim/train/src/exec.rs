@@ -317,20 +317,7 @@ impl Executor {
         fault: Option<&Injection>,
     ) -> Result<StepOutput> {
         let p = &self.step;
-        let (seq, groups) = match fault {
-            Some(f @ Injection { seq: Some(sf), .. }) => {
-                let (inj, groups) = self.sequencer_words(f, *sf, state, x, labels)?;
-                (Some(inj), groups)
-            }
-            _ => (None, Vec::new()),
-        };
-        let mut bufs = self.bind(p, state, x, Some(labels))?;
-        let mut out = run(&self.hw, self.mode, p, &mut bufs, seq.as_ref().or(fault), false, &groups)?;
-        if let Some(inj) = &seq {
-            // The GEMM's result is what the fault corrupts first.
-            let e = out.effect.get_or_insert_with(|| Effect::none(p, inj.instr, p.instrs[inj.instr].writes()[0]));
-            e.elements = p.instrs[e.instr].out_len();
-        }
+        let (mut out, mut bufs) = self.run_injected(state, x, Some(labels), fault)?;
         let value = |bufs: &mut [Vec<u32>], i: NodeIndex| -> Vec<f32> {
             let b = p.buffer_of(i).expect("kept nodes have buffers");
             std::mem::take(&mut bufs[b.index()]).into_iter().map(f32::from_bits).collect()
@@ -348,10 +335,63 @@ impl Executor {
         Ok(out)
     }
 
+    /// Runs the step program (with `labels` when it has a label input) on a batch with an
+    /// optional fault; returns what it measured and every buffer as the run left it.
+    fn run_injected(
+        &self,
+        state: &ModelState,
+        x: &[f32],
+        labels: Option<&[u32]>,
+        fault: Option<&Injection>,
+    ) -> Result<(StepOutput, Vec<Vec<u32>>)> {
+        let p = &self.step;
+        let (seq, groups) = match fault {
+            Some(f @ Injection { seq: Some(sf), .. }) => {
+                let (inj, groups) = self.sequencer_words(f, *sf, state, x, labels)?;
+                (Some(inj), groups)
+            }
+            _ => (None, Vec::new()),
+        };
+        let mut bufs = self.bind(p, state, x, labels)?;
+        let mut out = run(&self.hw, self.mode, p, &mut bufs, seq.as_ref().or(fault), false, &groups)?;
+        if let Some(inj) = &seq {
+            // The GEMM's result is what the fault corrupts first.
+            let e = out.effect.get_or_insert_with(|| Effect::none(p, inj.instr, p.instrs[inj.instr].writes()[0]));
+            e.elements = p.instrs[e.instr].out_len();
+        }
+        Ok((out, bufs))
+    }
+
+    /// This executor for inference: its program (what [`Executor::program`],
+    /// [`Executor::schedule`] and injection see) is the forward pass, run by
+    /// [`Executor::infer_with_fault`].
+    pub fn inference(&self) -> Executor {
+        Executor { step: self.fwd.clone(), ..self.clone() }
+    }
+
+    /// The model output for a batch with an optional fault placed on the forward program, on
+    /// an executor from [`Executor::inference`] (errors on a training executor).
+    pub fn infer_with_fault(&self, state: &ModelState, x: &[f32], fault: Option<&Injection>) -> Result<StepOutput> {
+        if self.step.instrs.len() != self.fwd.instrs.len() || self.step.buffer_of(self.tg.loss).is_some() {
+            return Err(TrainError::Config(
+                "infer_with_fault runs on an inference executor (Executor::inference)".into(),
+            ));
+        }
+        let (mut out, mut bufs) = self.run_injected(state, x, None, fault)?;
+        let b = self.step.buffer_of(self.tg.output).expect("the forward program computes the output");
+        out.output = std::mem::take(&mut bufs[b.index()]).into_iter().map(f32::from_bits).collect();
+        Ok(out)
+    }
+
     /// Every buffer of a fault-free step on a batch (nothing released), as the program's
     /// buffer table numbers them; `state` is not changed.
     pub fn step_buffers(&self, state: &ModelState, x: &[f32], labels: &[u32]) -> Result<Vec<Vec<u32>>> {
-        let mut bufs = self.bind(&self.step, state, x, Some(labels))?;
+        self.buffers(state, x, Some(labels))
+    }
+
+    /// [`Executor::step_buffers`], labels optional (an inference program has none).
+    fn buffers(&self, state: &ModelState, x: &[f32], labels: Option<&[u32]>) -> Result<Vec<Vec<u32>>> {
+        let mut bufs = self.bind(&self.step, state, x, labels)?;
         run(&self.hw, ExecMode::Functional, &self.step, &mut bufs, None, true, &[])?;
         Ok(bufs)
     }
@@ -391,15 +431,15 @@ impl Executor {
         f: ActiveFault,
         state: &ModelState,
         x: &[f32],
-        labels: &[u32],
+        labels: Option<&[u32]>,
     ) -> Result<(Injection, Vec<(usize, usize)>)> {
         let sched = self.schedule();
         let map = memfault::StepMap::new(&self.step, &sched, &self.hw)?;
-        let mut golden = self.step_buffers(state, x, labels)?;
+        let mut golden = self.buffers(state, x, labels)?;
         let (mut words, mut groups, mut stale) = (Vec::new(), Vec::new(), false);
         for g in inj.instrs() {
             if stale {
-                let mut bufs = self.bind(&self.step, state, x, Some(labels))?;
+                let mut bufs = self.bind(&self.step, state, x, labels)?;
                 let so_far = Injection::words(inj.instr, words.clone());
                 run(&self.hw, ExecMode::Functional, &self.step, &mut bufs, Some(&so_far), true, &[])?;
                 (golden, stale) = (bufs, false);
