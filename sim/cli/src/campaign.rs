@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use faultline_fault::record::Summary;
-use faultline_fault::{merge, Campaign, CampaignSpec, Outcome, RunOptions, Shard, TrialMode};
+use faultline_fault::{merge, Campaign, CampaignSpec, Outcome, Progress, RunOptions, Shard, TrialMode};
 use faultline_hw::budget::HostMemory;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -70,13 +70,13 @@ pub fn run(a: CampaignArgs, mem: &HostMemory) -> Result<()> {
     let threads = a.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |t| t as usize);
     let show = !a.json && std::io::stderr().is_terminal();
     if show {
-        eprintln!("golden run: {} steps of {} on {} ...", spec.golden_steps, spec.model.display(), spec.hw.display());
+        let (model, hw) = (spec.resolve(&a.spec, &spec.model), spec.resolve(&a.spec, &spec.hw));
+        eprintln!("golden run: {} steps of {} on {} ...", spec.golden_steps, model.display(), hw.display());
     }
     let c = Campaign::prepare(spec, &a.spec, mem)?;
     mem.check(&format!("campaign `{}` on {threads} threads", c.info.spec.name), c.host_bytes(threads))?;
-    let total = a.shard.trials(c.info.trials).count() as u64;
     let bar = if show {
-        let b = ProgressBar::new(total);
+        let b = ProgressBar::new(0);
         b.set_style(
             ProgressStyle::with_template(
                 "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} trials {per_sec} ETA {eta}  {msg}",
@@ -95,18 +95,27 @@ pub fn run(a: CampaignArgs, mem: &HostMemory) -> Result<()> {
     };
     let opts = RunOptions { threads, shard: a.shard, resume: a.resume, mode };
     let summary = c
-        .run(&a.out, opts, |r| {
-            let i = Outcome::ALL.iter().position(|&o| o == r.outcome).expect("outcome listed");
-            counts[i].fetch_add(1, Ordering::Relaxed);
-            let msg: Vec<String> = Outcome::ALL
-                .iter()
-                .zip(&counts)
-                .map(|(o, n)| (o, n.load(Ordering::Relaxed)))
-                .filter(|(_, n)| *n > 0)
-                .map(|(o, n)| format!("{o} {n}"))
-                .collect();
-            bar.set_message(msg.join(", "));
-            bar.inc(1);
+        .run(&a.out, opts, |p| match p {
+            Progress::Start { recorded, trials } => {
+                // The bar counts this run's trials, so its rate and ETA are this run's.
+                bar.set_length(trials - recorded);
+                if recorded > 0 {
+                    bar.println(format!("resuming: {recorded} of {trials} trials recorded already"));
+                }
+            }
+            Progress::Trial(r) => {
+                let i = Outcome::ALL.iter().position(|&o| o == r.outcome).expect("outcome listed");
+                counts[i].fetch_add(1, Ordering::Relaxed);
+                let msg: Vec<String> = Outcome::ALL
+                    .iter()
+                    .zip(&counts)
+                    .map(|(o, n)| (o, n.load(Ordering::Relaxed)))
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(o, n)| format!("{o} {n}"))
+                    .collect();
+                bar.set_message(msg.join(", "));
+                bar.inc(1);
+            }
         })
         .with_context(|| format!("campaign {}", a.spec.display()))?;
     bar.finish_and_clear();

@@ -64,6 +64,21 @@ impl Shard {
     }
 }
 
+/// What [`Campaign::run`] reports as it goes.
+#[derive(Debug, Clone, Copy)]
+pub enum Progress<'a> {
+    /// Before the first trial: this shard's trials, of which `recorded` are in the output
+    /// already (a resumed run).
+    Start {
+        /// Trials recorded before this run.
+        recorded: u64,
+        /// This shard's trials.
+        trials: u64,
+    },
+    /// A trial ended.
+    Trial(&'a TrialRecord),
+}
+
 /// How a campaign runs (none of it changes a record).
 #[derive(Debug, Clone, Copy)]
 pub struct RunOptions {
@@ -506,12 +521,14 @@ impl Campaign {
         Ok(spec.thresholds.classify(&losses, window, acc, g_acc))
     }
 
-    /// Runs the campaign's `opts.shard` into `out`, calling `on_trial` after each trial (from
-    /// worker threads), and returns the summary of the records in `out`.
-    pub fn run(&self, out: &Path, opts: RunOptions, on_trial: impl Fn(&TrialRecord) + Sync) -> Result<Summary> {
+    /// Runs the campaign's `opts.shard` into `out`, telling `progress` how many trials are
+    /// recorded already and then each trial as it ends (from worker threads), and returns the
+    /// summary of the records in `out`.
+    pub fn run(&self, out: &Path, opts: RunOptions, progress: impl Fn(Progress) + Sync) -> Result<Summary> {
         let info_text = json_text(&self.info);
         let ids: Vec<u64> = opts.shard.trials(self.info.trials).collect();
         let done = open_output(out, &info_text, opts)?;
+        progress(Progress::Start { recorded: done as u64, trials: ids.len() as u64 });
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(opts.threads.max(1))
             .build()
@@ -539,7 +556,7 @@ impl Campaign {
                         let clock = Instant::now();
                         let rec = self.trial(&mut tr, t)?;
                         let secs = clock.elapsed().as_secs_f64();
-                        on_trial(&rec);
+                        progress(Progress::Trial(&rec));
                         Ok((rec, secs))
                     })
                     .collect()

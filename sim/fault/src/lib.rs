@@ -24,7 +24,7 @@ pub mod sample;
 pub mod spec;
 pub mod stats;
 
-pub use campaign::{merge, Campaign, RunOptions, Shard, TrialMode};
+pub use campaign::{merge, Campaign, Progress, RunOptions, Shard, TrialMode};
 pub use error::{FaultError, Result};
 pub use outcome::{Outcome, Thresholds};
 pub use record::{Summary, TrialRecord};
