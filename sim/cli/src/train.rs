@@ -94,8 +94,9 @@ pub struct TrainArgs {
     pub resume: Option<PathBuf>,
     /// Inject a fault at a (step, cycle within the step) of the run, e.g.
     /// 'flip:mxu.pe[31][0].psum[30]@step=5,cycle=400' or
-    /// 'stuck1:vpu.lane[3].out[30]@step=2,cycle=1000,for=50' (repeatable, one per step; MXU and
-    /// VPU sites). Where it lands and what it corrupts is printed and recorded in the trace.
+    /// 'stuck1:vpu.lane[3].out[30]@step=2,cycle=1000,for=50' (repeatable, one per step; any
+    /// site `faultline sites` lists). Where it lands and what it corrupts is printed and
+    /// recorded in the trace.
     #[arg(long = "inject", value_name = "FAULT", conflicts_with_all = ["resume", "save_checkpoint"])]
     pub inject: Vec<String>,
     /// Print the final summary as JSON (and no progress bar).
