@@ -74,6 +74,16 @@ fn records_do_not_depend_on_threads_or_shards() {
     assert!(e.contains("shards missing: 2/3"), "{e}");
     let e = merge(&d.path().join("m3"), &[shards[0].clone(), shards[0].clone(), shards[1].clone()]).unwrap_err();
     assert!(e.to_string().contains("given twice"), "{e}");
+    // A shard cut short (as a kill leaves it) is refused until it is resumed.
+    let records = shards[1].join("records.jsonl");
+    let text = std::fs::read_to_string(&records).unwrap();
+    let cut: String = text.lines().take(5).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&records, cut).unwrap();
+    let e = merge(&d.path().join("m4"), &shards).unwrap_err().to_string();
+    assert!(e.contains("shard 1/3 is incomplete or out of order (5 of its 64 trials recorded)"), "{e}");
+    c.run(&shards[1], RunOptions { resume: true, ..opts(1, Shard { index: 1, count: 3 }) }, |_| {}).unwrap();
+    merge(&d.path().join("m5"), &shards).unwrap();
+    assert_eq!(read(&one, "records.jsonl"), read(&d.path().join("m5"), "records.jsonl"));
 }
 
 /// The cycle-level reference (every instruction at register level, dead faults run too)
