@@ -1,10 +1,12 @@
 //! Fault-injection campaigns during training: one hardware fault per trial, in a named bit at a
-//! chosen time of a training run, and what it did to training.
+//! chosen time of a training run, and what it did to training (or, for inference campaigns, to
+//! the predictions of the trained model on a test batch).
 //!
 //! * [`spec`]: the campaign file (`configs/campaign-*.ron`);
 //! * [`model`]: fault models (flips, multi-bit upsets, stuck-ats) and the bits a fault strikes;
 //! * [`sample`]: the (bit, cycle, step) space and the deterministic trial plan;
-//! * [`outcome`]: He et al.'s outcome taxonomy and the thresholds that separate outcomes;
+//! * [`outcome`]: He et al.'s outcome taxonomy and the thresholds that separate outcomes, and
+//!   the inference outcomes (SDC, DUE);
 //! * [`campaign`]: the golden run, trials in parallel, resumable and sharded output, merge;
 //! * [`record`]: the files a campaign writes, and the summary;
 //! * [`stats`]: Wilson intervals and stratified estimates.
