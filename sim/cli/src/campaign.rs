@@ -69,11 +69,21 @@ pub fn run(a: CampaignArgs, mem: &HostMemory) -> Result<()> {
     let spec = CampaignSpec::load(&a.spec)?;
     let threads = a.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |t| t as usize);
     let show = !a.json && std::io::stderr().is_terminal();
-    if show {
+    let golden = if show {
         let (model, hw) = (spec.resolve(&a.spec, &spec.model), spec.resolve(&a.spec, &spec.hw));
-        eprintln!("golden run: {} steps of {} on {} ...", spec.golden_steps, model.display(), hw.display());
-    }
-    let c = Campaign::prepare(spec, &a.spec, mem)?;
+        eprintln!("golden run: {} steps of {} on {}", spec.golden_steps, model.display(), hw.display());
+        let b = ProgressBar::new(spec.golden_steps);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} golden steps ETA {eta}")
+                .expect("static template")
+                .progress_chars("=> "),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let c = Campaign::prepare_with(spec, &a.spec, mem, |s| golden.set_position(s))?;
+    golden.finish_and_clear();
     mem.check(&format!("campaign `{}` on {threads} threads", c.info.spec.name), c.host_bytes(threads))?;
     let bar = if show {
         let b = ProgressBar::new(0);

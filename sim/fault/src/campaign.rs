@@ -193,6 +193,16 @@ impl Campaign {
     /// Loads the spec's model, machine and data, checks the spec against them, runs the golden
     /// run and lays out the sampled space.
     pub fn prepare(spec: CampaignSpec, file: &Path, mem: &HostMemory) -> Result<Campaign> {
+        Self::prepare_with(spec, file, mem, |_| {})
+    }
+
+    /// [`Campaign::prepare`], calling `golden_step` after each step of the golden run.
+    pub fn prepare_with(
+        spec: CampaignSpec,
+        file: &Path,
+        mem: &HostMemory,
+        mut golden_step: impl FnMut(u64),
+    ) -> Result<Campaign> {
         let model = ModelSpec::load(spec.resolve(file, &spec.model))?;
         let hw = HwConfig::load(spec.resolve(file, &spec.hw))?;
         let s = &spec.train;
@@ -264,6 +274,7 @@ impl Campaign {
                 });
             }
             losses.push(r.loss);
+            golden_step(step);
             if inject {
                 after.insert(step, trainer.snapshot());
             }
