@@ -363,7 +363,6 @@ impl Campaign {
     /// is wrong: an error.
     pub fn judge(&self, tr: &mut Trainer, t: u64, a: &Anchor, upset: &[StepFault], run: bool) -> Result<TrialRecord> {
         let spec = self.spec();
-        let dead = spec.skip_dead && self.space.dead(&tr.exec.hw, upset);
         let mut rec = TrialRecord {
             schema: SCHEMA,
             trial: t,
@@ -386,6 +385,7 @@ impl Campaign {
         if rec.skipped {
             return Ok(rec);
         }
+        let dead = spec.skip_dead && self.space.dead(&tr.exec.hw, upset);
         if let Some(inf) = &self.inference {
             self.infer(inf, tr.exec.mode, &mut rec, a, upset)?;
         } else {
@@ -536,9 +536,8 @@ impl Campaign {
     /// recorded already and then each trial as it ends (from worker threads), and returns the
     /// summary of the records in `out`.
     pub fn run(&self, out: &Path, opts: RunOptions, progress: impl Fn(Progress) + Sync) -> Result<Summary> {
-        let info_text = json_text(&self.info);
         let ids: Vec<u64> = opts.shard.trials(self.info.trials).collect();
-        let done = open_output(out, &info_text, opts)?;
+        let done = open_output(out, &self.info, opts)?;
         progress(Progress::Start { recorded: done as u64, trials: ids.len() as u64 });
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(opts.threads.max(1))
@@ -629,37 +628,41 @@ fn write_atomic(path: &Path, text: &str) -> Result<()> {
     fs::rename(&tmp, path).map_err(FaultError::io(path))
 }
 
-/// The lines of `path` that are complete (end in a newline) and the byte length they span;
-/// a missing file has none.
-fn complete_lines(path: &Path) -> Result<(Vec<String>, u64)> {
+/// The lines of `path` that are complete (end in a newline), without their newlines; a
+/// missing file has none.
+fn complete_lines(path: &Path) -> Result<Vec<String>> {
     let f = match File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(FaultError::io(path)(e)),
     };
-    let (mut lines, mut len, mut r) = (Vec::new(), 0u64, BufReader::new(f));
+    let (mut lines, mut r) = (Vec::new(), BufReader::new(f));
     loop {
         let mut line = String::new();
         let n = r.read_line(&mut line).map_err(FaultError::io(path))?;
         if n == 0 || !line.ends_with('\n') {
-            return Ok((lines, len));
+            return Ok(lines);
         }
-        len += n as u64;
         line.pop();
         lines.push(line);
     }
 }
 
-/// The trial id of a record line.
+/// The trial id of a record or timing line (both carry `trial`; other fields are ignored).
 fn trial_of(line: &str) -> Option<u64> {
-    serde_json::from_str::<RecordKey>(line).ok().map(|k| k.trial)
+    #[derive(Deserialize)]
+    struct Id {
+        trial: u64,
+    }
+    serde_json::from_str::<Id>(line).ok().map(|k| k.trial)
 }
 
-/// Prepares `out` for a run and returns the number of this shard's trials already recorded:
-/// a fresh directory gets `campaign.json` (and `shard.json` for a slice); `--resume` checks
-/// both match and keeps the records that are this shard's first trials in order, cutting a
-/// half-written last line.
-fn open_output(out: &Path, info_text: &str, opts: RunOptions) -> Result<usize> {
+/// Prepares `out` for a run of campaign `info` and returns the number of this shard's trials
+/// already recorded: a fresh directory gets `campaign.json` (and `shard.json` for a slice);
+/// `--resume` checks both match and keeps the records that are this shard's first trials in
+/// order, cutting a half-written last line.
+fn open_output(out: &Path, info: &CampaignInfo, opts: RunOptions) -> Result<usize> {
+    let info_text = json_text(info);
     fs::create_dir_all(out).map_err(FaultError::io(out))?;
     let info_path = out.join("campaign.json");
     let shard_path = out.join("shard.json");
@@ -701,38 +704,28 @@ fn open_output(out: &Path, info_text: &str, opts: RunOptions) -> Result<usize> {
             if let Some(t) = &shard_text {
                 write_atomic(&shard_path, t)?;
             }
-            write_atomic(&info_path, info_text)?;
+            write_atomic(&info_path, &info_text)?;
         }
         Err(e) => return Err(FaultError::io(&info_path)(e)),
     }
-    let (lines, len) = complete_lines(&records_path)?;
-    let trials: u64 = serde_json::from_str::<CampaignInfo>(info_text).map(|i| i.trials).unwrap_or(0);
-    let expected = opts.shard.trials(trials);
+    let lines = complete_lines(&records_path)?;
+    let expected = opts.shard.trials(info.trials);
     let kept = lines.iter().zip(expected).take_while(|(l, t)| trial_of(l) == Some(*t)).count();
     let keep_len: u64 = lines[..kept].iter().map(|l| l.len() as u64 + 1).sum();
-    debug_assert!(keep_len <= len);
     let f = OpenOptions::new().create(true).append(true).open(&records_path).map_err(FaultError::io(&records_path))?;
     f.set_len(keep_len).map_err(FaultError::io(&records_path))?;
     // Timing lines of trials not kept go; the rest stay.
     let timing_path = out.join("timing.jsonl");
-    let (times, _) = complete_lines(&timing_path)?;
+    let times = complete_lines(&timing_path)?;
     let done: std::collections::BTreeSet<u64> = lines[..kept].iter().filter_map(|l| trial_of(l)).collect();
     let mut seen = std::collections::BTreeSet::new();
     let kept_times: String = times
         .iter()
-        .filter(|l| trial_of_timing(l).is_some_and(|t| done.contains(&t) && seen.insert(t)))
+        .filter(|l| trial_of(l).is_some_and(|t| done.contains(&t) && seen.insert(t)))
         .map(|l| format!("{l}\n"))
         .collect();
     fs::write(&timing_path, kept_times).map_err(FaultError::io(&timing_path))?;
     Ok(kept)
-}
-
-fn trial_of_timing(line: &str) -> Option<u64> {
-    #[derive(Deserialize)]
-    struct T {
-        trial: u64,
-    }
-    serde_json::from_str::<T>(line).ok().map(|t| t.trial)
 }
 
 /// Reads `campaign.json` and `records.jsonl` of `dir`.
@@ -747,7 +740,7 @@ fn read_dir(dir: &Path) -> Result<(String, CampaignInfo, Vec<String>)> {
             why: format!("schema {} (this faultline reads schema {SCHEMA})", info.schema),
         });
     }
-    let (lines, _) = complete_lines(&dir.join("records.jsonl"))?;
+    let lines = complete_lines(&dir.join("records.jsonl"))?;
     Ok((text, info, lines))
 }
 
@@ -819,7 +812,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
                 ),
             });
         }
-        let (times, _) = complete_lines(&dir.join("timing.jsonl"))?;
+        let times = complete_lines(&dir.join("timing.jsonl"))?;
         if parts.insert(shard.index, (dir.clone(), lines, times)).is_some() {
             return Err(FaultError::Output { path: dir.clone(), why: format!("shard {} is given twice", shard.index) });
         }
@@ -838,7 +831,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
         records.push('\n');
     }
     let mut times: Vec<(u64, &String)> =
-        parts.values().flat_map(|p| p.2.iter()).filter_map(|l| trial_of_timing(l).map(|t| (t, l))).collect();
+        parts.values().flat_map(|p| p.2.iter()).filter_map(|l| trial_of(l).map(|t| (t, l))).collect();
     times.sort_by_key(|x| x.0);
     fs::create_dir_all(out).map_err(FaultError::io(out))?;
     if out.join("records.jsonl").exists() {

@@ -36,14 +36,6 @@ fn row_len(hw: &HwConfig, class: SiteClass) -> u64 {
 }
 
 impl FaultModel {
-    /// Bits one fault strikes.
-    pub fn bits(self) -> u32 {
-        match self {
-            FaultModel::MultiBit { bits, .. } => bits,
-            _ => 1,
-        }
-    }
-
     /// Checks that every selected class can take this fault (a `k`-bit upset needs `k` bits per
     /// word or `k` elements per row).
     pub fn check(self, hw: &HwConfig, classes: &[SiteClass], file: &Path) -> Result<()> {

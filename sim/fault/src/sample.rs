@@ -111,11 +111,6 @@ impl Space {
         self.trials_unchecked() as u64
     }
 
-    /// The index of the class anchor `a` lies in.
-    pub fn class_index(&self, a: &Anchor) -> usize {
-        self.classes.iter().position(|c| c.class == a.class).expect("anchors lie in selected classes")
-    }
-
     /// Trial `t`'s anchor.
     pub fn anchor(&self, hw: &HwConfig, t: u64) -> Anchor {
         let at = |class: usize, idx: u64, step: usize, cycle: u64| {
@@ -123,9 +118,8 @@ impl Space {
             let w = c.width(hw) as u64;
             Anchor { class: c, elem: idx / w, bit: (idx % w) as u32, step: self.steps[step], cycle }
         };
-        // Within a class: a uniform bit, step and cycle.
-        let draw = |rng: &mut ChaCha8Rng, class: usize| {
-            let idx = rng.gen_range(0..self.classes[class].bits);
+        // Bit `idx` of class `class`, then a uniform step and cycle.
+        let draw = |rng: &mut ChaCha8Rng, (class, idx): (usize, u64)| {
             let step = rng.gen_range(0..self.steps.len());
             at(class, idx, step, rng.gen_range(0..self.cycles))
         };
@@ -133,28 +127,32 @@ impl Space {
             Sampling::Exhaustive => {
                 // Class-major, then bit, step, cycle.
                 let per_bit = self.cycles * self.steps.len() as u64;
-                let (mut bit, rest) = (t / per_bit, t % per_bit);
-                let mut class = 0;
-                while bit >= self.classes[class].bits {
-                    bit -= self.classes[class].bits;
-                    class += 1;
-                }
+                let ((class, bit), rest) = (self.locate(t / per_bit), t % per_bit);
                 at(class, bit, (rest / self.cycles) as usize, rest % self.cycles)
             }
             Sampling::Uniform { .. } => {
                 let mut rng = trial_rng(self.seed, t);
                 // A class with probability proportional to its bits: uniform over all bits.
-                let mut idx = rng.gen_range(0..self.bits());
-                let mut class = 0;
-                while idx >= self.classes[class].bits {
-                    idx -= self.classes[class].bits;
-                    class += 1;
-                }
-                let step = rng.gen_range(0..self.steps.len());
-                at(class, idx, step, rng.gen_range(0..self.cycles))
+                let bit = self.locate(rng.gen_range(0..self.bits()));
+                draw(&mut rng, bit)
             }
-            Sampling::Stratified { per_class } => draw(&mut trial_rng(self.seed, t), (t / per_class) as usize),
+            Sampling::Stratified { per_class } => {
+                let (mut rng, class) = (trial_rng(self.seed, t), (t / per_class) as usize);
+                let idx = rng.gen_range(0..self.classes[class].bits);
+                draw(&mut rng, (class, idx))
+            }
         }
+    }
+
+    /// Bit `idx` of the selected classes' bits taken class after class: its class and its
+    /// index there.
+    fn locate(&self, mut idx: u64) -> (usize, u64) {
+        let mut class = 0;
+        while idx >= self.classes[class].bits {
+            idx -= self.classes[class].bits;
+            class += 1;
+        }
+        (class, idx)
     }
 
     /// Whether every bit of an upset is provably dead for its whole duration: outside every
