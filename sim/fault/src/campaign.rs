@@ -411,9 +411,10 @@ impl Campaign {
     ) -> Result<()> {
         let exec = &inf.exec[(mode == ExecMode::CycleLevel) as usize];
         let (x, real, golden) = &inf.batches[&a.step];
-        let (injection, report) = inject::resolve_upset(exec, &inf.sched, upset)?;
-        let out = exec.infer_with_fault(&inf.state, x, injection.as_ref())?;
-        let report = inject::complete_on(exec, &inf.sched, injection.as_ref(), report, out.effect.as_ref())?;
+        let (out, report) =
+            inject::run_upset(exec, &inf.sched, upset, |inj| exec.infer_with_fault(&inf.state, x, inj))?;
+        let report =
+            report.ok_or_else(|| FaultError::Inconsistent(format!("trial {}: no injection report", rec.trial)))?;
         rec.register_level_cycles = register_cycles(&inf.sched, a, upset, &report);
         let c = exec.outputs();
         let (got, want) = (&out.output[..real * c], &golden[..real * c]);

@@ -18,7 +18,7 @@
 //! ([`seqfault`]); a stuck-at does so in every read, transfer or GEMM its cycles overlap.
 
 use crate::error::{Result, TrainError};
-use crate::exec::{Effect, Executor, Injection};
+use crate::exec::{Effect, Executor, Injection, StepOutput};
 use crate::memfault;
 use crate::seqfault;
 use faultline_graph::{Phase, StepSchedule};
@@ -436,6 +436,27 @@ fn resolve_sequencer(
 /// The first instruction (in program order) running at `cycle` of the step, on any unit.
 fn running(sched: &StepSchedule, cycle: u64) -> Option<usize> {
     ExecUnit::ALL.iter().filter_map(|&u| sched.locate(u, cycle)).map(|(i, _)| i).min()
+}
+
+/// Runs a program of `exec` (schedule `sched`) through `run` with `upset` injected (no bits:
+/// fault-free, no report): resolved before ([`resolve_upset`]) and reported after from what
+/// `run` measured ([`complete_on`]). Training steps and inference passes share this.
+pub fn run_upset(
+    exec: &Executor,
+    sched: &StepSchedule,
+    upset: &[StepFault],
+    run: impl FnOnce(Option<&Injection>) -> Result<StepOutput>,
+) -> Result<(StepOutput, Option<InjectionReport>)> {
+    let (injection, report) = match upset {
+        [] => (None, None),
+        bits => {
+            let (i, r) = resolve_upset(exec, sched, bits)?;
+            (i, Some(r))
+        }
+    };
+    let out = run(injection.as_ref())?;
+    let report = report.map(|r| complete_on(exec, sched, injection.as_ref(), r, out.effect.as_ref())).transpose()?;
+    Ok((out, report))
 }
 
 /// [`complete`] for an injection that may reach several instructions (a stuck-at outlasting

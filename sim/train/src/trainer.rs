@@ -346,17 +346,9 @@ impl Trainer {
         }
         let idx = self.batcher.next_indices();
         let (x, y) = self.data.train.gather(&idx);
-        let (injection, report) = match upset {
-            [] => (None, None),
-            bits => {
-                let (i, r) = inject::resolve_upset(&self.exec, &self.schedule, bits)?;
-                (i, Some(r))
-            }
-        };
-        let out = self.exec.step_with_fault(&mut self.state, &x, &y, injection.as_ref())?;
-        let injection = report
-            .map(|r| inject::complete_on(&self.exec, &self.schedule, injection.as_ref(), r, out.effect.as_ref()))
-            .transpose()?;
+        let (out, injection) = inject::run_upset(&self.exec, &self.schedule, upset, |inj| {
+            self.exec.step_with_fault(&mut self.state, &x, &y, inj)
+        })?;
         let step = self.state.step;
         let every = self.options.eval_every;
         let due = every > 0 && step.is_multiple_of(every);
