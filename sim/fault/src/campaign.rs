@@ -8,7 +8,9 @@
 use crate::error::{FaultError, Result};
 use crate::model::Anchor;
 use crate::outcome::Outcome;
-use crate::record::{summarize, CampaignInfo, ClassInfo, Golden, RecordKey, Summary, TrialRecord, SCHEMA};
+use crate::record::{
+    summarize, CampaignInfo, ClassInfo, Golden, RecordKey, Summary, TrialRecord, CODE_VERSION, SCHEMA,
+};
 use crate::sample::Space;
 use crate::spec::{CampaignSpec, FaultModel, Lasts, Mode};
 use faultline_graph::StepSchedule;
@@ -305,6 +307,8 @@ impl Campaign {
             .collect();
         let info = CampaignInfo {
             schema: SCHEMA,
+            spec_file: fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf()).display().to_string(),
+            code: CODE_VERSION.to_string(),
             hw: hw.name.clone(),
             cycles_per_step,
             instructions_per_step,

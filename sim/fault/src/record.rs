@@ -13,7 +13,12 @@ use faultline_train::InjectionReport;
 use serde::{Deserialize, Serialize};
 
 /// Version of the record and summary schema; bumped on any change to their fields.
-pub const SCHEMA: u32 = 1;
+pub const SCHEMA: u32 = 2;
+
+/// The code version recorded in `campaign.json`: the crate version and the commit it was
+/// built from.
+pub const CODE_VERSION: &str =
+    concat!("faultline ", env!("CARGO_PKG_VERSION"), " (git ", env!("FAULTLINE_COMMIT"), ")");
 
 /// One selected class in `campaign.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,6 +55,11 @@ pub struct CampaignInfo {
     pub schema: u32,
     /// The spec as parsed (defaults filled in).
     pub spec: CampaignSpec,
+    /// The spec file, absolute (its relative paths are relative to its directory): what
+    /// `faultline vcd` reloads to replay a trial.
+    pub spec_file: String,
+    /// The code that ran the campaign: crate version and git commit ([`CODE_VERSION`]).
+    pub code: String,
     /// Machine config name.
     pub hw: String,
     /// Cycles of one training step.
