@@ -84,6 +84,11 @@ impl Outcome {
         Outcome::Due,
     ];
 
+    /// Position in [`Outcome::ALL`] (declaration order), for per-outcome count arrays.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
     /// The name in records and summaries.
     pub const fn name(self) -> &'static str {
         match self {
@@ -195,6 +200,13 @@ impl Thresholds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn index_is_the_position_in_all() {
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(o.index(), i, "{o}");
+        }
+    }
 
     #[test]
     fn classification_follows_the_definitions() {

@@ -9,6 +9,7 @@
 use crate::outcome::Outcome;
 use crate::spec::{CampaignSpec, Sampling};
 use crate::stats::{stratified, Estimate};
+use faultline_hw::sites::SiteKind;
 use faultline_train::InjectionReport;
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +30,17 @@ pub struct ClassInfo {
     pub bits: u64,
     /// Bits per element.
     pub width: u32,
+    /// Unit (`mxu`, `vpu`, `ub`, `acc`, `wbuf`, `dram`, `seq`, `dma`).
+    pub unit: String,
+    /// Register within the unit (`psum`, `a`, `word`, ...).
+    pub register: String,
+    /// Flip-flop or SRAM cell (FIT rates differ per kind).
+    pub kind: SiteKind,
+    /// Extent of the element indices (PE rows x columns; words or lanes x 1).
+    pub dims: [u32; 2],
+    /// Number format of the values (`bf16`, `fp32`, `int8`, `int32`), absent for strobes,
+    /// counters and addresses: how a bit position reads (sign, exponent, mantissa).
+    pub format: Option<String>,
     /// Its share of the sampled space (bits over all selected bits).
     pub weight: f64,
     /// (bit, cycle) pairs of one step that may be live; the rest are provably dead.
@@ -218,48 +230,73 @@ pub struct Summary {
     pub classes: Vec<ClassSummary>,
 }
 
-/// The summary of `records` (any order) of the campaign `info`.
-pub fn summarize(info: &CampaignInfo, records: &[RecordKey]) -> Summary {
-    let shares = |rs: &[&RecordKey]| -> Vec<OutcomeShare> {
-        let n = rs.len() as u64;
+/// The summary of `records` (any order) of the campaign `info`. One pass over the records
+/// (a report aggregates millions); a record of a class the campaign lacks is not counted.
+pub fn summarize<'a>(info: &CampaignInfo, records: impl IntoIterator<Item = &'a RecordKey>) -> Summary {
+    use std::collections::HashMap;
+    const N: usize = Outcome::ALL.len();
+    /// Counts of one class: per outcome, skipped, and (unmasked, trials) per bit.
+    #[derive(Clone)]
+    struct Tally {
+        outcomes: [u64; N],
+        skipped: u64,
+        bits: Vec<(u64, u64)>,
+    }
+    let index: HashMap<&str, usize> = info.classes.iter().enumerate().map(|(i, c)| (c.class.as_str(), i)).collect();
+    let mut tallies: Vec<Tally> = info
+        .classes
+        .iter()
+        .map(|c| Tally { outcomes: [0; N], skipped: 0, bits: vec![(0, 0); c.width as usize] })
+        .collect();
+    let (mut all, mut verified) = (Tally { outcomes: [0; N], skipped: 0, bits: Vec::new() }, 0u64);
+    for r in records {
+        let o = r.outcome.index();
+        all.outcomes[o] += 1;
+        all.skipped += r.skipped as u64;
+        verified += r.verified_dead as u64;
+        let Some(t) = index.get(r.class.as_str()).map(|&i| &mut tallies[i]) else { continue };
+        t.outcomes[o] += 1;
+        t.skipped += r.skipped as u64;
+        if let Some(b) = t.bits.get_mut(r.bit as usize) {
+            b.0 += r.outcome.unmasked() as u64;
+            b.1 += 1;
+        }
+    }
+    let total = |t: &Tally| t.outcomes.iter().sum::<u64>();
+    let shares = |t: &Tally| -> Vec<OutcomeShare> {
         Outcome::ALL
             .iter()
-            .map(|&o| OutcomeShare {
-                outcome: o,
-                share: Estimate::of(rs.iter().filter(|r| r.outcome == o).count() as u64, n),
-            })
+            .map(|&o| OutcomeShare { outcome: o, share: Estimate::of(t.outcomes[o.index()], total(t)) })
             .collect()
     };
-    let count = |rs: &[&RecordKey], f: fn(Outcome) -> bool| {
-        Estimate::of(rs.iter().filter(|r| f(r.outcome)).count() as u64, rs.len() as u64)
+    let count = |t: &Tally, f: fn(Outcome) -> bool| {
+        Estimate::of(Outcome::ALL.iter().filter(|&&o| f(o)).map(|o| t.outcomes[o.index()]).sum(), total(t))
     };
     let classes: Vec<ClassSummary> = info
         .classes
         .iter()
-        .map(|c| {
-            let rs: Vec<&RecordKey> = records.iter().filter(|r| r.class == c.class).collect();
-            let failure = count(&rs, Outcome::failure);
+        .zip(&tallies)
+        .map(|(c, t)| {
+            let failure = count(t, Outcome::failure);
             let per_bit = (0..c.width)
-                .filter_map(|b| {
-                    let at: Vec<&RecordKey> = rs.iter().copied().filter(|r| r.bit == b).collect();
-                    (!at.is_empty()).then(|| BitSummary { bit: b, unmasked: count(&at, Outcome::unmasked) })
-                })
+                .zip(&t.bits)
+                .filter(|(_, &(_, n))| n > 0)
+                .map(|(bit, &(u, n))| BitSummary { bit, unmasked: Estimate::of(u, n) })
                 .collect();
             ClassSummary {
                 class: c.class.clone(),
                 bits: c.bits,
                 weight: c.weight,
-                trials: rs.len() as u64,
-                skipped_dead: rs.iter().filter(|r| r.skipped).count() as u64,
-                outcomes: shares(&rs),
-                unmasked: count(&rs, Outcome::unmasked),
+                trials: total(t),
+                skipped_dead: t.skipped,
+                outcomes: shares(t),
+                unmasked: count(t, Outcome::unmasked),
                 failure,
                 failure_fit: info.spec.fit_per_bit.map(|fit| fit * c.bits as f64 * failure.p),
                 per_bit,
             }
         })
         .collect();
-    let all: Vec<&RecordKey> = records.iter().collect();
     let combine = |f: fn(&ClassSummary) -> Estimate, pooled: Estimate| match info.spec.sampling {
         Sampling::Stratified { .. } => {
             let strata: Vec<(f64, Estimate)> = classes.iter().map(|c| (c.weight, f(c))).collect();
@@ -268,13 +305,14 @@ pub fn summarize(info: &CampaignInfo, records: &[RecordKey]) -> Summary {
         }
         _ => Combined { method: "pooled".into(), p: pooled.p, lo: pooled.lo, hi: pooled.hi },
     };
+    let n = total(&all);
     Summary {
         schema: SCHEMA,
         campaign: info.spec.name.clone(),
-        trials: records.len() as u64,
-        simulated: records.iter().filter(|r| !r.skipped).count() as u64,
-        skipped_dead: records.iter().filter(|r| r.skipped).count() as u64,
-        verified_dead: records.iter().filter(|r| r.verified_dead).count() as u64,
+        trials: n,
+        simulated: n - all.skipped,
+        skipped_dead: all.skipped,
+        verified_dead: verified,
         outcomes: shares(&all),
         unmasked: combine(|c| c.unmasked, count(&all, Outcome::unmasked)),
         failure: combine(|c| c.failure, count(&all, Outcome::failure)),

@@ -11,6 +11,7 @@
 
 use crate::config::{Dataflow, HwConfig};
 use crate::error::{one_line, HwError};
+use faultline_num::NumFormat;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -263,6 +264,22 @@ impl SiteClass {
             Register::AccAddr => addr_bits(m.accumulator.words()),
             Register::TileCounter => TILE_COUNTER_BITS,
             Register::SrcAddr | Register::DstAddr => DMA_ADDR_BITS,
+        }
+    }
+
+    /// The number format of the class's values on `cfg`, for reading a bit position as sign,
+    /// exponent or mantissa: `None` for 1-bit strobes, counters and addresses. Memory words
+    /// hold the executor's fp32 words.
+    pub fn format(self, cfg: &HwConfig) -> Option<NumFormat> {
+        let p = cfg.mxu.precision();
+        match self.register {
+            Register::Act | Register::Weight | Register::WeightShadow => Some(p.input()),
+            Register::Psum => Some(p.acc()),
+            Register::OpA | Register::OpB | Register::OpC | Register::OpD | Register::LaneAcc | Register::LaneOut => {
+                Some(NumFormat::Fp32)
+            }
+            Register::Word => (self.width(cfg) == 32).then_some(NumFormat::Fp32),
+            _ => None,
         }
     }
 
