@@ -268,8 +268,7 @@ impl SiteClass {
     }
 
     /// The number format of the class's values on `cfg`, for reading a bit position as sign,
-    /// exponent or mantissa: `None` for 1-bit strobes, counters and addresses. Memory words
-    /// hold the executor's fp32 words.
+    /// exponent or mantissa: `None` for 1-bit strobes, counters and addresses.
     pub fn format(self, cfg: &HwConfig) -> Option<NumFormat> {
         let p = cfg.mxu.precision();
         match self.register {
@@ -278,7 +277,13 @@ impl SiteClass {
             Register::OpA | Register::OpB | Register::OpC | Register::OpD | Register::LaneAcc | Register::LaneOut => {
                 Some(NumFormat::Fp32)
             }
-            Register::Word => (self.width(cfg) == 32).then_some(NumFormat::Fp32),
+            // The executor's buffers hold fp32 words; a narrower SRAM (the weight buffer) holds
+            // the MXU's input format.
+            Register::Word => match self.width(cfg) {
+                32 => Some(NumFormat::Fp32),
+                w if w == p.input().bits() => Some(p.input()),
+                _ => None,
+            },
             _ => None,
         }
     }
