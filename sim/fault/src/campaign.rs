@@ -340,6 +340,23 @@ impl Campaign {
         self.trainer.clone()
     }
 
+    /// The golden run's state before injection step `step` (`None` for a step faults do not
+    /// strike, and in an inference campaign): what a trial restores, and what a replay of one
+    /// trial's faulted instruction (`faultline vcd`) starts from.
+    pub fn golden_before(&self, step: u64) -> Option<&TrainState> {
+        self.golden.before.get(&step)
+    }
+
+    /// For an inference campaign: the executor of its forward program, that program's
+    /// schedule, the trained model and the inputs of test batch `batch` (1-based; `None` for a
+    /// batch faults do not strike, and in a training campaign). What a replay of one trial
+    /// starts from.
+    pub fn inference_batch(&self, batch: u64) -> Option<(&Executor, &StepSchedule, &ModelState, &[f32])> {
+        let inf = self.inference.as_ref()?;
+        let (x, _, _) = inf.batches.get(&batch)?;
+        Some((&inf.exec[0], &inf.sched, &inf.state, x))
+    }
+
     /// The fault trial `t` injects.
     pub fn upset(&self, t: u64) -> (Anchor, Vec<StepFault>) {
         let hw = &self.trainer.exec.hw;

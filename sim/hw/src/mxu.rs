@@ -529,18 +529,7 @@ pub fn gemm_into(
     mode: ExecMode,
     faults: &FaultSchedule,
 ) -> Result<GemmOutput, HwError> {
-    check_shapes(cfg, a, w)?;
-    let mut sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols)?;
-    if let Some(c) = acc {
-        if (c.rows, c.cols) != (a.rows, w.cols) {
-            return Err(HwError::Shape {
-                op: "GEMM".into(),
-                detail: format!("accumulators hold {}x{}, the result is {}x{}", c.rows, c.cols, a.rows, w.cols),
-            });
-        }
-        sched = sched.accumulating();
-    }
-    check_faults(cfg, &sched, mode, faults)?;
+    let sched = checked_schedule(cfg, a, w, acc, mode, faults)?;
     let (out, golden) = match mode {
         ExecMode::Functional => (with_precision!(cfg.mxu.precision(), F => functional::<F>(&sched, a, w, acc)), None),
         ExecMode::CycleLevel => with_precision!(cfg.mxu.precision(), F => {
@@ -554,6 +543,50 @@ pub fn gemm_into(
         }),
     };
     Ok(GemmOutput { out, stats: sched.stats(), golden })
+}
+
+/// The schedule of `out (+)= a * w` (accumulating into `acc` if given) after checking the
+/// shapes and that `faults` can be placed in it ([`check_faults`]).
+fn checked_schedule(
+    cfg: &HwConfig,
+    a: &Matrix,
+    w: &Matrix,
+    acc: Option<&Matrix>,
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> Result<Schedule, HwError> {
+    check_shapes(cfg, a, w)?;
+    let mut sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols)?;
+    if let Some(c) = acc {
+        if (c.rows, c.cols) != (a.rows, w.cols) {
+            return Err(HwError::Shape {
+                op: "GEMM".into(),
+                detail: format!("accumulators hold {}x{}, the result is {}x{}", c.rows, c.cols, a.rows, w.cols),
+            });
+        }
+        sched = sched.accumulating();
+    }
+    check_faults(cfg, &sched, mode, faults)?;
+    Ok(sched)
+}
+
+/// [`gemm_into`] stepped in full at cycle level from the reset state, with `observe` called
+/// after every commit (faults applied) with the cycle (from the GEMM's first cycle, the clock
+/// fault times count on) and the array's registers: [`cycle_level_observed`] for a caller that
+/// knows the MXU's precision only at run time (waveform export). The same checks and bits as
+/// [`gemm_into`] in [`ExecMode::CycleLevel`], but never windowed: every cycle is observed.
+/// Returns the result and what the stepping measured.
+pub fn gemm_observed(
+    cfg: &HwConfig,
+    a: &Matrix,
+    w: &Matrix,
+    acc: Option<&Matrix>,
+    faults: &FaultSchedule,
+    observe: impl FnMut(u64, &PeArrayState),
+) -> Result<(Matrix, CycleReport), HwError> {
+    let s = checked_schedule(cfg, a, w, acc, ExecMode::CycleLevel, faults)?;
+    let mut st = PeArrayState::new(cfg.mxu.rows, cfg.mxu.cols);
+    Ok(with_precision!(cfg.mxu.precision(), F => cycle_level_observed::<F>(&s, a, w, acc, faults, &mut st, observe)))
 }
 
 /// Checks that `faults` can be placed in GEMM `sched` (see [`FaultSchedule::check`]): MXU sites,
@@ -1224,6 +1257,44 @@ mod tests {
     use super::*;
     use faultline_num::Bf16Fp32;
     use proptest::prelude::*;
+
+    /// The observed GEMM is the stepped one: the same bits as `gemm_into` at cycle level with
+    /// and without a fault, one observation per cycle, and the fault visible in the observed
+    /// state at its cycle and not before.
+    #[test]
+    fn an_observed_gemm_is_the_stepped_gemm_seen_every_cycle() {
+        for df in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
+            let cfg = HwConfig::test_config(4, 3, df, Precision::Bf16Fp32);
+            let bits = |i: usize| ((i as u32).wrapping_mul(2654435761) >> 16) & 0x3f7f;
+            let (a, w) =
+                (Matrix::from_fn(5, 7, |i, j| bits(i * 7 + j)), Matrix::from_fn(7, 5, |i, j| bits(99 + i * 5 + j)));
+            let site = FaultSite::pe(0, 1, Register::Psum, 30);
+            let fault = FaultSchedule::one(FaultEvent::flip(site, 0, 3));
+            let at = Schedule::new(&cfg.mxu, 5, 7, 5).unwrap().absolute_cycle(0, 3).unwrap();
+            for faults in [FaultSchedule::none(), fault] {
+                let want = gemm_into(&cfg, &a, &w, None, ExecMode::CycleLevel, &faults).unwrap();
+                let (mut seen, mut psum) = (Vec::new(), Vec::new());
+                let (got, report) = gemm_observed(&cfg, &a, &w, None, &faults, |t, st| {
+                    seen.push(t);
+                    psum.push(st.read(&site));
+                })
+                .unwrap();
+                assert_eq!(got, want.out, "{df:?}");
+                assert_eq!(seen, (0..report.measured_cycles).collect::<Vec<_>>());
+                assert_eq!(report.measured_cycles, want.stats.total_cycles);
+                if !faults.is_empty() {
+                    let golden = gemm_observed(&cfg, &a, &w, None, &FaultSchedule::none(), |_, _| {}).unwrap().0;
+                    assert_ne!(got, golden, "{df:?}: the flip reaches the outputs");
+                    let mut clean = Vec::new();
+                    gemm_observed(&cfg, &a, &w, None, &FaultSchedule::none(), |_, st| clean.push(st.read(&site)))
+                        .unwrap();
+                    let t = at as usize;
+                    assert_eq!(psum[..t], clean[..t], "{df:?}: equal before the fault");
+                    assert_eq!(psum[t] ^ clean[t], 1 << 30, "{df:?}: the flipped bit at its cycle");
+                }
+            }
+        }
+    }
 
     proptest! {
         /// The closed-form WS state equals the stepped one at every cycle of a GEMM, every

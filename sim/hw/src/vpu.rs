@@ -483,8 +483,41 @@ pub fn run(
     mode: ExecMode,
     faults: &FaultSchedule,
 ) -> Result<VpuOutput, HwError> {
-    let n = check(&op, inputs)?;
-    let sched = VpuSchedule::new(cfg, &op, n)?;
+    let (n, sched) = checked(cfg, &op, inputs, mode, faults)?;
+    let out = match mode {
+        ExecMode::Functional => functional(cfg, &op, inputs, n),
+        ExecMode::CycleLevel => cycle_level(cfg, &op, inputs, n, &sched, faults, |_, _| {}),
+    };
+    Ok(VpuOutput { out, stats: sched.stats(cfg, &op, n) })
+}
+
+/// [`run`] at cycle level with `observe` called after every commit (faults applied) with the
+/// cycle (from the op's first issue, the clock fault times count on) and the lanes' registers:
+/// the hook for waveform (VCD) export. The same checks and bits as [`run`] in
+/// [`ExecMode::CycleLevel`].
+pub fn run_observed(
+    cfg: &HwConfig,
+    op: VpuOp,
+    inputs: &[&[u32]],
+    faults: &FaultSchedule,
+    observe: impl FnMut(u64, &LaneState),
+) -> Result<VpuOutput, HwError> {
+    let (n, sched) = checked(cfg, &op, inputs, ExecMode::CycleLevel, faults)?;
+    let out = cycle_level(cfg, &op, inputs, n, &sched, faults, observe);
+    Ok(VpuOutput { out, stats: sched.stats(cfg, &op, n) })
+}
+
+/// Checks the inputs of `op` and that `faults` can be placed in it (VPU sites, in a vector,
+/// before the op ends); returns `n` and the op's schedule.
+fn checked(
+    cfg: &HwConfig,
+    op: &VpuOp,
+    inputs: &[&[u32]],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> Result<(usize, VpuSchedule), HwError> {
+    let n = check(op, inputs)?;
+    let sched = VpuSchedule::new(cfg, op, n)?;
     if !faults.is_empty() {
         let origin = |v: usize, _: &FaultSite| sched.issue(v as u64);
         let window = FaultWindow {
@@ -496,11 +529,7 @@ pub fn run(
         };
         faults.check(cfg, mode, &[Unit::Vpu], &window)?;
     }
-    let out = match mode {
-        ExecMode::Functional => functional(cfg, &op, inputs, n),
-        ExecMode::CycleLevel => cycle_level(cfg, &op, inputs, n, &sched, faults),
-    };
-    Ok(VpuOutput { out, stats: sched.stats(cfg, &op, n) })
+    Ok((n, sched))
 }
 
 /// [`run`] on `f32` slices, returning `f32` outputs (bits preserved exactly).
@@ -736,6 +765,22 @@ impl LaneState {
         LaneState { opnd: std::array::from_fn(|_| vec![0; lanes]), acc: vec![0; lanes], out: vec![0; lanes] }
     }
 
+    /// Current bits of a VPU site's register (the whole register, not just the site's bit);
+    /// 0 for a site that is not a lane register.
+    pub fn read(&self, site: &FaultSite) -> u32 {
+        let l = site.instance[0] as usize;
+        let r = match site.register {
+            Register::OpA => &self.opnd[0],
+            Register::OpB => &self.opnd[1],
+            Register::OpC => &self.opnd[2],
+            Register::OpD => &self.opnd[3],
+            Register::LaneAcc => &self.acc,
+            Register::LaneOut => &self.out,
+            _ => return 0,
+        };
+        r.get(l).copied().unwrap_or(0)
+    }
+
     fn apply(&mut self, f: &ActiveFault) {
         let l = f.event.site.instance[0] as usize;
         let r = match f.event.site.register {
@@ -751,7 +796,7 @@ impl LaneState {
     }
 }
 
-/// Steps the lanes cycle by cycle.
+/// Steps the lanes cycle by cycle, calling `observe` after each commit (faults applied).
 fn cycle_level(
     cfg: &HwConfig,
     op: &VpuOp,
@@ -759,6 +804,7 @@ fn cycle_level(
     n: usize,
     s: &VpuSchedule,
     faults: &FaultSchedule,
+    mut observe: impl FnMut(u64, &LaneState),
 ) -> Vec<Vec<u32>> {
     let active: Vec<ActiveFault> = faults.events.iter().map(|e| e.activate(s.issue(e.at.tile as u64))).collect();
     let mut st = LaneState::new(cfg.vpu.lanes);
@@ -766,6 +812,7 @@ fn cycle_level(
         for f in active.iter().filter(|f| f.acts_at(t)) {
             st.apply(f);
         }
+        observe(t, st);
     };
     match op.reduction() {
         None => elementwise_cycles(cfg, op, inputs, n, s, &mut st, &mut run_faults),
@@ -1099,6 +1146,29 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("reduce_sum"));
         let f = FaultSchedule::one(FaultEvent::flip(FaultSite::lane(9, Register::OpA, 0), 0, 0));
         assert!(run(&c, VpuOp::Copy, &[&[1]], ExecMode::CycleLevel, &f).is_err());
+    }
+
+    /// The observed run is the stepped one: the same bits as `run` at cycle level, one
+    /// observation per cycle, the flipped register visible from its cycle on.
+    #[test]
+    fn an_observed_run_is_the_stepped_run_seen_every_cycle() {
+        let c = cfg(4, 2);
+        let (a, b) = (bits(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), bits(&[0.5; 6]));
+        // Vector 1 issues at cycle 1; flip lane 1's operand b at cycle 1 of it (cycle 2).
+        let site = FaultSite::lane(1, Register::OpB, 30);
+        let faults = FaultSchedule::one(FaultEvent::flip(site, 1, 1));
+        let want = run(&c, VpuOp::Mul, &[&a, &b], ExecMode::CycleLevel, &faults).unwrap();
+        let (mut seen, mut reg) = (Vec::new(), Vec::new());
+        let got = run_observed(&c, VpuOp::Mul, &[&a, &b], &faults, |t, st| {
+            seen.push(t);
+            reg.push(st.read(&site));
+        })
+        .unwrap();
+        assert_eq!(got, want);
+        assert_eq!(seen, (0..want.stats.cycles).collect::<Vec<_>>());
+        let mut clean = Vec::new();
+        run_observed(&c, VpuOp::Mul, &[&a, &b], &FaultSchedule::none(), |_, st| clean.push(st.read(&site))).unwrap();
+        assert_eq!((reg[1], reg[2] ^ clean[2]), (clean[1], 1 << 30));
     }
 
     fn any_op() -> impl Strategy<Value = VpuOp> {

@@ -389,6 +389,34 @@ impl Executor {
         self.buffers(state, x, Some(labels))
     }
 
+    /// The buffers as instruction `i` of the program (the step's; the forward pass's on an
+    /// executor from [`Executor::inference`]) finds them in a fault-free run on a batch:
+    /// placeholders bound from `state`, `x` and `labels` (`None` for an inference program),
+    /// instructions `0..i` run functionally, nothing released. What a replay of instruction
+    /// `i` on its own (at cycle level, for a waveform) takes its operands from; `state` is not
+    /// changed. Errors for `i` past the program's end.
+    pub fn buffers_before(
+        &self,
+        state: &ModelState,
+        x: &[f32],
+        labels: Option<&[u32]>,
+        i: usize,
+    ) -> Result<Vec<Vec<u32>>> {
+        let p = &self.step;
+        if i > p.instrs.len() {
+            return Err(TrainError::Config(format!(
+                "instruction {i} is past the program's end ({} instructions)",
+                p.instrs.len()
+            )));
+        }
+        let mut bufs = self.bind(p, state, x, labels)?;
+        for ins in &p.instrs[..i] {
+            size_dests(p, ins, &mut bufs);
+            isa::execute(&self.hw, ins, &mut bufs, ExecMode::Functional, &FaultSchedule::none())?;
+        }
+        Ok(bufs)
+    }
+
     /// [`Executor::step_buffers`], labels optional (an inference program has none).
     fn buffers(&self, state: &ModelState, x: &[f32], labels: Option<&[u32]>) -> Result<Vec<Vec<u32>>> {
         let mut bufs = self.bind(&self.step, state, x, labels)?;
@@ -553,13 +581,7 @@ fn run(
     let groups = if groups.is_empty() { vec![(0, None)] } else { groups.iter().map(|&(k, i)| (k, Some(i))).collect() };
     let mut mem = words.first().map(|_| WordEffect { hw, p, words, effects: vec![None; groups.len()], groups });
     for (i, ins) in p.instrs.iter().enumerate() {
-        // A destination filled in parts (batched GEMMs, per-sample reductions) is sized first.
-        for d in ins.writes() {
-            let len = p.buffers[d.index()].len;
-            if bufs[d.index()].is_empty() && ins.out_len() != len {
-                bufs[d.index()] = vec![0; len];
-            }
-        }
+        size_dests(p, ins, bufs);
         let restore = mem.as_mut().map(|m| m.apply(bufs, Some(i), false)).unwrap_or_default();
         let parts: Vec<(usize, &WordHit)> =
             words.iter().enumerate().filter(|(_, h)| h.instr == Some(i) && h.part.is_some()).collect();
@@ -611,6 +633,17 @@ fn run(
         unit_cycles: t.units,
         effect,
     })
+}
+
+/// Sizes the destinations of `ins` that it fills in parts (batched GEMMs, per-sample
+/// reductions) before it runs: a whole-buffer write takes its output vector as it is.
+fn size_dests(p: &Program, ins: &isa::Instr, bufs: &mut [Vec<u32>]) {
+    for d in ins.writes() {
+        let len = p.buffers[d.index()].len;
+        if bufs[d.index()].is_empty() && ins.out_len() != len {
+            bufs[d.index()] = vec![0; len];
+        }
+    }
 }
 
 /// The words a memory or DMA fault changes, applied as the step runs, and what they did.

@@ -303,6 +303,15 @@ impl Trainer {
         }
     }
 
+    /// The buffers as instruction `i` of the coming step finds them in a fault-free run
+    /// ([`Executor::buffers_before`]), on the batch that step trains on; neither the state nor
+    /// the data order advances. What a replay of one faulted instruction starts from.
+    pub fn buffers_before(&self, i: usize) -> Result<Vec<Vec<u32>>> {
+        let idx = self.batcher.clone().next_indices();
+        let (x, y) = self.data.train.gather(&idx);
+        self.exec.buffers_before(&self.state, &x, Some(&y), i)
+    }
+
     /// Runs one training step, with the fault [`Trainer::set_faults`] planned for it if any;
     /// records test accuracy on steps that are multiples of `eval_every` (so a record never
     /// depends on where an invocation stopped).
