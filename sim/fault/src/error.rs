@@ -7,8 +7,9 @@ use std::path::PathBuf;
 /// Anything a campaign can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum FaultError {
-    /// A file could not be read or written.
-    #[error("{}: {source}", path.display())]
+    /// A file could not be read or written (the cause follows in the error chain, which the
+    /// CLI prints joined: `path: cause`).
+    #[error("{}", path.display())]
     Io {
         /// The file or directory.
         path: PathBuf,

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 /// A report error.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    /// A file could not be read or written (the cause follows in the error chain).
+    #[error("{path}")]
     Io {
         /// The file.
         path: PathBuf,
