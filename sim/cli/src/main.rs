@@ -12,8 +12,10 @@ mod campaign;
 mod gemm;
 mod op;
 mod program;
+mod report;
 mod sites;
 mod train;
+mod vcd;
 
 /// Fault-injection simulator of a TPU-like training accelerator.
 #[derive(Parser)]
@@ -66,6 +68,14 @@ enum Command {
     Campaign(campaign::CampaignArgs),
     /// Combine the shard directories of a campaign into what one run writes.
     Merge(campaign::MergeArgs),
+    /// Write a campaign's report (HTML, Markdown, CSV, figures): its records folded back onto
+    /// the hardware, per unit, class, PE, bit, phase, layer and step.
+    Report(report::ReportArgs),
+    /// Compare two campaigns class by class (e.g. before and after a protection plan).
+    Diff(report::DiffArgs),
+    /// Replay one trial of a campaign at cycle level and write a VCD waveform (GTKWave, Surfer)
+    /// of the faulted instruction: golden and faulty registers side by side, the fault marked.
+    Vcd(vcd::VcdArgs),
 }
 
 /// Prints an error as one line with its causes (`error: a: b`) and exits with status 2, instead
@@ -150,5 +160,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Program(a) => program::run(a, &mem),
         Command::Campaign(a) => campaign::run(a, &mem),
         Command::Merge(a) => campaign::run_merge(a),
+        Command::Report(a) => report::run(a),
+        Command::Diff(a) => report::run_diff(a),
+        Command::Vcd(a) => vcd::run(a, &mem),
     }
 }

@@ -113,6 +113,11 @@ impl Outcome {
         !matches!(self, Outcome::HwMasked | Outcome::Masked)
     }
 
+    /// An outcome only inference campaigns record (`SdcBenign`, `SdcCritical`, `Due`).
+    pub const fn inference_only(self) -> bool {
+        matches!(self, Outcome::SdcBenign | Outcome::SdcCritical | Outcome::Due)
+    }
+
     /// Training or inference failed: non-finite values, a degraded model, changed predictions
     /// (not masked, not benign).
     pub const fn failure(self) -> bool {

@@ -1,0 +1,108 @@
+//! `faultline report` and `faultline diff`: campaign records folded back onto the hardware.
+
+use anyhow::Result;
+use clap::Args;
+use faultline_report::aggregate::{aggregate, Report};
+use faultline_report::document::pct;
+use faultline_report::load::{load, Trace};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+/// Arguments of `faultline report`.
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// A campaign's output directory (campaign.json, records.jsonl), e.g. traces/mlp-mxu.
+    pub trace: PathBuf,
+    /// Report directory: index.html, report.md, summary.csv, trials.csv, figures/.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Arguments of `faultline diff`.
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// Campaign A's output directory (e.g. before a protection plan).
+    pub a: PathBuf,
+    /// Campaign B's output directory (e.g. after).
+    pub b: PathBuf,
+    /// Output directory: index.html, report.md, diff.csv.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Loads and aggregates a trace directory, with a progress bar over its bytes on a terminal.
+fn read(dir: &Path) -> Result<(Trace, Report)> {
+    let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} ({eta})")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(format!("reading {}", dir.display()));
+    let trace = load(dir, |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })?;
+    bar.finish_and_clear();
+    let report = aggregate(&trace);
+    Ok((trace, report))
+}
+
+/// Runs `faultline report`.
+pub fn run(a: ReportArgs) -> Result<()> {
+    let (trace, report) = read(&a.trace)?;
+    let w = faultline_report::write_report(&trace, &report, &a.out)?;
+    let s = &report.summary;
+    println!(
+        "report of campaign {}: {} trials ({} simulated, {} provably dead), {} figures",
+        trace.info.spec.name, s.trials, s.simulated, s.skipped_dead, w.figures
+    );
+    println!("{:<18} {:>10} {:>8}  {:<24} {:<24}", "unit", "bits", "trials", "vulnerability %", "failure %");
+    for u in &report.units {
+        println!("{:<18} {:>10} {:>8}  {:<24} {:<24}", u.unit, u.bits, u.trials, pct(u.unmasked), pct(u.failure));
+    }
+    let top: Vec<String> = report
+        .ranking
+        .iter()
+        .filter(|r| r.failure_per_bit > 0.0)
+        .take(3)
+        .map(|r| format!("{} ({:.2}% per faulty bit)", r.class, 100.0 * r.failure_per_bit))
+        .collect();
+    if !top.is_empty() {
+        println!("protect first: {}", top.join(", "));
+    }
+    println!("wrote {}, {}, {}, {}", w.html.display(), w.markdown.display(), w.csv[0].display(), w.csv[1].display());
+    Ok(())
+}
+
+/// Runs `faultline diff`.
+pub fn run_diff(a: DiffArgs) -> Result<()> {
+    let (ta, ra) = read(&a.a)?;
+    let (tb, rb) = read(&a.b)?;
+    let files = faultline_report::diff::write_diff(&ta, &ra, &tb, &rb, &a.out)?;
+    let rows = faultline_report::diff::compare(&ra, &rb);
+    println!(
+        "A = {} ({} trials), B = {} ({} trials)",
+        ta.info.spec.name, ra.summary.trials, tb.info.spec.name, rb.summary.trials
+    );
+    println!("{:<28} {:<22} {:<22} {:>8}  intervals", "failure %", "A", "B", "B-A pp");
+    for r in &rows {
+        let f = &r.failure;
+        let side = |e: Option<[f64; 3]>| e.map_or("-".to_string(), pct);
+        println!(
+            "{:<28} {:<22} {:<22} {:>8}  {}",
+            r.name,
+            side(f.a),
+            side(f.b),
+            f.delta().map_or("-".into(), |d| format!("{:+.1}", 100.0 * d)),
+            match f.overlap() {
+                Some(true) => "overlap",
+                Some(false) => "DIFFER",
+                None => "-",
+            }
+        );
+    }
+    println!("wrote {}, {}, {}", files[0].display(), files[1].display(), files[2].display());
+    Ok(())
+}
