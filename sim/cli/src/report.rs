@@ -3,6 +3,7 @@
 use anyhow::Result;
 use clap::Args;
 use faultline_report::aggregate::{aggregate, Report};
+use faultline_report::diff::{Change, DiffRow};
 use faultline_report::document::pct;
 use faultline_report::load::{load, Trace};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -86,22 +87,16 @@ pub fn run_diff(a: DiffArgs) -> Result<()> {
         "A = {} ({} trials), B = {} ({} trials)",
         ta.info.spec.name, ra.summary.trials, tb.info.spec.name, rb.summary.trials
     );
-    println!("{:<28} {:<22} {:<22} {:>8}  intervals", "failure %", "A", "B", "B-A pp");
-    for r in &rows {
-        let f = &r.failure;
-        let side = |e: Option<[f64; 3]>| e.map_or("-".to_string(), pct);
-        println!(
-            "{:<28} {:<22} {:<22} {:>8}  {}",
-            r.name,
-            side(f.a),
-            side(f.b),
-            f.delta().map_or("-".into(), |d| format!("{:+.1}", 100.0 * d)),
-            match f.overlap() {
-                Some(true) => "overlap",
-                Some(false) => "DIFFER",
-                None => "-",
-            }
-        );
+    let side = |e: Option<[f64; 3]>| e.map_or("-".to_string(), pct);
+    for (what, pick) in [
+        ("vulnerability %", (|r: &DiffRow| r.unmasked) as fn(&DiffRow) -> Change),
+        ("failure %", |r: &DiffRow| r.failure),
+    ] {
+        println!("{what:<28} {:<20} {:<20} {:>7}  intervals", "A", "B", "B-A pp");
+        for r in &rows {
+            let c = pick(r);
+            println!("{:<28} {:<20} {:<20} {:>7}  {}", r.name, side(c.a), side(c.b), c.points(), c.verdict());
+        }
     }
     println!("wrote {}, {}, {}", files[0].display(), files[1].display(), files[2].display());
     Ok(())

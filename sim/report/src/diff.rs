@@ -87,16 +87,27 @@ fn side(e: Option<[f64; 3]>) -> String {
     e.map_or("-".into(), pct)
 }
 
-/// The change in percentage points and whether the intervals overlap.
+impl Change {
+    /// `b - a` in percentage points, one decimal, signed (`-` if a side lacks it).
+    pub fn points(&self) -> String {
+        // Adding 0.0 turns a rounded -0.0 into 0.0: no change reads `+0.0`.
+        self.delta().map_or("-".into(), |d| format!("{:+.1}", (1000.0 * d).round() / 10.0 + 0.0))
+    }
+
+    /// `overlap`, `differ` or `-`.
+    pub fn verdict(&self) -> &'static str {
+        match self.overlap() {
+            Some(true) => "overlap",
+            Some(false) => "differ",
+            None => "-",
+        }
+    }
+}
+
+/// The change in percentage points and whether the intervals overlap (`differ` in bold).
 fn change_cells(c: &Change) -> [String; 2] {
-    [
-        c.delta().map_or("-".into(), |d| format!("{:+.1}", 100.0 * d)),
-        match c.overlap() {
-            Some(true) => "overlap".into(),
-            Some(false) => "**differ**".into(),
-            None => "-".into(),
-        },
-    ]
+    let v = c.verdict();
+    [c.points(), if v == "differ" { format!("**{v}**") } else { v.into() }]
 }
 
 /// The comparison's blocks.

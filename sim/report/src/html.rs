@@ -10,6 +10,7 @@ body { font-family: DejaVu Sans, Helvetica, Arial, sans-serif; margin: 2em auto;
 h1 { border-bottom: 2px solid #444; padding-bottom: .2em; }
 h2 { border-bottom: 1px solid #bbb; margin-top: 2em; }
 code { background: #f3f3f3; padding: 0 .2em; border-radius: 3px; font-size: 90%; }
+td code { white-space: nowrap; }
 .scroll { overflow-x: auto; }
 table { border-collapse: collapse; margin: .8em 0; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 7px; }
