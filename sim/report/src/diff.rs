@@ -110,29 +110,24 @@ fn change_cells(c: &Change) -> [String; 2] {
     [c.points(), if v == "differ" { format!("**{v}**") } else { v.into() }]
 }
 
+/// One side's line in the comparison's header.
+fn describe(side: &str, t: &Trace, r: &Report) -> String {
+    format!(
+        "{side}: `{}`: {} trials, machine `{}`, fault `{}`, code {}",
+        t.dir.display(),
+        r.summary.trials,
+        t.info.hw,
+        ron::to_string(&t.info.spec.fault).unwrap_or_default(),
+        t.info.code
+    )
+}
+
 /// The comparison's blocks.
 pub fn build(ta: &Trace, a: &Report, tb: &Trace, b: &Report) -> Vec<Block> {
     let (na, nb) = (&ta.info.spec.name, &tb.info.spec.name);
     let mut blocks = vec![
         Block::Heading(1, format!("Faultline diff: {na} (A) against {nb} (B)")),
-        Block::List(vec![
-            format!(
-                "A: `{}`: {} trials, machine `{}`, fault `{}`, code {}",
-                ta.dir.display(),
-                a.summary.trials,
-                ta.info.hw,
-                ron::to_string(&ta.info.spec.fault).unwrap_or_default(),
-                ta.info.code
-            ),
-            format!(
-                "B: `{}`: {} trials, machine `{}`, fault `{}`, code {}",
-                tb.dir.display(),
-                b.summary.trials,
-                tb.info.hw,
-                ron::to_string(&tb.info.spec.fault).unwrap_or_default(),
-                tb.info.code
-            ),
-        ]),
+        Block::List(vec![describe("A", ta, a), describe("B", tb, b)]),
         Block::Para(
             "Shares in % with Wilson 95% intervals; change = B - A in percentage points. Where the intervals \
              overlap the campaigns do not tell A and B apart at these sample sizes (run more trials, or a \

@@ -4,6 +4,7 @@
 
 use crate::error::{ReportError, Result};
 use faultline_fault::record::{CampaignInfo, RecordKey, SCHEMA};
+use faultline_fault::spec::MAX_TRIALS;
 use faultline_fault::Outcome;
 use faultline_graph::Phase;
 use serde::Deserialize;
@@ -182,6 +183,13 @@ pub fn load(dir: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Trace> {
     let class_index: HashMap<&str, u16> =
         info.classes.iter().enumerate().map(|(i, c)| (c.class.as_str(), i as u16)).collect();
     let (mut layers, mut layer_index, mut ops, mut op_index) = (Vec::new(), HashMap::new(), Vec::new(), HashMap::new());
+    if info.trials > MAX_TRIALS {
+        return Err(ReportError::Trace {
+            path: dir.join("campaign.json"),
+            line: None,
+            why: format!("plans {} trials, more than a campaign may ({MAX_TRIALS})", info.trials),
+        });
+    }
     let mut seen = vec![false; info.trials as usize];
     let (mut trials, mut curves) = (Vec::new(), Vec::new());
     let mut curves_of = [0usize; Outcome::ALL.len()];
