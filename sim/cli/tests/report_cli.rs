@@ -1,0 +1,53 @@
+//! `faultline report` and `faultline diff` as a user runs them: on the report fixture they
+//! write their files and print the unit table; on a directory that is not a campaign's, one
+//! line naming the file, exit status 2.
+
+mod common;
+use common::faultline;
+
+const FIXTURE: &str = "sim/report/tests/fixtures/tiny";
+
+#[test]
+fn report_writes_its_files_and_prints_the_unit_table() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("r");
+    let o = faultline(&["report", FIXTURE, "--out", dir.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.starts_with("report of campaign tiny: 360 trials (104 simulated, 256 provably dead)"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("MXU ") && l.contains("3072")), "{text}");
+    for f in
+        ["index.html", "report.md", "summary.csv", "trials.csv", "figures/loss-curves.svg", "figures/loss-curves.png"]
+    {
+        assert!(dir.join(f).is_file(), "{f} missing");
+    }
+}
+
+#[test]
+fn diff_of_a_campaign_with_itself_overlaps_everywhere() {
+    let out = tempfile::tempdir().unwrap();
+    let o = faultline(&["diff", FIXTURE, FIXTURE, "--out", out.path().to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<&str> = text.lines().filter(|l| l.ends_with("overlap") || l.ends_with("differ")).collect();
+    // Two quantities x (4 units + 6 classes).
+    assert_eq!(rows.len(), 20, "{text}");
+    assert!(rows.iter().all(|l| l.ends_with("+0.0  overlap")), "{text}");
+    assert!(out.path().join("diff.csv").is_file());
+}
+
+#[test]
+fn a_directory_that_is_not_a_campaign_is_one_line_naming_the_file() {
+    let empty = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["report", empty.path().to_str().unwrap(), "--out", out.path().to_str().unwrap()],
+        vec!["diff", FIXTURE, empty.path().to_str().unwrap(), "--out", out.path().to_str().unwrap()],
+    ] {
+        let o = faultline(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("error: ") && err.contains("campaign.json: missing"), "{err}");
+    }
+}
