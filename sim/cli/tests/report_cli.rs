@@ -51,3 +51,27 @@ fn a_directory_that_is_not_a_campaign_is_one_line_naming_the_file() {
         assert!(err.starts_with("error: ") && err.contains("campaign.json: missing"), "{err}");
     }
 }
+
+#[test]
+fn the_shipped_example_report_is_what_the_readme_commands_write() {
+    // README: `faultline campaign configs/campaign-mlp-8x8.ron --out traces/mlp-8x8`, then
+    // `faultline report traces/mlp-8x8 --out reports/mlp-8x8`; the result is checked in under
+    // reports/examples/mlp-8x8. Lines naming the code version and the output paths differ by
+    // commit and directory; everything else must match.
+    let tmp = tempfile::tempdir().unwrap();
+    let (trace, report) = (tmp.path().join("trace"), tmp.path().join("report"));
+    let o = faultline(&["campaign", "configs/campaign-mlp-8x8.ron", "--out", trace.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = faultline(&["report", trace.to_str().unwrap(), "--out", report.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let shipped = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../reports/examples/mlp-8x8"));
+    let keep = |t: String| -> Vec<String> {
+        t.lines().filter(|l| !l.starts_with("- code: ") && !l.starts_with("- reproduce: ")).map(String::from).collect()
+    };
+    for f in ["report.md", "summary.csv", "trials.csv"] {
+        let got = keep(std::fs::read_to_string(report.join(f)).unwrap());
+        let want = keep(std::fs::read_to_string(shipped.join(f)).unwrap());
+        let at = got.iter().zip(&want).position(|(g, w)| g != w).map(|i| i + 1);
+        assert!(at.is_none() && got.len() == want.len(), "{f} differs from the shipped example (first differing kept line: {at:?}): regenerate reports/examples/mlp-8x8 (README)");
+    }
+}

@@ -69,7 +69,7 @@ fn grid(h: &Heatmap) -> String {
         for c in 0..h.cols {
             let x = h.cells[r * h.cols + c];
             let title = format!(
-                "pe[{r}][{c}].{}: {} trials, {} unmasked, {} failures{}",
+                "pe[{r}][{c}].{}: {} trials, {} unmasked, {} failed{}",
                 h.register,
                 x.trials,
                 x.unmasked,
