@@ -42,7 +42,6 @@
 //! commit of cycle `t`, faults applied (`faultline_hw::fault`): a flip at cycle `t` shows at `t`.
 
 use crate::error::{ReportError, Result};
-use faultline_fault::record::{CampaignInfo, SCHEMA};
 use faultline_fault::spec::Mode;
 use faultline_fault::{Campaign, CampaignSpec};
 use faultline_graph::StepSchedule;
@@ -245,7 +244,7 @@ fn fail(what: impl Into<String>) -> ReportError {
 /// checks it.
 pub fn replay(req: &VcdRequest, mem: &HostMemory, golden_step: impl FnMut(u64)) -> Result<Replay> {
     let info_path = req.campaign.join("campaign.json");
-    let info = read_info(&info_path)?;
+    let info = crate::load::read_info(&req.campaign)?;
     if req.trial >= info.trials {
         return Err(fail(format!(
             "trial {} is out of range: campaign `{}` ({}) has {} trials, 0..{}",
@@ -393,22 +392,6 @@ pub fn replay(req: &VcdRequest, mem: &HostMemory, golden_step: impl FnMut(u64)) 
     );
     let signals = write_vcd(&req.out, &wave, &comment)?;
     Ok(Replay { signals, ..replay })
-}
-
-/// Reads `campaign.json` (of this faultline's schema).
-fn read_info(path: &Path) -> Result<CampaignInfo> {
-    let text = std::fs::read_to_string(path).map_err(ReportError::io(path))?;
-    let bad = |why: String| ReportError::Trace { path: path.into(), line: None, why };
-    #[derive(Deserialize)]
-    struct Schema {
-        schema: u32,
-    }
-    // The schema first, so that an older file is named as such rather than as unparsable.
-    let s: Schema = serde_json::from_str(&text).map_err(|e| bad(format!("not a campaign file: {e}")))?;
-    if s.schema != SCHEMA {
-        return Err(bad(format!("schema {} (faultline vcd reads schema {SCHEMA}; re-run the campaign)", s.schema)));
-    }
-    serde_json::from_str(&text).map_err(|e| bad(format!("not a campaign file: {e}")))
 }
 
 /// The record of trial `trial` in `path` (`records.jsonl`).
