@@ -302,7 +302,7 @@ impl Campaign {
                 bits: c.bits,
                 width: c.class.width(ehw),
                 unit: c.class.unit.name().to_string(),
-                register: register_name(c.class),
+                register: c.class.register_name().to_string(),
                 kind: c.class.kind(),
                 dims: c.class.dims(ehw),
                 format: c.class.format(ehw).map(|f| f.name().to_string()),
@@ -871,12 +871,4 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
     write_atomic(&out.join("records.jsonl"), &records)?;
     write_atomic(&out.join("timing.jsonl"), &times.iter().map(|(_, l)| format!("{l}\n")).collect::<String>())?;
     finish(out)
-}
-
-/// The register segment of a class's pattern (`mxu.pe[*][*].psum`: `psum`; a memory's `word`;
-/// a control register's name).
-fn register_name(c: faultline_hw::sites::SiteClass) -> String {
-    let p = c.pattern();
-    let last = p.rsplit('.').next().unwrap_or(&p);
-    last.split('[').next().unwrap_or(last).to_string()
 }

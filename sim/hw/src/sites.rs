@@ -329,6 +329,17 @@ impl SiteClass {
         }
     }
 
+    /// The register's name as sites print it (`psum`, `a`, `acc_addr`); a memory's element
+    /// name (`word`), whose words hold the bits themselves.
+    pub fn register_name(self) -> &'static str {
+        let i = info(self);
+        if i.reg.is_empty() {
+            i.element
+        } else {
+            i.reg
+        }
+    }
+
     /// Glob-style pattern of the class, e.g. `mxu.pe[*][*].psum`.
     pub fn pattern(self) -> String {
         let i = info(self);
@@ -542,6 +553,18 @@ mod tests {
         assert_eq!(FaultSite::pe(0, 7, Register::WeightShadow, 14).to_string(), "mxu.pe[0][7].weight_shadow[14]");
         assert_eq!(FaultSite::pe(2, 2, Register::Valid, 0).to_string(), "mxu.pe[2][2].valid[0]");
         assert_eq!("mxu.pe[2][2].valid[0]".parse::<FaultSite>().unwrap(), FaultSite::pe(2, 2, Register::Valid, 0));
+    }
+
+    #[test]
+    fn register_names_are_the_patterns_last_segment() {
+        let names: Vec<(String, &str)> = CLASSES.iter().map(|c| (c.class.pattern(), c.class.register_name())).collect();
+        assert!(names.contains(&("mxu.pe[*][*].psum".into(), "psum")));
+        assert!(names.contains(&("ub.word[*]".into(), "word")));
+        assert!(names.contains(&("seq.acc_addr".into(), "acc_addr")));
+        for (pattern, name) in names {
+            let last = pattern.rsplit('.').next().unwrap();
+            assert_eq!(last.split('[').next().unwrap(), name, "{pattern}");
+        }
     }
 
     #[test]
