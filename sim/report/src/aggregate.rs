@@ -3,7 +3,7 @@
 //! the writers only format it.
 
 use crate::load::{Curve, Trace};
-use faultline_fault::record::{summarize, ClassInfo, Summary};
+use faultline_fault::record::{summarize, ClassInfo, OutcomeShare, Summary};
 use faultline_fault::spec::Mode;
 use faultline_fault::stats::{stratified, Estimate};
 use faultline_fault::Outcome;
@@ -24,6 +24,15 @@ impl Counts {
     /// Counts one trial.
     pub fn add(&mut self, o: Outcome) {
         self.outcomes[o.index()] += 1;
+    }
+
+    /// The counts behind a summary's outcome shares.
+    pub fn of_shares(shares: &[OutcomeShare]) -> Counts {
+        let mut c = Counts::default();
+        for s in shares {
+            c.outcomes[s.outcome.index()] = s.share.k;
+        }
+        c
     }
 
     /// Trials counted.
@@ -234,9 +243,8 @@ fn pih(e: Estimate) -> [f64; 3] {
 /// Folds `trace` into a [`Report`].
 pub fn aggregate(trace: &Trace) -> Report {
     let info = &trace.info;
-    let nclass = info.classes.len();
-    let mut class_counts = vec![Counts::default(); nclass];
-    let mut skipped = vec![0u64; nclass];
+    // Per-class counts are the summary's: `faultline campaign` computes it the same way.
+    let summary = summarize(info, &trace.keys().collect::<Vec<_>>());
     let mut bits: Vec<Vec<Counts>> = info.classes.iter().map(|c| vec![Counts::default(); c.width as usize]).collect();
     let mut cells: Vec<Vec<Cell>> = info
         .classes
@@ -258,8 +266,6 @@ pub fn aggregate(trace: &Trace) -> Report {
     let mut accuracy = Vec::new();
     for t in &trace.trials {
         let c = t.class as usize;
-        class_counts[c].add(t.outcome);
-        skipped[c] += t.skipped as u64;
         if let Some(b) = bits[c].get_mut(t.bit as usize) {
             b.add(t.outcome);
         }
@@ -285,14 +291,14 @@ pub fn aggregate(trace: &Trace) -> Report {
     let classes: Vec<ClassRow> = info
         .classes
         .iter()
-        .zip(&class_counts)
-        .zip(&skipped)
-        .map(|((ci, &counts), &skipped)| {
+        .zip(&summary.classes)
+        .map(|(ci, cs)| {
             let scale = |e: Estimate| fit.map(|f| pih(e).map(|x| f * ci.bits as f64 * x));
+            let counts = Counts::of_shares(&cs.outcomes);
             ClassRow {
                 info: ci.clone(),
                 counts,
-                skipped,
+                skipped: cs.skipped_dead,
                 fit_unmasked: scale(counts.unmasked()),
                 fit_failure: scale(counts.failure()),
             }
@@ -381,7 +387,7 @@ pub fn aggregate(trace: &Trace) -> Report {
         Mode::Inference => Outcome::ALL.iter().copied().filter(|o| o.inference_only() || !o.unmasked()).collect(),
     };
     Report {
-        summary: summarize(info, &trace.keys().collect::<Vec<_>>()),
+        summary,
         outcomes,
         classes,
         units,

@@ -198,11 +198,9 @@ pub fn build(ta: &Trace, a: &Report, tb: &Trace, b: &Report) -> Vec<Block> {
         .iter()
         .chain(b.outcomes.iter().filter(|o| !a.outcomes.contains(o)))
         .map(|&o| {
-            let share = |r: &Report| {
-                let n = r.summary.trials;
-                let k: u64 = r.classes.iter().map(|c| c.counts.of(o)).sum();
-                pct_of(Estimate::of(k, n))
-            };
+            // The summary lists every outcome with its share of the trials.
+            let share =
+                |r: &Report| r.summary.outcomes.iter().find(|x| x.outcome == o).map_or("-".into(), |x| pct_of(x.share));
             Row { cells: vec![o.name().into(), share(a), share(b)], strong: false }
         })
         .collect();

@@ -205,12 +205,7 @@ pub fn build(trace: &Trace, r: &Report, figures: &[Figure]) -> Vec<Block> {
     b.push(Block::List(run_description(info, &trace.dir.display().to_string())));
 
     b.push(Block::Heading(2, "Outcomes".into()));
-    let all: Counts = r.classes.iter().fold(Counts::default(), |mut a, c| {
-        for (x, y) in a.outcomes.iter_mut().zip(c.counts.outcomes) {
-            *x += y;
-        }
-        a
-    });
+    let all = Counts::of_shares(&s.outcomes);
     b.push(Block::Table {
         head: vec!["outcome".into(), "trials".into(), "share of the trials % [95% CI]".into()],
         rows: r
