@@ -22,7 +22,8 @@ figure svg { max-width: 100%; height: auto; }
 figcaption { font-size: 13px; color: #555; }
 table.grid { border-collapse: separate; border-spacing: 1px; }
 table.grid td { width: var(--cell); height: var(--cell); padding: 0; border: none; }
-table.grid td.few { background: repeating-linear-gradient(45deg, #ddd, #ddd 2px, #f7f7f7 2px, #f7f7f7 4px); }
+/* Too few trials to colour: the grid's cells and the legend's swatch. */
+.few { background: repeating-linear-gradient(45deg, #ddd, #ddd 2px, #f7f7f7 2px, #f7f7f7 4px); }
 table.grid th { background: none; border: none; font-size: 9px; font-weight: normal; color: #777; padding: 0 2px; }
 .legend span { display: inline-block; width: 14px; height: 14px; vertical-align: middle; margin: 0 2px; }
 ";
@@ -99,7 +100,7 @@ fn grid(h: &Heatmap) -> String {
         s.push_str(&format!("<span style=\"background:{}\"></span>{label}% ", rate_color(p, vmax)));
     }
     s.push_str(&format!(
-        "&nbsp; <span class=\"few\" style=\"background: repeating-linear-gradient(45deg, #ddd, #ddd 2px, #f7f7f7 2px, #f7f7f7 4px)\"></span> fewer than {MIN_CELL_TRIALS} trials (hover a cell for its counts)</p>\n"
+        "&nbsp; <span class=\"few\"></span> fewer than {MIN_CELL_TRIALS} trials (hover a cell for its counts)</p>\n"
     ));
     s
 }
