@@ -361,5 +361,6 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
         loss,
         params: infos,
         opt_state,
+        checks: Vec::new(),
     })
 }

@@ -34,6 +34,7 @@
 
 pub mod autodiff;
 mod build;
+pub mod checks;
 pub mod error;
 pub mod graph;
 pub mod op;

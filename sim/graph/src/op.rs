@@ -194,6 +194,23 @@ pub enum Op {
         /// Added to the denominator.
         eps: f64,
     },
+
+    // ---- checks (protection: computed beside training, never differentiated) ----
+    /// Sums of tiles of a matrix `x [R, C]`: with `rows` false, of each run of `tile`
+    /// consecutive columns of each row (`[R, C / tile]`); with `rows` true, of each run of
+    /// `tile` consecutive rows (`[R / tile, C]`). ABFT's checksums. Input `x`.
+    TileSum {
+        /// Elements per tile along the summed dimension (divides it).
+        tile: usize,
+        /// Sum runs of rows (else runs of columns).
+        rows: bool,
+    },
+    /// `max |x|` over every element (NaN if any is NaN), shape `[1]`: a range check's
+    /// residual. Input `x`.
+    MaxAbs,
+    /// `max |a - b|` over every element (NaN if any difference is NaN), shape `[1]`: an ABFT
+    /// or duplication check's residual. Inputs `a`, `b` (same shape).
+    MaxAbsDiff,
 }
 
 /// Shape mismatch found by [`Op::output_shape`]: what was expected and what was found.
@@ -255,6 +272,9 @@ impl Op {
             Op::AdamMoment { .. } => "adam_moment",
             Op::AdamSecondMoment { .. } => "adam_second_moment",
             Op::AdamUpdate { .. } => "adam_update",
+            Op::TileSum { .. } => "tile_sum",
+            Op::MaxAbs => "max_abs",
+            Op::MaxAbsDiff => "max_abs_diff",
         }
     }
 
@@ -277,7 +297,9 @@ impl Op {
             | Op::Softmax
             | Op::LayerNorm { .. }
             | Op::MeanPool
-            | Op::MeanPoolGrad { .. } => 1,
+            | Op::MeanPoolGrad { .. }
+            | Op::TileSum { .. }
+            | Op::MaxAbs => 1,
             Op::AdamUpdate { .. } => 4,
             _ => 2,
         }
@@ -421,6 +443,20 @@ impl Op {
                 }
                 Ok(ins[0].to_vec())
             }
+            Op::TileSum { tile, rows } => {
+                let x = ins[0];
+                let along = x.get(*rows as usize ^ 1).copied().unwrap_or(0);
+                if x.len() != 2 || *tile == 0 || along % tile != 0 {
+                    let dim = if *rows { "R" } else { "C" };
+                    return Err(mismatch(format!("x: [R, C] with {dim} a multiple of {tile}"), format!("x: {x:?}")));
+                }
+                Ok(if *rows { vec![x[0] / tile, x[1]] } else { vec![x[0], x[1] / tile] })
+            }
+            Op::MaxAbs => Ok(vec![1]),
+            Op::MaxAbsDiff => {
+                same(ins[0], ins[1], "b")?;
+                Ok(vec![1])
+            }
             Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState => unreachable!("checked above"),
         }
     }
@@ -429,6 +465,18 @@ impl Op {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_op_shapes() {
+        let ts = |tile, rows| Op::TileSum { tile, rows };
+        assert_eq!(ts(8, false).output_shape(&[&[4, 64]]).unwrap(), vec![4, 8]);
+        assert_eq!(ts(2, true).output_shape(&[&[4, 64]]).unwrap(), vec![2, 64]);
+        assert!(ts(7, false).output_shape(&[&[4, 64]]).is_err());
+        assert!(ts(0, true).output_shape(&[&[4, 64]]).is_err());
+        assert_eq!(Op::MaxAbs.output_shape(&[&[3, 5]]).unwrap(), vec![1]);
+        assert_eq!(Op::MaxAbsDiff.output_shape(&[&[3, 5], &[3, 5]]).unwrap(), vec![1]);
+        assert!(Op::MaxAbsDiff.output_shape(&[&[3, 5], &[5, 3]]).is_err());
+    }
 
     #[test]
     fn matmul_shapes_and_errors() {

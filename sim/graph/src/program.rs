@@ -190,15 +190,17 @@ impl Program {
         self.homes.get(b.index()).copied()
     }
 
-    /// The whole step of `tg` (unplaced): every node, keeping the loss, the model output and
-    /// every parameter's and optimizer-state tensor's next value.
+    /// The whole step of `tg` (unplaced): every node (each check's right after the node it
+    /// guards, [`TrainGraph::execution_order`]), keeping the loss, the model output, every
+    /// parameter's and optimizer-state tensor's next value and every check's residual.
     pub fn step(tg: &TrainGraph) -> Program {
         let keep: Vec<NodeIndex> = [tg.loss, tg.output]
             .into_iter()
             .chain(tg.params.iter().map(|p| p.next))
             .chain(tg.opt_state.iter().map(|s| s.next))
+            .chain(tg.checks().iter().map(|c| c.residual))
             .collect();
-        Program::lower(&tg.graph, &tg.graph.indices().collect::<Vec<_>>(), &keep)
+        Program::lower(&tg.graph, &tg.execution_order(), &keep)
     }
 
     /// The forward pass of `tg` (unplaced): only the nodes the model output depends on, keeping the output.
@@ -447,6 +449,13 @@ impl Builder<'_> {
         self.bin(VpuOp::Mul, w(x), per_row(s, c), n)
     }
 
+    /// `max |x|` over `n` elements, one word: `max(x, -x)` then a reduction (NaN propagates).
+    fn max_abs(&mut self, x: BufId, n: usize) -> BufId {
+        let neg = self.un(VpuOp::Neg, x, n);
+        let abs = self.bin(VpuOp::Max, w(x), w(neg), n);
+        self.un(VpuOp::ReduceMax { cols: n, axis: Axis::Row }, abs, n)
+    }
+
     /// `1 - 2 / (exp(2u) + 1)`: saturates to ±1 without overflow trouble.
     fn tanh(&mut self, u: BufId, n: usize) -> BufId {
         let u2 = self.muls(u, 2.0, n);
@@ -672,6 +681,26 @@ impl Builder<'_> {
                 let q = self.mul(mh, rd, nx);
                 let step = self.muls(q, *lr, nx);
                 self.sub(x, step, nx)
+            }
+            Op::TileSum { tile, rows: false } => self.un(VpuOp::ReduceSum { cols: *tile, axis: Axis::Row }, x, nx),
+            Op::TileSum { tile, rows: true } => {
+                let (r, c) = (xs[0], xs[1]);
+                let s = self.temp(r / tile * c);
+                for t in 0..r / tile {
+                    self.emit(Instr::Vpu {
+                        op: VpuOp::ReduceSum { cols: c, axis: Axis::Col },
+                        n: tile * c,
+                        ins: vec![Operand { buf: x, offset: t * tile * c, view: View::Whole }],
+                        outs: vec![Dest { buf: s, offset: t * c }],
+                        acc: false,
+                    });
+                }
+                s
+            }
+            Op::MaxAbs => self.max_abs(x, nx),
+            Op::MaxAbsDiff => {
+                let d = self.sub(x, y, nx);
+                self.max_abs(d, nx)
             }
         };
         // The node's value is its last intermediate (a reshape's is its input's): name it.

@@ -278,5 +278,23 @@ pub fn apply(op: &Op, ins: &[&Tensor], out_shape: &[usize]) -> Vec<f64> {
                 })
                 .collect()
         }
+        Op::TileSum { tile, rows } => {
+            let (r, c) = (ins[0].shape[0], ins[0].shape[1]);
+            let mut out = vec![0.0; n_out];
+            for i in 0..r {
+                for j in 0..c {
+                    let o = if *rows { (i / tile) * c + j } else { i * (c / tile) + j / tile };
+                    out[o] += x[i * c + j];
+                }
+            }
+            out
+        }
+        Op::MaxAbs => vec![max_abs(x.iter().copied())],
+        Op::MaxAbsDiff => vec![max_abs(x.iter().zip(&ins[1].data).map(|(a, b)| a - b))],
     }
+}
+
+/// `max |v|`, NaN if any `v` is NaN (as the VPU's max propagates NaN).
+fn max_abs(v: impl Iterator<Item = f64>) -> f64 {
+    v.fold(0.0, |m: f64, x| if m.is_nan() || x.is_nan() { f64::NAN } else { m.max(x.abs()) })
 }

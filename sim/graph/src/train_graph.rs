@@ -116,6 +116,8 @@ pub struct TrainGraph {
     pub params: Vec<ParamInfo>,
     /// Optimizer state, in parameter order.
     pub opt_state: Vec<OptStateInfo>,
+    /// Checks computed beside training ([`crate::checks`]), in the order they were added.
+    pub(crate) checks: Vec<crate::checks::Check>,
 }
 
 impl TrainGraph {

@@ -88,6 +88,9 @@ pub struct StepOutput {
     /// What an injected fault did to its instruction's outputs (`None` without injection;
     /// with several faulted instructions, see [`Effect`]).
     pub effect: Option<Effect>,
+    /// Each check's residual ([`faultline_graph::checks`]), in the graph's check order (empty
+    /// for a forward-only pass).
+    pub checks: Vec<f32>,
 }
 
 /// A fault injected into a step. A register fault (`faults`): instruction `instr` runs
@@ -324,6 +327,7 @@ impl Executor {
         };
         out.loss = value(&mut bufs, self.tg.loss).first().copied().unwrap_or(f32::NAN);
         out.output = value(&mut bufs, self.tg.output);
+        out.checks = self.tg.checks().iter().map(|c| value(&mut bufs, c.residual)[0]).collect();
         let g = &self.tg.graph;
         let writes =
             self.tg.params.iter().map(|p| (&p.name, p.next)).chain(self.tg.opt_state.iter().map(|s| (&s.name, s.next)));
@@ -632,6 +636,7 @@ fn run(
         phase_cycles: t.phases.iter().map(|(p, &c)| (p.name().to_string(), c)).collect(),
         unit_cycles: t.units,
         effect,
+        checks: Vec::new(),
     })
 }
 

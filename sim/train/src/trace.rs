@@ -203,6 +203,7 @@ mod tests {
             phase_cycles: BTreeMap::new(),
             unit_cycles: BTreeMap::new(),
             injection: None,
+            checks: Vec::new(),
         }
     }
 

@@ -156,6 +156,10 @@ pub struct StepRecord {
     /// steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub injection: Option<InjectionReport>,
+    /// Each check's residual ([`faultline_graph::checks`]), in the graph's check order (absent
+    /// without checks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<f32>,
 }
 
 /// Everything a step changes: parameters, optimizer state and step counter, and the batch
@@ -371,6 +375,7 @@ impl Trainer {
             phase_cycles: out.phase_cycles,
             unit_cycles: out.unit_cycles,
             injection,
+            checks: out.checks,
         })
     }
 

@@ -1,0 +1,220 @@
+//! Checks: protection a step computes beside training. ABFT checksums of a GEMM, a range check
+//! of a tensor, a duplicated op: each adds nodes after the node it guards, the last of which is
+//! a one-word *residual* (`max |difference|` or `max |value|`). The step program keeps it, and
+//! after the step the host compares it with the check's threshold, as it reads the loss. The
+//! checks' nodes are lowered like any other (GEMMs on the MXU, the rest on the VPU), so they
+//! cost cycles in the step's one schedule and their registers are fault sites. No check feeds
+//! training: a protected step trains to the same bits as an unprotected one.
+//!
+//! ABFT (Huang & Abraham) for `C = op(A) op(B)` (`[M, K] x [K, N]`), tiled by `T` columns:
+//! the row sums of `op(B)` over each tile of `T` columns (`Bs`, `[K, N / T]`, a VPU reduction)
+//! multiply `op(A)` on the MXU (`A Bs`, `[M, N / T]`); each equals the row sums of `C` over the
+//! same tile (`Cs`) up to round-off. *Global* ABFT takes `T = N` (one checksum column per
+//! GEMM), *per-tile* ABFT `T` = the array's width (one per column tile the array computes).
+
+use crate::error::GraphError;
+use crate::op::Op;
+use crate::train_graph::TrainGraph;
+use crate::NodeIndex;
+use serde::Serialize;
+
+/// What a check computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum CheckKind {
+    /// ABFT checksums of a GEMM, one per `tile` output columns.
+    Abft {
+        /// Output columns per checksum (`N` for global ABFT).
+        tile: usize,
+    },
+    /// `max |x|` of the guarded tensor.
+    Range,
+    /// The guarded op computed twice; `max |difference|`.
+    Duplicate,
+}
+
+/// One check added to a step graph.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Check {
+    /// Name: the guarded node's, with the kind (`fc1.matmul.abft`).
+    pub name: String,
+    /// What it computes.
+    pub kind: CheckKind,
+    /// The node it guards.
+    #[serde(skip)]
+    pub guarded: NodeIndex,
+    /// Its one-word residual.
+    #[serde(skip)]
+    pub residual: NodeIndex,
+    /// Every node it added, in order (the residual last).
+    #[serde(skip)]
+    pub nodes: Vec<NodeIndex>,
+}
+
+impl TrainGraph {
+    /// Adds global (`tile` `None`) or per-tile ABFT to the rank-2 `MatMul` node `c`; returns
+    /// the check's index in [`TrainGraph::checks`]. Errors for another op, a rank-3 product, or
+    /// a tile that does not divide the product's columns.
+    pub fn add_abft(&mut self, c: NodeIndex, tile: Option<usize>) -> Result<usize, GraphError> {
+        let node = self.graph.node(c).clone();
+        let Op::MatMul { trans_a, trans_b } = node.op else {
+            return Err(self.not_checkable(c, "ABFT guards MatMul nodes"));
+        };
+        if node.shape.len() != 2 {
+            return Err(self.not_checkable(c, "ABFT guards rank-2 products (a rank-3 one is several GEMMs)"));
+        }
+        let n = node.shape[1];
+        let t = tile.unwrap_or(n).min(n);
+        if t == 0 || n % t != 0 {
+            return Err(
+                self.not_checkable(c, &format!("a checksum tile of {t} columns does not divide its {n} columns"))
+            );
+        }
+        let (a, b) = (node.inputs[0], node.inputs[1]);
+        // Global and per-tile ABFT of one GEMM may both be added: the tile tells them apart.
+        let name = if t == n { format!("{}.abft", node.name) } else { format!("{}.abft{t}", node.name) };
+        let mut nodes = Vec::new();
+        let mut add = |g: &mut TrainGraph, op: Op, suffix: &str, ins: &[NodeIndex]| {
+            let i = g.graph.add(op, &format!("{name}.{suffix}"), &node.layer, node.phase, ins)?;
+            nodes.push(i);
+            Ok::<_, GraphError>(i)
+        };
+        // op(B)'s row sums per tile: B stored [K, N] sums runs of columns, [N, K] runs of rows.
+        let bs = add(self, Op::TileSum { tile: t, rows: trans_b }, "bsum", &[b])?;
+        let check = add(self, Op::MatMul { trans_a, trans_b }, "check", &[a, bs])?;
+        let cs = add(self, Op::TileSum { tile: t, rows: false }, "csum", &[c])?;
+        let residual = add(self, Op::MaxAbsDiff, "residual", &[check, cs])?;
+        Ok(self.push_check(Check { name, kind: CheckKind::Abft { tile: t }, guarded: c, residual, nodes }))
+    }
+
+    /// Adds a range check (`max |x|`) of node `x`; returns its index.
+    pub fn add_range_check(&mut self, x: NodeIndex) -> Result<usize, GraphError> {
+        let node = self.graph.node(x).clone();
+        let name = format!("{}.range", node.name);
+        let residual = self.graph.add(Op::MaxAbs, &name, &node.layer, node.phase, &[x])?;
+        Ok(self.push_check(Check { name, kind: CheckKind::Range, guarded: x, residual, nodes: vec![residual] }))
+    }
+
+    /// Duplicates the op of node `x` (same inputs, run again) and compares the two; returns
+    /// the check's index. Errors for a placeholder.
+    pub fn add_duplicate(&mut self, x: NodeIndex) -> Result<usize, GraphError> {
+        let node = self.graph.node(x).clone();
+        if node.op.is_placeholder() || matches!(node.op, Op::Reshape { .. }) {
+            return Err(self.not_checkable(x, "a placeholder or reshape computes nothing to duplicate"));
+        }
+        let name = format!("{}.dup", node.name);
+        let twin = self.graph.add(node.op.clone(), &format!("{name}.twin"), &node.layer, node.phase, &node.inputs)?;
+        let residual =
+            self.graph.add(Op::MaxAbsDiff, &format!("{name}.residual"), &node.layer, node.phase, &[x, twin])?;
+        Ok(self.push_check(Check {
+            name,
+            kind: CheckKind::Duplicate,
+            guarded: x,
+            residual,
+            nodes: vec![twin, residual],
+        }))
+    }
+
+    /// The checks added so far, in order.
+    pub fn checks(&self) -> &[Check] {
+        &self.checks
+    }
+
+    /// Every node in the order a step runs them: the graph's own order, each check's nodes
+    /// right after the node it guards (their inputs all come before it), so that a check
+    /// reads its operands while they are still live.
+    pub fn execution_order(&self) -> Vec<NodeIndex> {
+        let mut checked: Vec<bool> = vec![false; self.graph.len()];
+        let mut after: Vec<Vec<usize>> = vec![Vec::new(); self.graph.len()];
+        for (k, c) in self.checks.iter().enumerate() {
+            after[c.guarded.index()].push(k);
+            for n in &c.nodes {
+                checked[n.index()] = true;
+            }
+        }
+        let mut order = Vec::with_capacity(self.graph.len());
+        for i in self.graph.indices().filter(|i| !checked[i.index()]) {
+            order.push(i);
+            for &k in &after[i.index()] {
+                order.extend(&self.checks[k].nodes);
+            }
+        }
+        order
+    }
+
+    fn push_check(&mut self, c: Check) -> usize {
+        self.checks.push(c);
+        self.checks.len() - 1
+    }
+
+    fn not_checkable(&self, i: NodeIndex, why: &str) -> GraphError {
+        let node = self.graph.node(i);
+        GraphError::Invalid {
+            file: self.graph.file.clone(),
+            node: node.name.clone(),
+            message: format!("cannot check `{}` ({}): {why}", node.name, node.op.name()),
+        }
+    }
+}
+
+/// The unit round-off of fp32 accumulation, `2^-24`.
+pub const FP32_UNIT: f64 = 1.0 / 16_777_216.0;
+
+/// `gamma_n = n u / (1 - n u)`: the relative error bound of an `n`-term fp32 sum (Higham).
+pub fn gamma(n: usize) -> f64 {
+    let nu = n as f64 * FP32_UNIT;
+    nu / (1.0 - nu)
+}
+
+/// The largest fault-free ABFT residual of `C = op(A) op(B)` with checksum tiles of `tile`
+/// columns, from the accumulation bound: `a` and `b` are the stored operands (`a` is `[M, K]`,
+/// or `[K, M]` with `ta`; `b` is `[K, N]`, or `[N, K]` with `tb`), `input_unit` the unit
+/// round-off of the MXU's input format (`2^-8` for bf16, `2^-24` for fp32).
+///
+/// Derivation (each sum in fp32, any order): the GEMM rounds each `c_in` within
+/// `gamma_K sum_k |a_ik||b_kn|` of the exact product of the rounded inputs; the output
+/// checksum `Cs_ij` adds `gamma_T sum_n |c_in|`; the weight checksum `Bs_kj` is summed in fp32
+/// from the unrounded `B` (`gamma_T`), differs from the sum of the rounded `B` by `u_in`, and
+/// is itself rounded to the input format when fed (`u_in`); the checksum GEMM adds `gamma_K`.
+/// So `|check_ij - Cs_ij| <= (2 u_in + 2 gamma_(K+T+2)) S_ij` up to second-order terms, with
+/// `S_ij = sum_k |a_ik| sum_(n in tile j) |b_kn|` (inputs rounded up by `(1 + u_in)^2`); the
+/// bound returned is `1.01` times that at the largest `S_ij`, plus `K T 2^-149` for
+/// subnormal underflow.
+#[allow(clippy::too_many_arguments)]
+pub fn abft_bound(
+    a: &[f32],
+    b: &[f32],
+    ta: bool,
+    tb: bool,
+    m: usize,
+    k: usize,
+    n: usize,
+    tile: usize,
+    input_unit: f64,
+) -> f64 {
+    let t = tile.clamp(1, n.max(1));
+    let tiles = n.div_ceil(t);
+    // |B| summed over each tile: bs[k][j].
+    let mut bs = vec![0f64; k * tiles];
+    for kk in 0..k {
+        for nn in 0..n {
+            let v = if tb { b[nn * k + kk] } else { b[kk * n + nn] };
+            bs[kk * tiles + nn / t] += (v as f64).abs();
+        }
+    }
+    let mut worst = 0f64;
+    let mut row = vec![0f64; tiles];
+    for i in 0..m {
+        row.iter_mut().for_each(|r| *r = 0.0);
+        for kk in 0..k {
+            let v = (if ta { a[kk * m + i] } else { a[i * k + kk] } as f64).abs();
+            if v != 0.0 {
+                for (r, s) in row.iter_mut().zip(&bs[kk * tiles..(kk + 1) * tiles]) {
+                    *r += v * s;
+                }
+            }
+        }
+        worst = row.iter().fold(worst, |w, &r| w.max(r));
+    }
+    let f = 2.0 * input_unit + 2.0 * gamma(k + t + 2);
+    1.01 * f * worst * (1.0 + input_unit).powi(2) + (k * t) as f64 * f64::from(f32::from_bits(1))
+}
