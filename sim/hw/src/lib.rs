@@ -11,6 +11,7 @@
 //!   stepped clock by clock, plus its functional twin.
 //! * [`mem`]: unified buffer, accumulator SRAM, weight buffer and DRAM as word arrays, with a
 //!   functional (peek/poke) and a timed, fault-seeing (read/write) access path.
+//! * [`ecc`]: parity and Hsiao SEC-DED codes protecting SRAM words and registers.
 //! * [`dma`]: DRAM <-> SRAM transfer costs and the DMA address registers.
 //! * [`timing`]: whole-op cycle accounting (tile pipeline, double buffering, stalls, overlap).
 //! * [`op`]: whole ops (matmul, conv2d, relu, softmax, adam) through DMA, SRAM and MXU/VPU.
@@ -23,6 +24,7 @@
 pub mod budget;
 pub mod config;
 pub mod dma;
+pub mod ecc;
 pub mod error;
 pub mod fault;
 #[cfg(feature = "fuzzing")]
