@@ -35,6 +35,10 @@ pub struct CampaignArgs {
     /// hybrid is checked and timed against.
     #[arg(long, value_enum, default_value_t = Mode::Hybrid)]
     pub mode: Mode,
+    /// Run with this protection plan (configs/protect-*.ron) instead of the spec's
+    /// `protection` (if any): its checks join the step, its codes guard their classes.
+    #[arg(long, value_name = "PLAN")]
+    pub protect: Option<PathBuf>,
     /// Print the summary as JSON (and no progress bar).
     #[arg(long)]
     pub json: bool,
@@ -66,7 +70,12 @@ pub struct MergeArgs {
 
 /// Runs `faultline campaign`.
 pub fn run(a: CampaignArgs, mem: &HostMemory) -> Result<()> {
-    let spec = CampaignSpec::load(&a.spec)?;
+    let mut spec = CampaignSpec::load(&a.spec)?;
+    if let Some(plan) = &a.protect {
+        // Absolute, so that the spec's directory does not re-anchor it.
+        spec.protection = Some(std::path::absolute(plan).with_context(|| format!("--protect {}", plan.display()))?);
+        spec.validate(&a.spec)?;
+    }
     let threads = a.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |t| t as usize);
     let show = !a.json && std::io::stderr().is_terminal();
     let golden = if show {
@@ -129,7 +138,30 @@ pub fn run(a: CampaignArgs, mem: &HostMemory) -> Result<()> {
         })
         .with_context(|| format!("campaign {}", a.spec.display()))?;
     bar.finish_and_clear();
-    print_summary(&summary, a.json, &a.out)
+    print_summary(&summary, a.json, &a.out)?;
+    if let (Some(p), false) = (&c.info.protection, a.json) {
+        print_protection(p);
+    }
+    Ok(())
+}
+
+/// Prints what a protection plan cost and how its checks fared on the golden run.
+fn print_protection(p: &faultline_fault::protect::Applied) {
+    println!(
+        "protection {}: step {} -> {} cycles (+{:.1}%), {} check bits",
+        p.plan.name,
+        p.base_cycles,
+        p.cycles,
+        100.0 * p.cycle_overhead(),
+        p.area_bits
+    );
+    for c in &p.checks {
+        let margin = if c.golden_max > 0.0 { format!("{:.3e}x", c.threshold / c.golden_max) } else { "-".into() };
+        println!(
+            "  {:<32} threshold {:<10.3e} golden max {:<10.3e} margin {:<11} false positives {}",
+            c.name, c.threshold, c.golden_max, margin, c.false_positives
+        );
+    }
 }
 
 /// Runs `faultline merge`.

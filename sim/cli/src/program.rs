@@ -29,6 +29,10 @@ pub struct ProgramArgs {
     /// Optimizer: sgd, momentum or adam.
     #[arg(long, default_value = "sgd")]
     pub optimizer: String,
+    /// Lower the step with this protection plan's checks (configs/protect-*.ron): ABFT
+    /// checksums, range checks and duplicates appear as the instructions they are.
+    #[arg(long, value_name = "PLAN")]
+    pub protect: Option<PathBuf>,
     /// Print one JSON object (instructions, schedule, injection space) instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -73,7 +77,14 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
     let hw = HwConfig::load(&a.config)?;
     let optimizer: OptimizerKind = a.optimizer.parse()?;
     let batch = a.batch as usize;
-    let tg = TrainGraph::build(&spec, batch, optimizer.spec(None))?;
+    let mut tg = TrainGraph::build(&spec, batch, optimizer.spec(None))?;
+    if let Some(plan) = &a.protect {
+        faultline_fault::protect::ProtectionPlan::load(plan)?.apply(
+            &mut tg,
+            &Executor::machine(&hw, MxuFormat::Bf16),
+            plan,
+        )?;
+    }
     mem.check(&format!("lowering `{}` with batch {batch}", spec.name), faultline_train::exec::host_bytes(&tg))?;
     // The program alone: nothing runs, so no data is loaded (timing does not depend on the
     // MXU input format).

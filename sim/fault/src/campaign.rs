@@ -8,17 +8,20 @@
 use crate::error::{FaultError, Result};
 use crate::model::Anchor;
 use crate::outcome::Outcome;
+use crate::protect::{self, ProtectionPlan, Rule};
 use crate::record::{
     summarize, CampaignInfo, ClassInfo, Golden, RecordKey, Summary, TrialRecord, CODE_VERSION, SCHEMA,
 };
 use crate::sample::Space;
 use crate::spec::{CampaignSpec, FaultModel, Lasts, Mode};
+use faultline_graph::checks::{BF16_UNIT, FP32_UNIT};
 use faultline_graph::StepSchedule;
 use faultline_graph::{ModelSpec, TrainGraph};
 use faultline_hw::budget::HostMemory;
+use faultline_hw::ecc::Decoded;
 use faultline_hw::isa::ExecUnit;
-use faultline_hw::{ExecMode, HwConfig};
-use faultline_num::NumFormat;
+use faultline_hw::{ExecMode, FaultSite, HwConfig};
+use faultline_num::{BitFault, NumFormat};
 use faultline_train::source::{self, LoadOptions};
 use faultline_train::{
     inject, Executor, InitWeights, InjectionReport, ModelState, MxuFormat, StepFault, TrainOptions, TrainState, Trainer,
@@ -226,7 +229,15 @@ impl Campaign {
             allow_nonfinite: false,
             data_dir: s.data.as_ref().map(|d| spec.resolve(file, d)),
         };
-        let tg = TrainGraph::build(&model, s.batch, s.optimizer.spec(s.lr))?;
+        let mut tg = TrainGraph::build(&model, s.batch, s.optimizer.spec(s.lr))?;
+        let mut protection = match &spec.protection {
+            Some(p) => {
+                let plan_file = spec.resolve(file, p);
+                let plan = ProtectionPlan::load(&plan_file)?;
+                Some(plan.apply(&mut tg, &Executor::machine(&hw, precision), &plan_file)?)
+            }
+            None => None,
+        };
         // Checked before anything large is made: the golden run's step, and its snapshots
         // (two states per injection step, each about the step's parameters).
         let step_bytes = faultline_train::exec::host_bytes(&tg);
@@ -261,12 +272,22 @@ impl Campaign {
         let start = trainer.snapshot();
         let (mut before, mut after, mut window_end) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
         let (mut losses, mut window_accuracy) = (vec![], vec![]);
+        // A plan's checks are calibrated on the golden run: residuals, and ABFT's bound.
+        let (mut residuals, mut bounds) = (vec![], vec![]);
+        let abft = protection.as_ref().is_some_and(|p| p.checks.iter().any(|c| c.rule == Rule::AbftBound));
+        let input_unit = if precision == MxuFormat::Fp32 { FP32_UNIT } else { BF16_UNIT };
         for step in 1..=spec.golden_steps {
             let inject = training && steps.binary_search(&step).is_ok();
             if inject {
                 before.insert(step, trainer.snapshot());
             }
+            if abft {
+                let (x, y) = trainer.data.train.gather(&trainer.batcher.clone().next_indices());
+                let bufs = trainer.exec.step_buffers(&trainer.state, &x, &y)?;
+                bounds.push(protect::step_bounds(&trainer.exec.tg, trainer.exec.program(), &bufs, input_unit));
+            }
             let r = trainer.step()?;
+            residuals.push(r.checks.clone());
             if !r.loss.is_finite() || !finite(&trainer.state) {
                 return Err(FaultError::Invalid {
                     file: file.into(),
@@ -284,6 +305,12 @@ impl Campaign {
                 window_accuracy.push((step - spec.follow_up, trainer.evaluate(&trainer.data.test)?));
                 window_end.insert(step - spec.follow_up, trainer.snapshot());
             }
+        }
+        if let Some(p) = &mut protection {
+            if !abft {
+                bounds = vec![vec![None; p.checks.len()]; residuals.len()];
+            }
+            protect::calibrate(p, &residuals, &bounds);
         }
         let checksum = trainer.state.tensors.values().fold(0u64, |h, t| h.rotate_left(5) ^ t.checksum());
         let test_accuracy = trainer.evaluate(&trainer.data.test)?;
@@ -321,6 +348,7 @@ impl Campaign {
             classes: class_info,
             golden: Golden { test_accuracy, losses, window_accuracy, final_checksum: format!("{checksum:016x}") },
             spec,
+            protection,
         };
         Ok(Campaign { info, space, trainer, golden: GoldenStates { before, after, window_end }, inference, step_bytes })
     }
@@ -407,6 +435,7 @@ impl Campaign {
             test_accuracy_delta: None,
             register_level_cycles: 0,
             changed_predictions: None,
+            detected_by: None,
         };
         if rec.skipped {
             return Ok(rec);
@@ -478,10 +507,11 @@ impl Campaign {
         let s = a.step;
         let golden = &self.info.golden;
         tr.restore_snapshot(&self.golden.before[&s]);
-        let r = tr.step_with_upset(upset)?;
-        let report = r.injection.ok_or_else(|| FaultError::Inconsistent(format!("trial {t}: no injection report")))?;
+        let mut r = tr.step_with_upset(upset)?;
+        let report =
+            r.injection.clone().ok_or_else(|| FaultError::Inconsistent(format!("trial {t}: no injection report")))?;
         rec.register_level_cycles = register_cycles(&tr.schedule, a, upset, &report);
-        let same = same_bits(&tr.state, &self.golden.after[&s].model);
+        let mut same = same_bits(&tr.state, &self.golden.after[&s].model);
         let mut corrupted = !report.masked();
         rec.injection = Some(report);
         let unchanged = same && r.loss.to_bits() == golden.losses[s as usize - 1].to_bits();
@@ -491,8 +521,79 @@ impl Campaign {
                 rec.fault
             )));
         }
-        rec.outcome = self.follow(tr, rec, upset, r.loss, same, &mut corrupted)?;
+        let Some(p) = &self.info.protection else {
+            rec.outcome = self.follow(tr, rec, upset, r.loss, same, &mut corrupted)?;
+            return Ok(());
+        };
+        // A code on the struck class acts on the reads that saw the changed bits.
+        let mut upset = upset.to_vec();
+        if let Some(e) = p.code_of(&rec.class).filter(|_| corrupted) {
+            let by = format!("ecc:{}", e.class);
+            match decode_upset(e, &upset) {
+                EccVerdict::Corrected => {
+                    rec.detected_by = Some(by);
+                    rec.outcome = Outcome::Corrected;
+                    return Ok(());
+                }
+                EccVerdict::Detected => {
+                    rec.detected_by = Some(by);
+                    rec.outcome = self.recover(tr, rec, &upset, p)?;
+                    return Ok(());
+                }
+                EccVerdict::Residual(rest) if rest != upset => {
+                    // Miscorrected or partly corrected: the data error the decoder passes on.
+                    tr.restore_snapshot(&self.golden.before[&s]);
+                    r = tr.step_with_upset(&rest)?;
+                    corrupted = r.injection.as_ref().is_some_and(|i| !i.masked());
+                    same = same_bits(&tr.state, &self.golden.after[&s].model);
+                    upset = rest;
+                }
+                EccVerdict::Residual(_) => {}
+            }
+        }
+        if let Some(by) = p.detect(r.loss, &r.checks) {
+            rec.detected_by = Some(by);
+            rec.outcome = self.recover(tr, rec, &upset, p)?;
+            return Ok(());
+        }
+        rec.outcome = self.follow(tr, rec, &upset, r.loss, same, &mut corrupted)?;
         Ok(())
+    }
+
+    /// The outcome of a trial whose injection step a check caught: re-executed from the state
+    /// before it, as the plan's recovery allows, until a run passes every check (the golden
+    /// step, bit for bit, for a transient fault: else an inconsistency), or `Detected`. A
+    /// permanent fault strikes every re-execution.
+    fn recover(
+        &self,
+        tr: &mut Trainer,
+        rec: &TrialRecord,
+        upset: &[StepFault],
+        p: &protect::Applied,
+    ) -> Result<Outcome> {
+        let s = rec.step;
+        for _ in 0..p.plan.recovery.attempts() {
+            tr.restore_snapshot(&self.golden.before[&s]);
+            let r = if self.spec().fault.permanent() { tr.step_with_upset(upset)? } else { tr.step()? };
+            let code = p.code_of(&rec.class).is_some_and(|e| {
+                self.spec().fault.permanent() && !matches!(decode_upset(e, upset), EccVerdict::Residual(_))
+            });
+            if code || p.detect(r.loss, &r.checks).is_some() {
+                continue;
+            }
+            if !same_bits(&tr.state, &self.golden.after[&s].model) {
+                if self.spec().fault.permanent() {
+                    // The permanent fault got past the checks this time: not recovered.
+                    return Ok(Outcome::Detected);
+                }
+                return Err(FaultError::Inconsistent(format!(
+                    "trial {}: re-executing step {s} after `{}` was detected did not restore the golden state",
+                    rec.trial, rec.fault
+                )));
+            }
+            return Ok(Outcome::DetectedRecovered);
+        }
+        Ok(Outcome::Detected)
     }
 
     /// The outcome of a trial whose injection step (loss `loss`, state `same` as golden's or
@@ -529,6 +630,11 @@ impl Campaign {
                 let again: Vec<StepFault> = upset.iter().map(|f| StepFault { step, cycle: 0, ..*f }).collect();
                 let r = tr.step_with_upset(&again)?;
                 *corrupted |= r.injection.is_some_and(|i| !i.masked());
+                if let Some(by) = self.info.protection.as_ref().and_then(|p| p.detect(r.loss, &r.checks)) {
+                    // Caught in a later step; re-executing cannot shed a hard fault.
+                    rec.detected_by = Some(by);
+                    return Ok(Outcome::Detected);
+                }
                 r.loss
             } else {
                 tr.step()?.loss
@@ -618,6 +724,55 @@ impl Campaign {
         }
         records.sync_data().map_err(FaultError::io(&records_path))?;
         finish(out)
+    }
+}
+
+/// What a check code does with an upset, over every word or register it changes.
+#[derive(Debug, Clone, PartialEq)]
+enum EccVerdict {
+    /// Every changed word's error was corrected.
+    Corrected,
+    /// Some word's error was detected and not corrected.
+    Detected,
+    /// The data errors the decoder passes on: the upset's bits in words it missed, and in a
+    /// miscorrected word the error with the decoder's wrong flip added.
+    Residual(Vec<StepFault>),
+}
+
+/// Runs `e`'s decoder on each word or register `upset` changes (its bits as one error
+/// pattern per word; a stuck-at counts as changing its bit, as it does whenever it matters).
+fn decode_upset(e: &protect::EccInfo, upset: &[StepFault]) -> EccVerdict {
+    // One error pattern per word or register: the site with its bit cleared.
+    let mut words: BTreeMap<FaultSite, Vec<StepFault>> = BTreeMap::new();
+    for f in upset {
+        words.entry(FaultSite { bit: 0, ..f.site }).or_default().push(*f);
+    }
+    let mut rest = Vec::new();
+    let mut all_corrected = true;
+    for faults in words.values() {
+        let mask = faults.iter().fold(0u128, |m, f| m | 1u128 << f.site.bit);
+        match e.code.decode_error(e.width, 0, mask) {
+            Decoded::Detected => return EccVerdict::Detected,
+            Decoded::Corrected { bit, .. } if mask == 1u128 << bit => {}
+            Decoded::Corrected { bit, .. } => {
+                all_corrected = false;
+                let mut out: Vec<StepFault> = faults.clone();
+                if bit < e.width {
+                    let f0 = faults[0];
+                    out.push(StepFault { kind: BitFault::Flip, site: FaultSite { bit, ..f0.site }, duration: 1, ..f0 });
+                }
+                rest.extend(out);
+            }
+            Decoded::Clean => {
+                all_corrected = false;
+                rest.extend(faults.iter().copied());
+            }
+        }
+    }
+    if all_corrected {
+        EccVerdict::Corrected
+    } else {
+        EccVerdict::Residual(rest)
     }
 }
 

@@ -21,6 +21,7 @@ pub mod campaign;
 pub mod error;
 pub mod model;
 pub mod outcome;
+pub mod protect;
 pub mod record;
 pub mod sample;
 pub mod spec;

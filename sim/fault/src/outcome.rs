@@ -18,6 +18,16 @@
 //! | `LowTestAccuracy` | no jump; the loss recovers but test accuracy does not |
 //! | `Benign` | the state differs, yet loss and test accuracy at the window's end are within tolerance |
 //!
+//! With a protection plan ([`crate::protect`]), a fault a mechanism catches is recorded by what
+//! the mechanism did instead; one it misses keeps its class above:
+//!
+//! | outcome | definition |
+//! |---|---|
+//! | `Corrected` | a check code corrected every read of the changed bits: training saw none of the fault |
+//! | `DetectedRecovered` | a check fired in the injection step, and re-executing the step from the state before it gave the golden state bit for bit |
+//! | `Detected` | a check fired and the run stopped (no recovery, or every re-execution was struck again) |
+//! | `FalsePositive` | a check fired on a fault-free step (counted on golden runs) |
+//!
 //! Inference campaigns (faults in forward passes over test batches, as in the ABFT and LLM
 //! error-propagation studies) use `HwMasked` and `Masked` (outputs bit-identical to golden) and:
 //!
@@ -59,6 +69,17 @@ pub enum Outcome {
     SlowDegrade,
     /// No jump; the loss recovered but test accuracy did not.
     LowTestAccuracy,
+    /// Protection: a check code corrected every changed word or register the step read, so
+    /// training saw none of the fault.
+    Corrected,
+    /// Protection: a check fired and re-executing the step from the state before it restored
+    /// the golden state, bit for bit.
+    DetectedRecovered,
+    /// Protection: a check fired and the run stopped there (no recovery, or the fault
+    /// struck every re-execution): a detected, unrecoverable error.
+    Detected,
+    /// Protection: a check fired on a fault-free step.
+    FalsePositive,
     /// Inference: outputs changed, every top-1 prediction unchanged.
     SdcBenign,
     /// Inference: some top-1 predictions changed (the record counts them).
@@ -69,7 +90,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome: training's from most to least benign, then inference's.
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [Outcome; 16] = [
         Outcome::HwMasked,
         Outcome::Masked,
         Outcome::Benign,
@@ -79,6 +100,10 @@ impl Outcome {
         Outcome::SharpSlowDegrade,
         Outcome::SlowDegrade,
         Outcome::LowTestAccuracy,
+        Outcome::Corrected,
+        Outcome::DetectedRecovered,
+        Outcome::Detected,
+        Outcome::FalsePositive,
         Outcome::SdcBenign,
         Outcome::SdcCritical,
         Outcome::Due,
@@ -101,16 +126,31 @@ impl Outcome {
             Outcome::SharpSlowDegrade => "SharpSlowDegrade",
             Outcome::SlowDegrade => "SlowDegrade",
             Outcome::LowTestAccuracy => "LowTestAccuracy",
+            Outcome::Corrected => "Corrected",
+            Outcome::DetectedRecovered => "DetectedRecovered",
+            Outcome::Detected => "Detected",
+            Outcome::FalsePositive => "FalsePositive",
             Outcome::SdcBenign => "SdcBenign",
             Outcome::SdcCritical => "SdcCritical",
             Outcome::Due => "Due",
         }
     }
 
-    /// The fault changed the training state (anything but `HwMasked` and `Masked`): what the
-    /// per-bit vulnerability counts.
+    /// The fault changed the training state silently (anything but `HwMasked`, `Masked` and
+    /// the protection outcomes): what the per-bit vulnerability counts.
     pub const fn unmasked(self) -> bool {
-        !matches!(self, Outcome::HwMasked | Outcome::Masked)
+        !matches!(self, Outcome::HwMasked | Outcome::Masked) && !self.protection_only()
+    }
+
+    /// An outcome only a campaign run with a protection plan records (`Corrected`,
+    /// `DetectedRecovered`, `Detected`, `FalsePositive`).
+    pub const fn protection_only(self) -> bool {
+        matches!(self, Outcome::Corrected | Outcome::DetectedRecovered | Outcome::Detected | Outcome::FalsePositive)
+    }
+
+    /// A check fired (`DetectedRecovered`, `Detected`, `FalsePositive`).
+    pub const fn detected(self) -> bool {
+        matches!(self, Outcome::DetectedRecovered | Outcome::Detected | Outcome::FalsePositive)
     }
 
     /// An outcome only inference campaigns record (`SdcBenign`, `SdcCritical`, `Due`).

@@ -84,6 +84,9 @@ pub struct CampaignInfo {
     pub classes: Vec<ClassInfo>,
     /// The golden run.
     pub golden: Golden,
+    /// The protection plan the campaign ran with, applied and calibrated (absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protection: Option<crate::protect::Applied>,
 }
 
 /// One trial: the fault, where it landed, what it did.
@@ -127,6 +130,10 @@ pub struct TrialRecord {
     pub register_level_cycles: u64,
     /// Inference: samples of the batch whose top-1 prediction changed.
     pub changed_predictions: Option<u64>,
+    /// With a protection plan: the check or code that caught the fault (`fc1.matmul.abft`,
+    /// `loss`, `ecc:ub.word[*]`), absent when none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detected_by: Option<String>,
 }
 
 /// The fields of a record the summary needs (reading records back tolerates the `null`s that
@@ -178,7 +185,8 @@ pub struct ClassSummary {
     pub trials: u64,
     /// Trials skipped as provably dead.
     pub skipped_dead: u64,
-    /// Each outcome's share (every outcome listed, in [`Outcome::ALL`] order).
+    /// Each outcome's share (every outcome listed, in [`Outcome::ALL`] order; protection's
+    /// only with a protection plan).
     pub outcomes: Vec<OutcomeShare>,
     /// Vulnerability (AVF) of the class: the share of trials that changed the training state.
     pub unmasked: Estimate,
@@ -263,9 +271,12 @@ pub fn summarize<'a>(info: &CampaignInfo, records: impl IntoIterator<Item = &'a 
         }
     }
     let total = |t: &Tally| t.outcomes.iter().sum::<u64>();
+    // Protection's outcomes are listed only by a protected campaign (others cannot record them).
+    let protected = info.protection.is_some();
     let shares = |t: &Tally| -> Vec<OutcomeShare> {
         Outcome::ALL
             .iter()
+            .filter(|o| protected || !o.protection_only())
             .map(|&o| OutcomeShare { outcome: o, share: Estimate::of(t.outcomes[o.index()], total(t)) })
             .collect()
     };

@@ -60,6 +60,10 @@ pub struct CampaignSpec {
     /// Raw failure rate per bit (FIT: failures per 10^9 device-hours), for reports.
     #[serde(default)]
     pub fit_per_bit: Option<f64>,
+    /// A protection plan (`configs/protect-*.ron`, relative as `model` is) the machine and
+    /// the step run with ([`crate::protect`]); training campaigns only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protection: Option<PathBuf>,
 }
 
 fn yes() -> bool {
@@ -295,6 +299,13 @@ impl CampaignSpec {
             _ => {}
         }
         self.thresholds.validate(file)?;
+        if self.protection.is_some() && self.mode == Mode::Inference {
+            return bad(
+                "protection",
+                format!("{:?}", self.protection),
+                "None for an Inference campaign (plans guard training steps)",
+            );
+        }
         if let Some(fit) = self.fit_per_bit.filter(|f| !(f.is_finite() && *f >= 0.0)) {
             return bad("fit_per_bit", fit.to_string(), "a finite number >= 0 (FIT per bit), or None");
         }

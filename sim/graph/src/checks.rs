@@ -6,11 +6,18 @@
 //! cost cycles in the step's one schedule and their registers are fault sites. No check feeds
 //! training: a protected step trains to the same bits as an unprotected one.
 //!
-//! ABFT (Huang & Abraham) for `C = op(A) op(B)` (`[M, K] x [K, N]`), tiled by `T` columns:
-//! the row sums of `op(B)` over each tile of `T` columns (`Bs`, `[K, N / T]`, a VPU reduction)
-//! multiply `op(A)` on the MXU (`A Bs`, `[M, N / T]`); each equals the row sums of `C` over the
-//! same tile (`Cs`) up to round-off. *Global* ABFT takes `T = N` (one checksum column per
-//! GEMM), *per-tile* ABFT `T` = the array's width (one per column tile the array computes).
+//! ABFT (Huang & Abraham) for `C = op(A) op(B)` (`[M, K] x [K, N]`) checks one side:
+//! * [`Side::Rows`]: the row sums of `op(B)` over each tile of `T` columns (`Bs`, `[K, N / T]`,
+//!   a VPU reduction) multiply `op(A)` on the MXU (`A Bs`, `[M, N / T]`); each equals the row
+//!   sums of `C` over the same tile (`Cs`) up to round-off.
+//! * [`Side::Cols`]: the column sums of `op(A)` over each tile of `T` rows (`As`, `[M / T, K]`)
+//!   multiply `op(B)` (`As B`, `[M / T, N]`) and are compared with the column sums of `C` over
+//!   the same rows.
+//!
+//! *Global* ABFT takes one tile (`T = N`, or `T = M`): one checksum per GEMM; *per-tile* ABFT
+//! takes `T` = the array's width (`Rows`) or height (`Cols`). Which side is cheaper depends on
+//! the GEMM's shape: the reductions run fastest along long rows of lanes, and the checksum GEMM
+//! costs a weight load per fold (`Cols`) or a stream of `M` rows (`Rows`).
 
 use crate::error::GraphError;
 use crate::op::Op;
@@ -18,12 +25,23 @@ use crate::train_graph::TrainGraph;
 use crate::NodeIndex;
 use serde::Serialize;
 
+/// Which side of a GEMM ABFT checksums (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
+pub enum Side {
+    /// Row sums of `op(B)` per tile of output columns; checked against `C`'s row sums.
+    Rows,
+    /// Column sums of `op(A)` per tile of output rows; checked against `C`'s column sums.
+    Cols,
+}
+
 /// What a check computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum CheckKind {
-    /// ABFT checksums of a GEMM, one per `tile` output columns.
+    /// ABFT checksums of a GEMM, one per `tile` output columns (`Rows`) or rows (`Cols`).
     Abft {
-        /// Output columns per checksum (`N` for global ABFT).
+        /// The checksummed side.
+        side: Side,
+        /// Output columns (`Rows`) or rows (`Cols`) per checksum (all of them for global ABFT).
         tile: usize,
     },
     /// `max |x|` of the guarded tensor.
@@ -51,10 +69,10 @@ pub struct Check {
 }
 
 impl TrainGraph {
-    /// Adds global (`tile` `None`) or per-tile ABFT to the rank-2 `MatMul` node `c`; returns
-    /// the check's index in [`TrainGraph::checks`]. Errors for another op, a rank-3 product, or
-    /// a tile that does not divide the product's columns.
-    pub fn add_abft(&mut self, c: NodeIndex, tile: Option<usize>) -> Result<usize, GraphError> {
+    /// Adds global (`tile` `None`) or per-tile ABFT on `side` to the rank-2 `MatMul` node `c`;
+    /// returns the check's index in [`TrainGraph::checks`]. Errors for another op, a rank-3
+    /// product, or a tile that does not divide the checksummed dimension.
+    pub fn add_abft(&mut self, c: NodeIndex, side: Side, tile: Option<usize>) -> Result<usize, GraphError> {
         let node = self.graph.node(c).clone();
         let Op::MatMul { trans_a, trans_b } = node.op else {
             return Err(self.not_checkable(c, "ABFT guards MatMul nodes"));
@@ -62,28 +80,37 @@ impl TrainGraph {
         if node.shape.len() != 2 {
             return Err(self.not_checkable(c, "ABFT guards rank-2 products (a rank-3 one is several GEMMs)"));
         }
-        let n = node.shape[1];
-        let t = tile.unwrap_or(n).min(n);
-        if t == 0 || n % t != 0 {
-            return Err(
-                self.not_checkable(c, &format!("a checksum tile of {t} columns does not divide its {n} columns"))
-            );
+        let (m, n) = (node.shape[0], node.shape[1]);
+        let dim = if side == Side::Rows { n } else { m };
+        let t = tile.unwrap_or(dim).min(dim);
+        if t == 0 || dim % t != 0 {
+            return Err(self.not_checkable(c, &format!("a checksum tile of {t} does not divide {dim}")));
         }
         let (a, b) = (node.inputs[0], node.inputs[1]);
         // Global and per-tile ABFT of one GEMM may both be added: the tile tells them apart.
-        let name = if t == n { format!("{}.abft", node.name) } else { format!("{}.abft{t}", node.name) };
+        let name = if t == dim { format!("{}.abft", node.name) } else { format!("{}.abft{t}", node.name) };
         let mut nodes = Vec::new();
         let mut add = |g: &mut TrainGraph, op: Op, suffix: &str, ins: &[NodeIndex]| {
             let i = g.graph.add(op, &format!("{name}.{suffix}"), &node.layer, node.phase, ins)?;
             nodes.push(i);
             Ok::<_, GraphError>(i)
         };
-        // op(B)'s row sums per tile: B stored [K, N] sums runs of columns, [N, K] runs of rows.
-        let bs = add(self, Op::TileSum { tile: t, rows: trans_b }, "bsum", &[b])?;
-        let check = add(self, Op::MatMul { trans_a, trans_b }, "check", &[a, bs])?;
-        let cs = add(self, Op::TileSum { tile: t, rows: false }, "csum", &[c])?;
+        let (check, cs) = match side {
+            Side::Rows => {
+                // op(B)'s row sums per tile: B stored [K, N] sums runs of columns, [N, K] of rows.
+                let bs = add(self, Op::TileSum { tile: t, rows: trans_b }, "bsum", &[b])?;
+                let check = add(self, Op::MatMul { trans_a, trans_b }, "check", &[a, bs])?;
+                (check, add(self, Op::TileSum { tile: t, rows: false }, "csum", &[c])?)
+            }
+            Side::Cols => {
+                // op(A)'s column sums per tile: A stored [M, K] sums runs of rows, [K, M] of columns.
+                let asum = add(self, Op::TileSum { tile: t, rows: !trans_a }, "asum", &[a])?;
+                let check = add(self, Op::MatMul { trans_a, trans_b }, "check", &[asum, b])?;
+                (check, add(self, Op::TileSum { tile: t, rows: true }, "csum", &[c])?)
+            }
+        };
         let residual = add(self, Op::MaxAbsDiff, "residual", &[check, cs])?;
-        Ok(self.push_check(Check { name, kind: CheckKind::Abft { tile: t }, guarded: c, residual, nodes }))
+        Ok(self.push_check(Check { name, kind: CheckKind::Abft { side, tile: t }, guarded: c, residual, nodes }))
     }
 
     /// Adds a range check (`max |x|`) of node `x`; returns its index.
@@ -159,61 +186,91 @@ impl TrainGraph {
 /// The unit round-off of fp32 accumulation, `2^-24`.
 pub const FP32_UNIT: f64 = 1.0 / 16_777_216.0;
 
+/// The unit round-off of bf16 MXU inputs, `2^-8`.
+pub const BF16_UNIT: f64 = 1.0 / 256.0;
+
 /// `gamma_n = n u / (1 - n u)`: the relative error bound of an `n`-term fp32 sum (Higham).
 pub fn gamma(n: usize) -> f64 {
     let nu = n as f64 * FP32_UNIT;
     nu / (1.0 - nu)
 }
 
-/// The largest fault-free ABFT residual of `C = op(A) op(B)` with checksum tiles of `tile`
-/// columns, from the accumulation bound: `a` and `b` are the stored operands (`a` is `[M, K]`,
+/// The largest fault-free ABFT residual of `C = op(A) op(B)` checked on `side` with tiles of
+/// `tile`, from the accumulation bound: `a` and `b` are the stored operands (`a` is `[M, K]`,
 /// or `[K, M]` with `ta`; `b` is `[K, N]`, or `[N, K]` with `tb`), `input_unit` the unit
-/// round-off of the MXU's input format (`2^-8` for bf16, `2^-24` for fp32).
+/// round-off of the MXU's input format ([`BF16_UNIT`] or [`FP32_UNIT`]).
 ///
-/// Derivation (each sum in fp32, any order): the GEMM rounds each `c_in` within
-/// `gamma_K sum_k |a_ik||b_kn|` of the exact product of the rounded inputs; the output
-/// checksum `Cs_ij` adds `gamma_T sum_n |c_in|`; the weight checksum `Bs_kj` is summed in fp32
-/// from the unrounded `B` (`gamma_T`), differs from the sum of the rounded `B` by `u_in`, and
-/// is itself rounded to the input format when fed (`u_in`); the checksum GEMM adds `gamma_K`.
-/// So `|check_ij - Cs_ij| <= (2 u_in + 2 gamma_(K+T+2)) S_ij` up to second-order terms, with
-/// `S_ij = sum_k |a_ik| sum_(n in tile j) |b_kn|` (inputs rounded up by `(1 + u_in)^2`); the
-/// bound returned is `1.01` times that at the largest `S_ij`, plus `K T 2^-149` for
-/// subnormal underflow.
+/// Derivation for `Rows` (each sum in fp32, any order; `Cols` is the transpose): the GEMM
+/// rounds each `c_in` within `gamma_K sum_k |a_ik||b_kn|` of the exact product of the rounded
+/// inputs; the output checksum `Cs_ij` adds `gamma_T sum_n |c_in|`; the operand checksum
+/// `Bs_kj` is summed in fp32 from the unrounded `B` (`gamma_T`), differs from the sum of the
+/// rounded `B` by `u_in`, and is itself rounded to the input format when fed (`u_in`); the
+/// checksum GEMM adds `gamma_K`. So `|check_ij - Cs_ij| <= (2 u_in + 2 gamma_(K+T+2)) S_ij` up
+/// to second-order terms, with `S_ij = sum_k |a_ik| sum_(n in tile j) |b_kn|` (inputs rounded
+/// up by `(1 + u_in)^2`); the bound returned is `1.01` times that at the largest `S_ij`, plus
+/// `K T 2^-149` for subnormal underflow.
 #[allow(clippy::too_many_arguments)]
 pub fn abft_bound(
     a: &[f32],
     b: &[f32],
     ta: bool,
     tb: bool,
-    m: usize,
-    k: usize,
-    n: usize,
+    [m, k, n]: [usize; 3],
+    side: Side,
     tile: usize,
     input_unit: f64,
 ) -> f64 {
-    let t = tile.clamp(1, n.max(1));
-    let tiles = n.div_ceil(t);
-    // |B| summed over each tile: bs[k][j].
-    let mut bs = vec![0f64; k * tiles];
-    for kk in 0..k {
-        for nn in 0..n {
-            let v = if tb { b[nn * k + kk] } else { b[kk * n + nn] };
-            bs[kk * tiles + nn / t] += (v as f64).abs();
-        }
-    }
+    let av = |i: usize, kk: usize| (if ta { a[kk * m + i] } else { a[i * k + kk] } as f64).abs();
+    let bv = |kk: usize, j: usize| (if tb { b[j * k + kk] } else { b[kk * n + j] } as f64).abs();
+    let dim = if side == Side::Rows { n } else { m };
+    let t = tile.clamp(1, dim.max(1));
+    let tiles = dim.div_ceil(t);
     let mut worst = 0f64;
-    let mut row = vec![0f64; tiles];
-    for i in 0..m {
-        row.iter_mut().for_each(|r| *r = 0.0);
-        for kk in 0..k {
-            let v = (if ta { a[kk * m + i] } else { a[i * k + kk] } as f64).abs();
-            if v != 0.0 {
-                for (r, s) in row.iter_mut().zip(&bs[kk * tiles..(kk + 1) * tiles]) {
-                    *r += v * s;
+    match side {
+        Side::Rows => {
+            // |B| summed over each tile of columns: bs[k][j]; then S = |A| bs.
+            let mut bs = vec![0f64; k * tiles];
+            for kk in 0..k {
+                for j in 0..n {
+                    bs[kk * tiles + j / t] += bv(kk, j);
                 }
             }
+            let mut row = vec![0f64; tiles];
+            for i in 0..m {
+                row.iter_mut().for_each(|r| *r = 0.0);
+                for kk in 0..k {
+                    let v = av(i, kk);
+                    if v != 0.0 {
+                        for (r, s) in row.iter_mut().zip(&bs[kk * tiles..(kk + 1) * tiles]) {
+                            *r += v * s;
+                        }
+                    }
+                }
+                worst = row.iter().fold(worst, |w, &r| w.max(r));
+            }
         }
-        worst = row.iter().fold(worst, |w, &r| w.max(r));
+        Side::Cols => {
+            // |A| summed over each tile of rows: as[i][k]; then S = as |B|.
+            let mut asum = vec![0f64; tiles * k];
+            for i in 0..m {
+                for kk in 0..k {
+                    asum[(i / t) * k + kk] += av(i, kk);
+                }
+            }
+            let mut row = vec![0f64; n];
+            for ti in 0..tiles {
+                row.iter_mut().for_each(|r| *r = 0.0);
+                for kk in 0..k {
+                    let v = asum[ti * k + kk];
+                    if v != 0.0 {
+                        for (j, r) in row.iter_mut().enumerate() {
+                            *r += v * bv(kk, j);
+                        }
+                    }
+                }
+                worst = row.iter().fold(worst, |w, &r| w.max(r));
+            }
+        }
     }
     let f = 2.0 * input_unit + 2.0 * gamma(k + t + 2);
     1.01 * f * worst * (1.0 + input_unit).powi(2) + (k * t) as f64 * f64::from(f32::from_bits(1))

@@ -382,9 +382,13 @@ pub fn aggregate(trace: &Trace) -> Report {
     ranking.sort_by(|a, b| {
         b.failure_per_bit.total_cmp(&a.failure_per_bit).then(b.share.total_cmp(&a.share)).then(a.class.cmp(&b.class))
     });
+    // Protection's outcomes appear only in a protected campaign's tables.
+    let shown = |o: &Outcome| info.protection.is_some() || !o.protection_only();
     let outcomes = match info.spec.mode {
-        Mode::Training => Outcome::ALL.iter().copied().filter(|o| !o.inference_only()).collect(),
-        Mode::Inference => Outcome::ALL.iter().copied().filter(|o| o.inference_only() || !o.unmasked()).collect(),
+        Mode::Training => Outcome::ALL.iter().copied().filter(|o| !o.inference_only() && shown(o)).collect(),
+        Mode::Inference => {
+            Outcome::ALL.iter().copied().filter(|o| (o.inference_only() || !o.unmasked()) && shown(o)).collect()
+        }
     };
     Report {
         summary,

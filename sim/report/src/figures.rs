@@ -57,6 +57,11 @@ pub fn outcome_color(o: Outcome) -> RGBColor {
         Outcome::SharpSlowDegrade => RGBColor(0x88, 0x22, 0x55),
         Outcome::SlowDegrade => RGBColor(0x00, 0x72, 0xB2),
         Outcome::LowTestAccuracy => RGBColor(0x56, 0xB4, 0xE9),
+        // Caught by protection: blue-greys, apart from the masked greys.
+        Outcome::Corrected => RGBColor(0xB7, 0xD7, 0xE8),
+        Outcome::DetectedRecovered => RGBColor(0x7F, 0xA7, 0xC0),
+        Outcome::Detected => RGBColor(0x33, 0x5C, 0x81),
+        Outcome::FalsePositive => RGBColor(0xF0, 0xE4, 0x42),
     }
 }
 
@@ -1274,6 +1279,7 @@ mod tests {
             Outcome::ALL.iter().filter(|o| !o.inference_only()).map(|&o| outcome_color(o)).collect();
         let inference: Vec<RGBColor> =
             Outcome::ALL.iter().filter(|o| o.inference_only() || !o.unmasked()).map(|&o| outcome_color(o)).collect();
+        assert_eq!(training.len(), 13);
         for colors in [training, inference] {
             for (i, a) in colors.iter().enumerate() {
                 assert!(colors[i + 1..].iter().all(|b| b != a), "{a:?} used twice");

@@ -267,15 +267,22 @@ pub struct Executor {
 impl Executor {
     /// An executor of `tg` on `hw` with the MXU input format overridden by `format`.
     pub fn new(tg: TrainGraph, hw: &HwConfig, mode: ExecMode, format: MxuFormat) -> Result<Executor> {
+        let hw = Executor::machine(hw, format);
+        tg.topo_order().map_err(|e| TrainError::Model(e.to_string()))?;
+        let place = |p: Program| p.place(&hw).map_err(|e| TrainError::Config(format!("{e} (a smaller batch may fit)")));
+        let (step, fwd) = (place(Program::step(&tg))?, place(Program::forward(&tg))?);
+        Ok(Executor { tg, hw, mode, format, step, fwd })
+    }
+
+    /// The machine an executor of `format` inputs runs on: `hw` with the MXU set to `format`
+    /// inputs and fp32 accumulation, and weight-buffer words wide enough for its inputs.
+    pub fn machine(hw: &HwConfig, format: MxuFormat) -> HwConfig {
         let mut hw = hw.clone();
         hw.mxu.input_format = format.input();
         hw.mxu.acc_format = NumFormat::Fp32;
         // The weight buffer holds MXU input words: fp32 inputs take 32-bit words.
         hw.memory.weight_buffer.word_bits = hw.memory.weight_buffer.word_bits.max(format.input().bits());
-        tg.topo_order().map_err(|e| TrainError::Model(e.to_string()))?;
-        let place = |p: Program| p.place(&hw).map_err(|e| TrainError::Config(format!("{e} (a smaller batch may fit)")));
-        let (step, fwd) = (place(Program::step(&tg))?, place(Program::forward(&tg))?);
-        Ok(Executor { tg, hw, mode, format, step, fwd })
+        hw
     }
 
     /// The step's program (what [`Executor::step`] interprets).

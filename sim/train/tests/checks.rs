@@ -3,7 +3,7 @@
 //! within the accumulation bound, a psum exponent flip in a guarded GEMM drives the residual
 //! far past it, and a flip in the checksum GEMM itself never reaches training.
 
-use faultline_graph::checks::{abft_bound, CheckKind};
+use faultline_graph::checks::{abft_bound, CheckKind, Side};
 use faultline_graph::op::Op;
 use faultline_graph::{ModelSpec, TrainGraph};
 use faultline_hw::isa::Instr;
@@ -29,20 +29,30 @@ fn trainer(config: &str, batch: usize, protect: impl FnOnce(&mut TrainGraph)) ->
     Trainer::from_graph(&spec, tg, &hw, data, TrainOptions { precision, ..opts }).unwrap()
 }
 
-/// Every check the tests use: global and per-tile ABFT of both forward GEMMs and of a
-/// weight-gradient GEMM (transposed `A`), a range check of the hidden activations and a
-/// duplicated ReLU.
+/// Every check the tests use: global and per-tile ABFT on both sides of the forward GEMMs and
+/// of two gradient GEMMs (one with `A`, one with `B` stored transposed), a range check of the
+/// hidden activations and a duplicated ReLU.
 fn protect_all(tg: &mut TrainGraph) {
     let find = |tg: &TrainGraph, name: &str| tg.graph.find(name).unwrap_or_else(|| panic!("no node {name}"));
-    for name in ["fc1.matmul", "fc2.matmul", "d/fc1.matmul:b"] {
+    for (name, side, tile) in [
+        ("fc1.matmul", Side::Rows, None),
+        ("fc1.matmul", Side::Rows, Some(8)),
+        ("fc2.matmul", Side::Cols, None),
+        ("fc2.matmul", Side::Cols, Some(4)),
+        ("d/fc1.matmul:b", Side::Cols, None),
+        ("d/fc2.matmul:a", Side::Rows, None),
+    ] {
         let i = find(tg, name);
-        tg.add_abft(i, None).unwrap();
+        tg.add_abft(i, side, tile).unwrap();
     }
-    let fc1 = find(tg, "fc1.matmul");
-    tg.add_abft(fc1, Some(8)).unwrap();
     let relu = find(tg, "relu1.relu");
     tg.add_range_check(relu).unwrap();
     tg.add_duplicate(relu).unwrap();
+}
+
+/// A residual over its bound, or not a number at all, fires the check.
+fn fires(r: f64, bound: f64) -> bool {
+    r.is_nan() || r > bound
 }
 
 fn same_bits(a: &ModelState, b: &ModelState) -> bool {
@@ -58,20 +68,20 @@ fn checks_leave_training_bit_identical_and_the_twins_agree_on_residuals() {
     let mut fast = trainer("tpu-8x8", 8, protect_all);
     let mut slow = fast.clone();
     slow.exec.mode = ExecMode::CycleLevel;
-    assert_eq!(fast.exec.tg.checks().len(), 6);
+    assert_eq!(fast.exec.tg.checks().len(), 8);
     // The checks cost cycles: the protected step is longer.
     assert!(fast.schedule.total_cycles > plain.schedule.total_cycles);
     for _ in 0..3 {
         let (p, f, s) = (plain.step().unwrap(), fast.step().unwrap(), slow.step().unwrap());
         assert_eq!(p.loss.to_bits(), f.loss.to_bits());
         assert!(same_bits(&plain.state, &fast.state), "a check changed training");
-        assert_eq!(f.checks.len(), 6);
+        assert_eq!(f.checks.len(), 8);
         let bits = |c: &[f32]| c.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&f.checks), bits(&s.checks), "functional and cycle-level residuals differ");
         assert!(same_bits(&fast.state, &slow.state));
         // The duplicate is bit-exact; the range check is the activations' largest magnitude.
-        assert_eq!(f.checks[5], 0.0);
-        assert!(f.checks[4] > 0.0 && f.checks[4].is_finite());
+        assert_eq!(f.checks[7], 0.0);
+        assert!(f.checks[6] > 0.0 && f.checks[6].is_finite());
     }
 }
 
@@ -84,13 +94,13 @@ fn residuals_and_bounds(t: &Trainer) -> Vec<(String, f64, f64)> {
     let unit = if t.exec.format == MxuFormat::Fp32 { 2f64.powi(-24) } else { 2f64.powi(-8) };
     let mut out = vec![];
     for c in t.exec.tg.checks() {
-        let CheckKind::Abft { tile } = c.kind else { continue };
+        let CheckKind::Abft { side, tile } = c.kind else { continue };
         let node = g.node(c.guarded);
         let Op::MatMul { trans_a, trans_b } = node.op else { unreachable!() };
         let (a, b) = (value(node.inputs[0]), value(node.inputs[1]));
         let (m, n) = (node.shape[0], node.shape[1]);
         let k = a.len() / m;
-        let bound = abft_bound(&a, &b, trans_a, trans_b, m, k, n, tile, unit);
+        let bound = abft_bound(&a, &b, trans_a, trans_b, [m, k, n], side, tile, unit);
         out.push((c.name.clone(), value(c.residual)[0] as f64, bound));
     }
     out
@@ -140,21 +150,22 @@ fn first_corrupting_psum_flip(t: &Trainer, node: &str, bit: u32) -> (StepFault, 
 }
 
 #[test]
-fn global_and_per_tile_abft_detect_a_psum_exponent_flip() {
+fn global_and_per_tile_abft_on_either_side_detect_a_psum_exponent_flip() {
     let t = trainer("tpu-8x8", 8, protect_all);
     let bounds = residuals_and_bounds(&t);
-    let (f, checks, _) = first_corrupting_psum_flip(&t, "fc1.matmul", 30);
-    let mut fired = 0;
-    for (k, c) in t.exec.tg.checks().iter().enumerate() {
-        let Some((_, _, bound)) = bounds.iter().find(|(n, _, _)| *n == c.name) else { continue };
-        let r = checks[k] as f64;
-        let guards_fc1 = t.exec.tg.graph.node(c.guarded).name == "fc1.matmul";
-        if guards_fc1 {
-            assert!(!(r <= *bound), "{f}: {} residual {r:e} within bound {bound:e}: not detected", c.name);
-            fired += 1;
+    for gemm in ["fc1.matmul", "fc2.matmul"] {
+        let (f, checks, _) = first_corrupting_psum_flip(&t, gemm, 30);
+        let mut fired = 0;
+        for (k, c) in t.exec.tg.checks().iter().enumerate() {
+            let Some((_, _, bound)) = bounds.iter().find(|(n, _, _)| *n == c.name) else { continue };
+            let r = checks[k] as f64;
+            if t.exec.tg.graph.node(c.guarded).name == gemm {
+                assert!(fires(r, *bound), "{f}: {} residual {r:e} within bound {bound:e}: not detected", c.name);
+                fired += 1;
+            }
         }
+        assert_eq!(fired, 2, "global and per-tile ABFT of {gemm}");
     }
-    assert_eq!(fired, 2, "global and per-tile ABFT of fc1");
 }
 
 #[test]
@@ -170,5 +181,5 @@ fn a_flip_in_the_checksum_gemm_is_detected_or_benign_never_silent() {
     // ... and the corrupted checksum is caught.
     let k = t.exec.tg.checks().iter().position(|c| c.name == "fc1.matmul.abft").unwrap();
     let bound = bounds.iter().find(|(n, _, _)| n == "fc1.matmul.abft").unwrap().2;
-    assert!(!(checks[k] as f64 <= bound), "{f}: residual {:e} within {bound:e}", checks[k]);
+    assert!(fires(checks[k] as f64, bound), "{f}: residual {:e} within {bound:e}", checks[k]);
 }

@@ -1,0 +1,569 @@
+//! Protection plans (`configs/protect-*.ron`): which mechanisms guard what, applied to a
+//! campaign's step graph and machine, with thresholds calibrated on its golden run.
+//!
+//! Mechanisms:
+//! * `Ecc(code: Parity | Secded, on: [class globs])`: a check code on every word or register
+//!   of the site classes (SRAM words, PE or VPU registers, DMA and sequencer registers). Its
+//!   decoder ([`faultline_hw::ecc`]) runs on each read of a word whose bits an upset changed:
+//!   SECDED corrects single errors and detects double ones, parity detects odd-weight errors.
+//!   Cost: the check bits, `words x check_bits(width)`; they are fault sites too.
+//! * `Abft(nodes: [globs], phases: [..], tile: Global | PerTile | ByIntensity(threshold))`:
+//!   Huang & Abraham checksums of the rank-2 `MatMul` nodes ([`faultline_graph::checks`]),
+//!   computed by real MXU and VPU instructions; the threshold is the accumulation bound
+//!   ([`faultline_graph::checks::abft_bound`]) at its largest over the golden run.
+//!   `ByIntensity` is Kosaian & Rashmi's rule: global ABFT for a GEMM of arithmetic intensity
+//!   `MNK / (MK + KN + MN)` at least `threshold`, per-tile below it.
+//! * `Range(nodes: [globs], bound: Learned(margin) | NonFinite)`: `max |x|` of each node's
+//!   value, against `margin x` its largest golden value (Ranger's bounds), or checked for
+//!   NaN/Inf only (accumulator outputs).
+//! * `MomentBound(limit)`: He et al.'s `|m| < limit` (20 in their paper) on every Adam
+//!   first-moment update (Adam runs only).
+//! * `NonFiniteLoss`: the host's check of the step's loss (He et al.); free.
+//! * `Duplicate(nodes: [globs])`: each node's op run twice on its unit and compared (DMR).
+//!
+//! `recovery: Reexecute(attempts)` re-runs a step in which a check fired from the state before
+//! it (He et al.'s re-execution from the last good state); `None` stops at the detection.
+
+use crate::error::{FaultError, Result};
+use faultline_graph::checks::{abft_bound, CheckKind, Side};
+use faultline_graph::op::{Op, Phase};
+use faultline_graph::TrainGraph;
+use faultline_hw::budget::{read_text_capped, TEXT_FILE_LIMIT};
+use faultline_hw::ecc::Code;
+use faultline_hw::sites::glob_match;
+use faultline_hw::{HwConfig, SiteClass};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// A protection plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProtectionPlan {
+    /// Name, shown in reports.
+    pub name: String,
+    /// The mechanisms, each with where it sits.
+    pub mechanisms: Vec<Mechanism>,
+    /// What a detection triggers.
+    #[serde(default)]
+    pub recovery: Recovery,
+}
+
+/// One protection mechanism and where it sits (see the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Mechanism {
+    /// A check code on every word or register of the classes matching `on`.
+    Ecc {
+        /// Parity or SECDED.
+        code: Code,
+        /// Globs over the site classes `faultline sites` prints.
+        on: Vec<String>,
+    },
+    /// ABFT checksums of the rank-2 `MatMul` nodes matching `nodes` in `phases`.
+    Abft {
+        /// Globs over node names (`faultline program` shows them), e.g. `*.matmul`.
+        nodes: Vec<String>,
+        /// Phases whose GEMMs are guarded (default: forward).
+        #[serde(default = "forward")]
+        phases: Vec<Phase>,
+        /// Checksum granularity.
+        tile: AbftTile,
+        /// The checksummed side; absent: whichever makes the step shorter, GEMM by GEMM.
+        #[serde(default)]
+        side: Option<Side>,
+    },
+    /// Range checks of the values of the nodes matching `nodes`.
+    Range {
+        /// Globs over node names.
+        nodes: Vec<String>,
+        /// The bound.
+        bound: RangeBound,
+    },
+    /// `|m| < limit` on Adam's first moments.
+    MomentBound(f64),
+    /// The step's loss is finite.
+    NonFiniteLoss,
+    /// The ops of the nodes matching `nodes`, run twice and compared.
+    Duplicate {
+        /// Globs over node names.
+        nodes: Vec<String>,
+    },
+}
+
+fn forward() -> Vec<Phase> {
+    vec![Phase::Forward]
+}
+
+/// ABFT checksum granularity.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum AbftTile {
+    /// One checksum column per GEMM.
+    Global,
+    /// One checksum column per tile of output columns the array computes (its width).
+    PerTile,
+    /// Global at arithmetic intensity `>=` the threshold (MACs per word), else per-tile.
+    ByIntensity(f64),
+}
+
+/// A range check's bound.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum RangeBound {
+    /// `margin x` the largest `|x|` of the golden run.
+    Learned(f64),
+    /// Only NaN and infinities.
+    NonFinite,
+}
+
+/// What a detection triggers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Recovery {
+    /// Nothing: the run stops at the detection (a detected unrecoverable error).
+    None,
+    /// Re-run the step from the state before it, up to `attempts` times.
+    Reexecute(u32),
+    /// `Reexecute(1)`.
+    #[default]
+    Once,
+}
+
+impl Recovery {
+    /// Re-executions allowed per detected step.
+    pub fn attempts(self) -> u32 {
+        match self {
+            Recovery::None => 0,
+            Recovery::Reexecute(n) => n,
+            Recovery::Once => 1,
+        }
+    }
+}
+
+/// How a check's residual is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Rule {
+    /// ABFT: the accumulation bound, at its largest over the golden run.
+    AbftBound,
+    /// `margin x` the largest golden residual.
+    Learned(f64),
+    /// A fixed limit.
+    Limit(f64),
+    /// Only non-finite residuals fire.
+    NonFinite,
+    /// Any nonzero residual fires (duplication is bit-exact).
+    Exact,
+}
+
+/// One check of an applied plan, in the graph's check order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckInfo {
+    /// The check's name (`fc1.matmul.abft`).
+    pub name: String,
+    /// The mechanism (`abft`, `abft-tile`, `range`, `moment-bound`, `duplicate`).
+    pub mechanism: String,
+    /// The node it guards.
+    pub node: String,
+    /// Its layer.
+    pub layer: String,
+    /// Its phase.
+    pub phase: Phase,
+    /// For ABFT: `[M, K, N]` of the guarded GEMM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm: Option<[usize; 3]>,
+    /// For ABFT: the checksummed side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub side: Option<Side>,
+    /// For ABFT: output columns (`Rows`) or rows (`Cols`) per checksum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tile: Option<usize>,
+    /// How its residual is judged.
+    pub rule: Rule,
+    /// The threshold a residual must exceed to fire (after calibration).
+    pub threshold: f64,
+    /// The largest residual of the golden run.
+    pub golden_max: f64,
+    /// Golden steps in which it fired (false positives).
+    pub false_positives: u64,
+}
+
+impl CheckInfo {
+    /// Whether residual `r` fires the check.
+    pub fn fires(&self, r: f32) -> bool {
+        let r = r as f64;
+        !r.is_finite() || r > self.threshold
+    }
+}
+
+/// A site class under a check code.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EccInfo {
+    /// The class pattern.
+    pub class: String,
+    /// The code.
+    pub code: Code,
+    /// Data bits per word or register.
+    pub width: u32,
+    /// Check bits per word or register.
+    pub check_bits: u32,
+    /// Check bits in all (the code's area).
+    pub area_bits: u64,
+}
+
+/// A plan applied to one campaign: its checks and codes, with their costs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Applied {
+    /// The plan as parsed.
+    pub plan: ProtectionPlan,
+    /// The checks, in the graph's check order.
+    pub checks: Vec<CheckInfo>,
+    /// The codes, one per protected class.
+    pub ecc: Vec<EccInfo>,
+    /// Whether the host checks the loss.
+    pub loss_check: bool,
+    /// Cycles of the unprotected step.
+    pub base_cycles: u64,
+    /// Cycles of the protected step (checks included).
+    pub cycles: u64,
+    /// Check bits in all.
+    pub area_bits: u64,
+}
+
+impl Applied {
+    /// The code guarding site class `class`, if any.
+    pub fn code_of(&self, class: &str) -> Option<&EccInfo> {
+        self.ecc.iter().find(|e| e.class == class)
+    }
+
+    /// The step's cycle overhead, as a fraction of the unprotected step.
+    pub fn cycle_overhead(&self) -> f64 {
+        self.cycles as f64 / self.base_cycles.max(1) as f64 - 1.0
+    }
+
+    /// The first check residuals `r` (in check order) fire, with the loss check: its name.
+    pub fn detect(&self, loss: f64, r: &[f32]) -> Option<String> {
+        if self.loss_check && !loss.is_finite() {
+            return Some("loss".into());
+        }
+        self.checks.iter().zip(r).find(|(c, &r)| c.fires(r)).map(|(c, _)| c.name.clone())
+    }
+}
+
+impl ProtectionPlan {
+    /// Reads and parses a plan; errors name `file:line:col` or the field.
+    pub fn load(path: &Path) -> Result<ProtectionPlan> {
+        let text = read_text_capped(path, TEXT_FILE_LIMIT).map_err(FaultError::io(path))?;
+        let plan: ProtectionPlan = ron::from_str(&text).map_err(|e| FaultError::Parse {
+            file: path.to_path_buf(),
+            line: e.span.start.line,
+            col: e.span.start.col,
+            message: e.code.to_string(),
+        })?;
+        plan.validate(path)?;
+        Ok(plan)
+    }
+
+    /// Value checks the types cannot express.
+    pub fn validate(&self, file: &Path) -> Result<()> {
+        let bad = |field: String, value: String, allowed: &str| {
+            Err(FaultError::Invalid { file: file.into(), field, value, allowed: allowed.into() })
+        };
+        if self.name.is_empty() || self.name.chars().any(char::is_control) || self.name.len() > 200 {
+            return bad("name".into(), format!("{:?}", self.name), "1 to 200 characters, no control characters");
+        }
+        if let Recovery::Reexecute(n) = self.recovery {
+            if !(1..=16).contains(&n) {
+                return bad("recovery".into(), format!("Reexecute({n})"), "Reexecute(1..=16), Once or None");
+            }
+        }
+        for (i, m) in self.mechanisms.iter().enumerate() {
+            let field = |f: &str| format!("mechanisms[{i}].{f}");
+            let globs = match m {
+                Mechanism::Ecc { on, .. } => Some(("on", on)),
+                Mechanism::Abft { nodes, .. } | Mechanism::Range { nodes, .. } | Mechanism::Duplicate { nodes } => {
+                    Some(("nodes", nodes))
+                }
+                _ => None,
+            };
+            if let Some((f, g)) = globs.filter(|(_, g)| g.is_empty()) {
+                return bad(field(f), format!("{g:?}"), "at least one glob");
+            }
+            match *m {
+                Mechanism::Abft { tile: AbftTile::ByIntensity(t), .. } if !(t.is_finite() && t > 0.0) => {
+                    return bad(
+                        field("tile"),
+                        format!("ByIntensity({t})"),
+                        "a positive arithmetic intensity (MACs per word)",
+                    );
+                }
+                Mechanism::Abft { ref phases, .. } if phases.is_empty() => {
+                    return bad(field("phases"), "[]".into(), "at least one of Forward, Backward, Update");
+                }
+                Mechanism::Range { bound: RangeBound::Learned(m), .. } if !(m.is_finite() && m >= 1.0) => {
+                    return bad(
+                        field("bound"),
+                        format!("Learned({m})"),
+                        "Learned(margin) with margin >= 1, or NonFinite",
+                    );
+                }
+                Mechanism::MomentBound(l) if !(l.is_finite() && l > 0.0) => {
+                    return bad(
+                        format!("mechanisms[{i}]"),
+                        format!("MomentBound({l})"),
+                        "a positive limit (He et al. use 20)",
+                    );
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the plan's checks to `tg` (for machine `hw`) and resolves its codes against the
+    /// machine's site classes; thresholds are set by [`calibrate`] from the golden run.
+    /// Errors name `file` and the mechanism's field when a glob selects nothing it can guard.
+    pub fn apply(&self, tg: &mut TrainGraph, hw: &HwConfig, file: &Path) -> Result<Applied> {
+        let base_cycles = schedule_cycles(tg, hw)?;
+        let (mut checks, mut ecc, mut loss_check) = (Vec::new(), Vec::new(), false);
+        let names: Vec<(String, Op, Phase)> =
+            tg.graph.indices().map(|i| tg.graph.node(i)).map(|n| (n.name.clone(), n.op.clone(), n.phase)).collect();
+        let rank2s: Vec<bool> = tg.graph.indices().map(|i| tg.graph.node(i).shape.len() == 2).collect();
+        let model = tg.model.clone();
+        let g_err = |i: usize, f: &str, g: &[String], what: &str, have: Vec<&str>| FaultError::Invalid {
+            file: file.into(),
+            field: format!("mechanisms[{i}].{f}"),
+            value: format!("{g:?}"),
+            allowed: format!("globs selecting {what} of `{model}`: {}", have.join(", ")),
+        };
+        for (mi, m) in self.mechanisms.iter().enumerate() {
+            let select = |globs: &[String], ok: &dyn Fn(&Op, Phase) -> bool| -> Vec<usize> {
+                (0..names.len())
+                    .filter(|&i| ok(&names[i].1, names[i].2) && globs.iter().any(|g| glob_match(g, &names[i].0)))
+                    .collect()
+            };
+            let rank2 = |i: usize| rank2s[i];
+            match m {
+                Mechanism::Ecc { code, on } => {
+                    let all = SiteClass::all(hw);
+                    let picked: Vec<_> =
+                        all.iter().filter(|c| on.iter().any(|g| glob_match(g, &c.pattern()))).collect();
+                    if picked.is_empty() {
+                        let have: Vec<String> = all.iter().map(|c| c.pattern()).collect();
+                        return Err(g_err(mi, "on", on, "site classes", have.iter().map(|s| s.as_str()).collect()));
+                    }
+                    for c in picked {
+                        let width = c.width(hw);
+                        let check_bits = code.check_bits(width);
+                        let words = c.elements(hw);
+                        let info = EccInfo {
+                            class: c.pattern(),
+                            code: *code,
+                            width,
+                            check_bits,
+                            area_bits: words * check_bits as u64,
+                        };
+                        ecc.retain(|e: &EccInfo| e.class != info.class);
+                        ecc.push(info);
+                    }
+                }
+                Mechanism::Abft { nodes, phases, tile, side } => {
+                    let ok = |op: &Op, p: Phase| matches!(op, Op::MatMul { .. }) && phases.contains(&p);
+                    let picked: Vec<usize> = select(nodes, &ok).into_iter().filter(|&i| rank2(i)).collect();
+                    if picked.is_empty() {
+                        let have = names.iter().enumerate().filter(|(i, n)| ok(&n.1, n.2) && rank2(*i));
+                        return Err(g_err(
+                            mi,
+                            "nodes",
+                            nodes,
+                            "rank-2 MatMul nodes in the given phases",
+                            have.map(|(_, n)| n.0.as_str()).collect(),
+                        ));
+                    }
+                    for i in picked {
+                        let idx = faultline_graph::NodeIndex::new(i);
+                        let [m_, k, n] = gemm_dims(tg, idx);
+                        let per_tile = match tile {
+                            AbftTile::Global => false,
+                            AbftTile::PerTile => true,
+                            AbftTile::ByIntensity(t) => intensity(m_, k, n) < *t,
+                        };
+                        // A tile is the array's width (Rows) or height (Cols); where it does
+                        // not divide the dimension, the check is global.
+                        let tile_of = |s: Side| {
+                            let (dim, t) = if s == Side::Rows { (n, hw.mxu.cols) } else { (m_, hw.mxu.rows) };
+                            (per_tile && dim > t && dim % t == 0).then_some(t)
+                        };
+                        let s = match side {
+                            Some(s) => *s,
+                            None => cheaper_side(tg, hw, idx, tile_of)?,
+                        };
+                        let k_ = tg.add_abft(idx, s, tile_of(s)).map_err(FaultError::from)?;
+                        let mech = if tile_of(s).is_some() { "abft-tile" } else { "abft" };
+                        checks.push(info(tg, k_, mech, Rule::AbftBound));
+                    }
+                }
+                Mechanism::Range { nodes, bound } => {
+                    let ok = |op: &Op, _: Phase| !op.is_placeholder() && !is_check(op);
+                    let picked = select(nodes, &ok);
+                    if picked.is_empty() {
+                        let have = names.iter().filter(|n| ok(&n.1, n.2)).map(|n| n.0.as_str()).collect();
+                        return Err(g_err(mi, "nodes", nodes, "computed nodes", have));
+                    }
+                    let rule = match bound {
+                        RangeBound::Learned(m) => Rule::Learned(*m),
+                        RangeBound::NonFinite => Rule::NonFinite,
+                    };
+                    for i in picked {
+                        let k_ = tg.add_range_check(faultline_graph::NodeIndex::new(i)).map_err(FaultError::from)?;
+                        checks.push(info(tg, k_, "range", rule));
+                    }
+                }
+                Mechanism::MomentBound(limit) => {
+                    let picked = select(&["*".into()], &|op, _| matches!(op, Op::AdamMoment { .. }));
+                    if picked.is_empty() {
+                        return Err(FaultError::Invalid {
+                            file: file.into(),
+                            field: format!("mechanisms[{mi}]"),
+                            value: format!("MomentBound({limit})"),
+                            allowed: "a campaign that trains with Adam (train.optimizer: adam): the bound is on its first moment".into(),
+                        });
+                    }
+                    for i in picked {
+                        let k_ = tg.add_range_check(faultline_graph::NodeIndex::new(i)).map_err(FaultError::from)?;
+                        checks.push(info(tg, k_, "moment-bound", Rule::Limit(*limit)));
+                    }
+                }
+                Mechanism::NonFiniteLoss => loss_check = true,
+                Mechanism::Duplicate { nodes } => {
+                    let ok =
+                        |op: &Op, _: Phase| !op.is_placeholder() && !is_check(op) && !matches!(op, Op::Reshape { .. });
+                    let picked = select(nodes, &ok);
+                    if picked.is_empty() {
+                        let have = names.iter().filter(|n| ok(&n.1, n.2)).map(|n| n.0.as_str()).collect();
+                        return Err(g_err(mi, "nodes", nodes, "computed nodes", have));
+                    }
+                    for i in picked {
+                        let k_ = tg.add_duplicate(faultline_graph::NodeIndex::new(i)).map_err(FaultError::from)?;
+                        checks.push(info(tg, k_, "duplicate", Rule::Exact));
+                    }
+                }
+            }
+        }
+        let cycles = schedule_cycles(tg, hw)?;
+        let area_bits = ecc.iter().map(|e| e.area_bits).sum();
+        Ok(Applied { plan: self.clone(), checks, ecc, loss_check, base_cycles, cycles, area_bits })
+    }
+}
+
+/// The ABFT side of GEMM node `c` (tiles from `tile_of`) that makes `tg`'s step shorter
+/// on `hw` (`Rows` on a tie).
+fn cheaper_side(
+    tg: &TrainGraph,
+    hw: &HwConfig,
+    c: faultline_graph::NodeIndex,
+    tile_of: impl Fn(Side) -> Option<usize>,
+) -> Result<Side> {
+    let mut best = (u64::MAX, Side::Rows);
+    for s in [Side::Rows, Side::Cols] {
+        let mut trial = tg.clone();
+        trial.add_abft(c, s, tile_of(s)).map_err(FaultError::from)?;
+        best = best.min((schedule_cycles(&trial, hw)?, s));
+    }
+    Ok(best.1)
+}
+
+/// Whether `op` only exists in checks (never guarded itself).
+fn is_check(op: &Op) -> bool {
+    matches!(op, Op::TileSum { .. } | Op::MaxAbs | Op::MaxAbsDiff)
+}
+
+/// `[M, K, N]` of the rank-2 `MatMul` node `c`.
+fn gemm_dims(tg: &TrainGraph, c: faultline_graph::NodeIndex) -> [usize; 3] {
+    let node = tg.graph.node(c);
+    let a = &tg.graph.node(node.inputs[0]).shape;
+    [node.shape[0], a[0] * a[1] / node.shape[0].max(1), node.shape[1]]
+}
+
+/// Arithmetic intensity of an `M x K x N` GEMM: MACs per word of its operands and result.
+pub fn intensity(m: usize, k: usize, n: usize) -> f64 {
+    (m * k * n) as f64 / (m * k + k * n + m * n) as f64
+}
+
+fn info(tg: &TrainGraph, k: usize, mechanism: &str, rule: Rule) -> CheckInfo {
+    let c = &tg.checks()[k];
+    let node = tg.graph.node(c.guarded);
+    let (gemm, side, tile) = match c.kind {
+        CheckKind::Abft { side, tile } => (Some(gemm_dims(tg, c.guarded)), Some(side), Some(tile)),
+        _ => (None, None, None),
+    };
+    let threshold = match rule {
+        Rule::Limit(l) => l,
+        Rule::NonFinite => f64::MAX,
+        _ => 0.0,
+    };
+    CheckInfo {
+        name: c.name.clone(),
+        mechanism: mechanism.into(),
+        node: node.name.clone(),
+        layer: node.layer.clone(),
+        phase: node.phase,
+        gemm,
+        side,
+        tile,
+        rule,
+        threshold,
+        golden_max: 0.0,
+        false_positives: 0,
+    }
+}
+
+/// Cycles of `tg`'s step on `hw` (as the executor runs it).
+fn schedule_cycles(tg: &TrainGraph, hw: &HwConfig) -> Result<u64> {
+    Ok(faultline_graph::program::schedule(tg, hw).map_err(FaultError::from)?.total_cycles)
+}
+
+/// What calibration needs of one golden step: the check residuals, and for each ABFT check
+/// its accumulation bound on that step.
+pub fn step_bounds(
+    tg: &TrainGraph,
+    program: &faultline_graph::Program,
+    bufs: &[Vec<u32>],
+    input_unit: f64,
+) -> Vec<Option<f64>> {
+    tg.checks()
+        .iter()
+        .map(|c| {
+            let CheckKind::Abft { side, tile } = c.kind else { return None };
+            let node = tg.graph.node(c.guarded);
+            let Op::MatMul { trans_a, trans_b } = node.op else { return None };
+            let value = |i: faultline_graph::NodeIndex| -> Vec<f32> {
+                bufs[program.buffer_of(i).expect("operands have buffers").index()]
+                    .iter()
+                    .map(|&b| f32::from_bits(b))
+                    .collect()
+            };
+            let (a, b) = (value(node.inputs[0]), value(node.inputs[1]));
+            Some(abft_bound(&a, &b, trans_a, trans_b, gemm_dims(tg, c.guarded), side, tile, input_unit))
+        })
+        .collect()
+}
+
+/// Sets each check's threshold from the golden run: `residuals[s][k]` is check `k`'s residual
+/// on golden step `s`, `bounds[s][k]` its ABFT bound there; then counts the golden steps each
+/// check fires on (false positives).
+pub fn calibrate(applied: &mut Applied, residuals: &[Vec<f32>], bounds: &[Vec<Option<f64>>]) {
+    for (k, c) in applied.checks.iter_mut().enumerate() {
+        c.golden_max = residuals.iter().map(|r| r[k] as f64).fold(0.0, f64::max);
+        c.threshold = match c.rule {
+            Rule::AbftBound => bounds.iter().filter_map(|b| b[k]).fold(0.0, f64::max),
+            Rule::Learned(m) => m * c.golden_max,
+            Rule::Limit(l) => l,
+            Rule::NonFinite => f64::MAX,
+            Rule::Exact => 0.0,
+        };
+    }
+    for c in applied.checks.iter_mut() {
+        c.false_positives = 0;
+    }
+    for r in residuals {
+        for (k, c) in applied.checks.iter_mut().enumerate() {
+            c.false_positives += c.fires(r[k]) as u64;
+        }
+    }
+}
