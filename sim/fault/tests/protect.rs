@@ -1,0 +1,193 @@
+//! Protection plans in campaigns: codes act on exactly the faults that reached a read (paired
+//! with the unprotected campaign, whose program is the same), SECDED detects double errors
+//! that parity misses, recovery restores the golden trajectory bit for bit, and a plan that
+//! selects nothing is an error naming the plan file and field.
+
+use faultline_fault::{Campaign, CampaignSpec, Outcome, TrialRecord};
+use faultline_hw::budget::HostMemory;
+use faultline_train::{ModelState, Trainer};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A plan file in `dir`.
+fn plan_file(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(format!("{name}.ron"));
+    std::fs::write(&p, format!("(name: \"{name}\", {body})")).unwrap();
+    p
+}
+
+/// A mlp-digits campaign on tpu-32x32 (training step 6, 4-step window) with `fault` on
+/// `sites`, protected by `plan` if given.
+fn campaign(dir: &Path, name: &str, sites: &str, fault: &str, optimizer: &str, plan: Option<&Path>) -> Campaign {
+    let r = root();
+    let protection = plan.map_or(String::new(), |p| format!("protection: Some(\"{}\"),", p.display()));
+    let text = format!(
+        "CampaignSpec(name: \"{name}\", model: \"{}\", hw: \"{}\", train: (batch: 32, optimizer: {optimizer}), \
+         golden_steps: 12, inject_steps: List([6]), sites: [{sites}], fault: {fault}, \
+         sampling: Stratified(per_class: 80), follow_up: 4, seed: 3, {protection})",
+        r.join("models/mlp-digits.ron").display(),
+        r.join("configs/tpu-32x32.ron").display()
+    );
+    let f = dir.join(format!("{name}.ron"));
+    std::fs::write(&f, text).unwrap();
+    Campaign::prepare(CampaignSpec::load(&f).unwrap(), &f, &HostMemory::default()).unwrap()
+}
+
+fn trials(c: &Campaign) -> Vec<TrialRecord> {
+    let mut tr = c.trainer();
+    (0..c.info.trials).map(|t| c.trial(&mut tr, t).unwrap()).collect()
+}
+
+fn same_bits(a: &ModelState, b: &ModelState) -> bool {
+    a.step == b.step
+        && a.tensors
+            .iter()
+            .zip(&b.tensors)
+            .all(|((n, x), (m, y))| n == m && x.data.iter().zip(&y.data).all(|(p, q)| p.to_bits() == q.to_bits()))
+}
+
+#[test]
+fn codes_act_on_exactly_the_faults_that_reached_a_read() {
+    let d = tempfile::tempdir().unwrap();
+    let sites = "\"ub.word[*]\", \"mxu.pe[*][*].weight\"";
+    let plan = plan_file(
+        d.path(),
+        "codes",
+        "mechanisms: [Ecc(code: Secded, on: [\"ub.word[*]\"]), Ecc(code: Parity, on: [\"mxu.pe[*][*].weight\"])]",
+    );
+    let bare = trials(&campaign(d.path(), "bare", sites, "Flip", "sgd", None));
+    let c = campaign(d.path(), "coded", sites, "Flip", "sgd", Some(&plan));
+    let p = c.info.protection.as_ref().unwrap();
+    // Codes add no instruction: the same step, and check bits as the area.
+    assert_eq!(p.cycles, p.base_cycles);
+    let ub = p.code_of("ub.word[*]").unwrap();
+    assert_eq!((ub.width, ub.check_bits), (32, 7));
+    assert_eq!(p.area_bits, p.ecc.iter().map(|e| e.area_bits).sum::<u64>());
+    let coded = trials(&c);
+    let (mut corrected, mut detected) = (0, 0);
+    for (a, b) in bare.iter().zip(&coded) {
+        assert_eq!(a.fault, b.fault, "the same faults, paired");
+        let expect = match (a.outcome, a.class.as_str()) {
+            (Outcome::HwMasked, _) => Outcome::HwMasked,
+            (_, "ub.word[*]") => Outcome::Corrected,
+            _ => Outcome::DetectedRecovered,
+        };
+        assert_eq!(b.outcome, expect, "trial {}: {} unprotected was {}", a.trial, a.fault, a.outcome);
+        corrected += (b.outcome == Outcome::Corrected) as u32;
+        detected += (b.outcome == Outcome::DetectedRecovered) as u32;
+        assert_eq!(b.detected_by.is_some(), b.outcome != Outcome::HwMasked);
+    }
+    assert!(
+        corrected > 0 && detected > 0,
+        "corrected {corrected}, detected {detected}: the sample never reached a read"
+    );
+}
+
+#[test]
+fn secded_detects_double_errors_that_parity_misses() {
+    let d = tempfile::tempdir().unwrap();
+    let sites = "\"ub.word[*]\"";
+    let two = "MultiBit(bits: 2, along: Bits)";
+    let secded = plan_file(d.path(), "secded", "mechanisms: [Ecc(code: Secded, on: [\"ub.word[*]\"])]");
+    let parity = plan_file(d.path(), "parity", "mechanisms: [Ecc(code: Parity, on: [\"ub.word[*]\"])], recovery: None");
+    let bare = trials(&campaign(d.path(), "bare2", sites, two, "sgd", None));
+    let by_secded = trials(&campaign(d.path(), "secded2", sites, two, "sgd", Some(&secded)));
+    let by_parity = trials(&campaign(d.path(), "parity2", sites, two, "sgd", Some(&parity)));
+    let mut reached = 0;
+    for ((a, s), p) in bare.iter().zip(&by_secded).zip(&by_parity) {
+        if a.outcome == Outcome::HwMasked {
+            assert_eq!((s.outcome, p.outcome), (Outcome::HwMasked, Outcome::HwMasked));
+            continue;
+        }
+        reached += 1;
+        assert_eq!(s.outcome, Outcome::DetectedRecovered, "{}", a.fault);
+        // Parity sees an even-weight error as clean: the fault goes on as if unprotected.
+        assert_eq!(p.outcome, a.outcome, "{}", a.fault);
+        assert_eq!(p.detected_by, None);
+    }
+    assert!(reached > 0);
+    // Three bits: parity detects them, and without recovery the run stops there.
+    let three = "MultiBit(bits: 3, along: Bits)";
+    let bare3 = trials(&campaign(d.path(), "bare3", sites, three, "sgd", None));
+    let parity3 = trials(&campaign(d.path(), "parity3", sites, three, "sgd", Some(&parity)));
+    for (a, p) in bare3.iter().zip(&parity3) {
+        let expect = if a.outcome == Outcome::HwMasked { Outcome::HwMasked } else { Outcome::Detected };
+        assert_eq!(p.outcome, expect, "{}", a.fault);
+    }
+}
+
+#[test]
+fn recovery_restores_the_golden_trajectory_bit_for_bit() {
+    let d = tempfile::tempdir().unwrap();
+    let plan = plan_file(
+        d.path(),
+        "he",
+        "mechanisms: [Abft(nodes: [\"*\"], phases: [Forward, Backward], tile: Global), NonFiniteLoss, \
+         MomentBound(20.0)], recovery: Reexecute(2)",
+    );
+    let c = campaign(d.path(), "recover", "\"mxu.pe[*][*].psum\", \"vpu.lane[*].out\"", "Flip", "adam", Some(&plan));
+    let p = c.info.protection.as_ref().unwrap();
+    assert!(p.checks.iter().any(|c| c.mechanism == "moment-bound"));
+    assert!(p.checks.iter().all(|c| c.false_positives == 0), "a check fired on the golden run: {:?}", p.checks);
+    let mut golden: Trainer = c.trainer();
+    for _ in 0..10 {
+        golden.step().unwrap();
+    }
+    let mut tr = c.trainer();
+    let mut recovered = 0;
+    for t in 0..c.info.trials {
+        // The sampled fault with its bit moved to the exponent's top (bit 30): a flip there
+        // into a live value is what the checks exist for.
+        let (mut a, mut upset) = c.upset(t);
+        a.bit = 30;
+        upset.iter_mut().for_each(|f| f.site.bit = 30);
+        let rec = c.judge(&mut tr, t, &a, &upset, true).unwrap();
+        if rec.outcome != Outcome::DetectedRecovered {
+            continue;
+        }
+        recovered += 1;
+        // The trainer holds the re-executed step 6; four more steps are golden's steps 7-10.
+        for _ in 0..4 {
+            tr.step().unwrap();
+        }
+        assert!(same_bits(&tr.state, &golden.state), "trial {t} ({}): not golden after recovery", rec.fault);
+    }
+    assert!(recovered > 0, "no trial was detected");
+}
+
+#[test]
+fn a_plan_that_guards_nothing_names_its_file_and_field() {
+    let d = tempfile::tempdir().unwrap();
+    let spec = |plan: &Path, optimizer: &str| {
+        let r = root();
+        let text = format!(
+            "CampaignSpec(name: \"e\", model: \"{}\", hw: \"{}\", train: (optimizer: {optimizer}), golden_steps: 4, \
+             inject_steps: List([2]), sites: [\"mxu.*\"], fault: Flip, sampling: Uniform(n: 1), follow_up: 2, seed: 1, \
+             protection: Some(\"{}\"))",
+            r.join("models/mlp-digits.ron").display(),
+            r.join("configs/tpu-32x32.ron").display(),
+            plan.display()
+        );
+        let f = d.path().join("e.ron");
+        std::fs::write(&f, text).unwrap();
+        match Campaign::prepare(CampaignSpec::load(&f).unwrap(), &f, &HostMemory::default()) {
+            Ok(_) => panic!("plan {} accepted", plan.display()),
+            Err(e) => e.to_string(),
+        }
+    };
+    let p = plan_file(d.path(), "nothing", "mechanisms: [Abft(nodes: [\"conv*\"], tile: Global)]");
+    let e = spec(&p, "sgd");
+    assert!(e.starts_with(&format!("{}: field `mechanisms[0].nodes`", p.display())), "{e}");
+    assert!(e.contains("fc1.matmul"), "the error lists what could be guarded: {e}");
+    let p = plan_file(d.path(), "nocode", "mechanisms: [Ecc(code: Secded, on: [\"l2.*\"])]");
+    assert!(spec(&p, "sgd").contains("field `mechanisms[0].on`"));
+    let p = plan_file(d.path(), "moment", "mechanisms: [MomentBound(20.0)]");
+    assert!(spec(&p, "sgd").contains("train.optimizer: adam"));
+    let p = plan_file(d.path(), "zero", "mechanisms: [NonFiniteLoss], recovery: Reexecute(0)");
+    assert!(spec(&p, "sgd").contains("field `recovery` = Reexecute(0)"));
+    let p = plan_file(d.path(), "typo", "mechanisms: [NonFiniteLos]");
+    assert!(spec(&p, "sgd").starts_with(&format!("{}:1:", p.display())));
+}
