@@ -9,6 +9,7 @@ use faultline_hw::budget::HostMemory;
 
 mod args;
 mod campaign;
+mod explore;
 mod gemm;
 mod op;
 mod program;
@@ -71,6 +72,9 @@ enum Command {
     /// Write a campaign's report (HTML, Markdown, CSV, figures): its records folded back onto
     /// the hardware, per unit, class, PE, bit, phase, layer and step.
     Report(report::ReportArgs),
+    /// Run protection plans against campaigns on the same trials and write a Pareto report:
+    /// residual failure FIT against check bits and cycle overhead, with intervals.
+    Explore(explore::ExploreArgs),
     /// Compare two campaigns class by class (e.g. before and after a protection plan).
     Diff(report::DiffArgs),
     /// Replay one trial of a campaign at cycle level and write a VCD waveform (GTKWave, Surfer)
@@ -162,6 +166,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Merge(a) => campaign::run_merge(a),
         Command::Report(a) => report::run(a),
         Command::Diff(a) => report::run_diff(a),
+        Command::Explore(a) => explore::run(a, &mem),
         Command::Vcd(a) => vcd::run(a, &mem),
     }
 }

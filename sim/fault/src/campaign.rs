@@ -385,6 +385,27 @@ impl Campaign {
         Some((&inf.exec[0], &inf.sched, &inf.state, x))
     }
 
+    /// With a protection plan: the fault-free steps, of a run like the golden one but
+    /// initialised and batched from training seed `seed` (data held out from calibration),
+    /// in which a calibrated check fires: false positives, of `golden_steps` steps. A run
+    /// that stops training (non-finite loss or state) ends there. `None` without a plan.
+    pub fn held_out_false_positives(&self, seed: u64) -> Result<Option<crate::stats::Estimate>> {
+        let Some(p) = &self.info.protection else { return Ok(None) };
+        let mut t = self.trainer();
+        t.state = ModelState::from_seed(&t.exec.tg, seed);
+        t.batcher = faultline_train::Batcher::new(t.data.train.len(), self.spec().train.batch, seed)?;
+        let (mut fired, mut steps) = (0, 0);
+        for _ in 0..self.spec().golden_steps {
+            let r = t.step()?;
+            steps += 1;
+            fired += p.detect(r.loss, &r.checks).is_some() as u64;
+            if !r.loss.is_finite() || !finite(&t.state) {
+                break;
+            }
+        }
+        Ok(Some(crate::stats::Estimate::of(fired, steps)))
+    }
+
     /// The fault trial `t` injects.
     pub fn upset(&self, t: u64) -> (Anchor, Vec<StepFault>) {
         let hw = &self.trainer.exec.hw;

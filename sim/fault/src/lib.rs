@@ -19,6 +19,7 @@
 
 pub mod campaign;
 pub mod error;
+pub mod explore;
 pub mod model;
 pub mod outcome;
 pub mod protect;

@@ -383,12 +383,7 @@ impl ProtectionPlan {
                             AbftTile::PerTile => true,
                             AbftTile::ByIntensity(t) => intensity(m_, k, n) < *t,
                         };
-                        // A tile is the array's width (Rows) or height (Cols); where it does
-                        // not divide the dimension, the check is global.
-                        let tile_of = |s: Side| {
-                            let (dim, t) = if s == Side::Rows { (n, hw.mxu.cols) } else { (m_, hw.mxu.rows) };
-                            (per_tile && dim > t && dim % t == 0).then_some(t)
-                        };
+                        let tile_of = |s: Side| abft_tile(hw, [m_, k, n], s, per_tile);
                         let s = match side {
                             Some(s) => *s,
                             None => cheaper_side(tg, hw, idx, tile_of)?,
@@ -451,6 +446,25 @@ impl ProtectionPlan {
     }
 }
 
+/// The checksum tile of ABFT on `side` of an `[M, K, N]` GEMM: per-tile ABFT takes the
+/// array's width (`Rows`) or height (`Cols`); global ABFT, or a tile that does not divide
+/// the dimension, takes none (one checksum).
+fn abft_tile(hw: &HwConfig, [m, _, n]: [usize; 3], side: Side, per_tile: bool) -> Option<usize> {
+    let (dim, t) = if side == Side::Rows { (n, hw.mxu.cols) } else { (m, hw.mxu.rows) };
+    (per_tile && dim > t && dim % t == 0).then_some(t)
+}
+
+/// Step cycles of `tg` on `hw` with global (`per_tile` false) or per-tile ABFT on GEMM node
+/// `c` alone, on its cheaper side: what one layer's ABFT costs.
+pub fn abft_cycles(tg: &TrainGraph, hw: &HwConfig, c: faultline_graph::NodeIndex, per_tile: bool) -> Result<u64> {
+    let dims = gemm_dims(tg, c);
+    let tile_of = |s: Side| abft_tile(hw, dims, s, per_tile);
+    let side = cheaper_side(tg, hw, c, tile_of)?;
+    let mut trial = tg.clone();
+    trial.add_abft(c, side, tile_of(side)).map_err(FaultError::from)?;
+    schedule_cycles(&trial, hw)
+}
+
 /// The ABFT side of GEMM node `c` (tiles from `tile_of`) that makes `tg`'s step shorter
 /// on `hw` (`Rows` on a tie).
 fn cheaper_side(
@@ -474,7 +488,7 @@ fn is_check(op: &Op) -> bool {
 }
 
 /// `[M, K, N]` of the rank-2 `MatMul` node `c`.
-fn gemm_dims(tg: &TrainGraph, c: faultline_graph::NodeIndex) -> [usize; 3] {
+pub fn gemm_dims(tg: &TrainGraph, c: faultline_graph::NodeIndex) -> [usize; 3] {
     let node = tg.graph.node(c);
     let a = &tg.graph.node(node.inputs[0]).shape;
     [node.shape[0], a[0] * a[1] / node.shape[0].max(1), node.shape[1]]
@@ -514,7 +528,7 @@ fn info(tg: &TrainGraph, k: usize, mechanism: &str, rule: Rule) -> CheckInfo {
 }
 
 /// Cycles of `tg`'s step on `hw` (as the executor runs it).
-fn schedule_cycles(tg: &TrainGraph, hw: &HwConfig) -> Result<u64> {
+pub fn schedule_cycles(tg: &TrainGraph, hw: &HwConfig) -> Result<u64> {
     Ok(faultline_graph::program::schedule(tg, hw).map_err(FaultError::from)?.total_cycles)
 }
 

@@ -1,0 +1,381 @@
+//! Exploring protection placement: `faultline explore configs/explore-*.ron` runs every
+//! protection plan against each of a set of campaigns, on the same trials (trial `t` draws the
+//! same random numbers under every plan, so outcomes are paired), measures each plan's false
+//! positives on a held-out fault-free run and each GEMM's ABFT overhead beside its arithmetic
+//! intensity, and writes `explore.json` ([`ExploreResult`]), which the report crate renders
+//! as a Pareto report (residual failure FIT against check bits and cycle overhead).
+
+use crate::campaign::{Campaign, Progress, RunOptions, Shard, TrialMode};
+use crate::error::{FaultError, Result};
+use crate::outcome::Outcome;
+use crate::protect;
+use crate::spec::CampaignSpec;
+use crate::stats::Estimate;
+use faultline_graph::op::{Op, Phase};
+use faultline_hw::budget::{read_text_capped, HostMemory, TEXT_FILE_LIMIT};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// `explore.json`: the results of one exploration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExploreResult {
+    /// The exploration's name.
+    pub name: String,
+    /// Raw failure rate per bit (FIT) the residual rates are scaled by.
+    pub fit_per_bit: f64,
+    /// One entry per campaign, in the spec's order.
+    pub campaigns: Vec<CampaignResult>,
+}
+
+/// Every plan's results on one campaign.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CampaignResult {
+    /// Campaign name.
+    pub campaign: String,
+    /// Model name.
+    pub model: String,
+    /// Machine config name.
+    pub hw: String,
+    /// Trials per plan (the same trial ids under every plan).
+    pub trials: u64,
+    /// Cycles of the unprotected step.
+    pub base_cycles: u64,
+    /// The plans, the unprotected baseline (`none`) first.
+    pub plans: Vec<PlanResult>,
+    /// Each forward GEMM's ABFT cost beside its arithmetic intensity.
+    pub layers: Vec<LayerAbft>,
+}
+
+/// One plan on one campaign.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanResult {
+    /// Plan name (`none` for the baseline).
+    pub plan: String,
+    /// Plan file, as the spec names it (absent for the baseline).
+    pub file: Option<String>,
+    /// Cycles of the protected step.
+    pub cycles: u64,
+    /// `cycles / base_cycles - 1`.
+    pub cycle_overhead: f64,
+    /// Check bits the plan adds (codes).
+    pub area_bits: u64,
+    /// Combined training-failure share of the sampled classes (silent failures only).
+    pub failure: Interval,
+    /// Residual failure rate: `fit_per_bit x` the sampled classes' bits `x` the combined
+    /// failure share (its interval scaled alike). Check bits add nothing under single-bit
+    /// flips: the decoders correct (SECDED) or detect (parity) every one, exhaustively tested.
+    pub failure_fit: Interval,
+    /// Trials a check caught (`DetectedRecovered` + `Detected`).
+    pub detected: Estimate,
+    /// Trials a code corrected.
+    pub corrected: Estimate,
+    /// Trials that stopped at a detection (`Detected`): the detected-unrecoverable share.
+    pub unrecovered: Estimate,
+    /// Whether the plan leaves the step's program unchanged (codes only), so that trial `t`
+    /// is the very fault it is in the baseline and the two are paired trial by trial. A plan
+    /// that adds instructions changes the schedule, and trial `t` is then the same draw of
+    /// the sampler in the longer step: the comparison is unpaired.
+    #[serde(default)]
+    pub paired: bool,
+    /// Paired plans: trials that failed without the plan and not with it (else 0).
+    pub failures_removed: u64,
+    /// Paired plans: trials that failed with the plan and not without it (else 0).
+    pub failures_added: u64,
+    /// Of the plan's own trials that a check caught or that failed silently, the share caught
+    /// (detected or corrected): how much of what matters the plan covers.
+    pub coverage: Estimate,
+    /// Fault-free steps of a held-out run (another training seed) in which a check fired.
+    pub false_positives: Estimate,
+    /// Whether no other plan on this campaign has lower-or-equal residual FIT, area and
+    /// cycle overhead with one of them strictly lower.
+    pub pareto: bool,
+}
+
+/// An estimate with its 95% interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// The estimate.
+    pub p: f64,
+    /// Lower end.
+    pub lo: f64,
+    /// Upper end.
+    pub hi: f64,
+}
+
+/// The ABFT cost of one forward GEMM, each variant added alone to the unprotected step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerAbft {
+    /// The guarded node.
+    pub node: String,
+    /// Its layer.
+    pub layer: String,
+    /// `[M, K, N]`.
+    pub gemm: [usize; 3],
+    /// Arithmetic intensity, `MNK / (MK + KN + MN)` MACs per word.
+    pub intensity: f64,
+    /// Step cycle overhead of global ABFT on it (cheaper side).
+    pub global_overhead: f64,
+    /// Step cycle overhead of per-tile ABFT on it (cheaper side; global where the array's
+    /// tile does not divide the GEMM).
+    pub tile_overhead: f64,
+    /// What Kosaian & Rashmi's intensity rule picks at the spec's threshold.
+    pub rule_picks: String,
+}
+
+/// An exploration (`configs/explore-*.ron`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExploreSpec {
+    /// Name, shown in the report.
+    pub name: String,
+    /// Campaign specs (relative to this file), each run unprotected and under every plan.
+    pub campaigns: Vec<PathBuf>,
+    /// Protection plans (relative to this file).
+    pub plans: Vec<PathBuf>,
+    /// Raw FIT per bit the residual failure rates are scaled by.
+    #[serde(default = "one_fit")]
+    pub fit_per_bit: f64,
+    /// Arithmetic intensity (MACs per word) at and above which Kosaian & Rashmi's rule picks
+    /// global ABFT for a layer, in the per-layer table.
+    #[serde(default = "kr_threshold")]
+    pub intensity_threshold: f64,
+    /// Training seed of the held-out fault-free run false positives are counted on.
+    #[serde(default = "held_out_seed")]
+    pub held_out_seed: u64,
+}
+
+fn one_fit() -> f64 {
+    1.0
+}
+
+fn kr_threshold() -> f64 {
+    8.0
+}
+
+fn held_out_seed() -> u64 {
+    1_000_001
+}
+
+impl ExploreSpec {
+    /// Reads and checks a spec; errors name `file:line:col` or the field.
+    pub fn load(path: &Path) -> Result<ExploreSpec> {
+        let text = read_text_capped(path, TEXT_FILE_LIMIT).map_err(FaultError::io(path))?;
+        let spec: ExploreSpec = ron::from_str(&text).map_err(|e| FaultError::Parse {
+            file: path.to_path_buf(),
+            line: e.span.start.line,
+            col: e.span.start.col,
+            message: e.code.to_string(),
+        })?;
+        let bad = |field: &str, value: String, allowed: &str| {
+            Err(FaultError::Invalid { file: path.into(), field: field.into(), value, allowed: allowed.into() })
+        };
+        if spec.campaigns.is_empty() {
+            return bad("campaigns", "[]".into(), "at least one campaign spec");
+        }
+        if !(spec.fit_per_bit.is_finite() && spec.fit_per_bit > 0.0) {
+            return bad("fit_per_bit", spec.fit_per_bit.to_string(), "a positive FIT per bit");
+        }
+        if !(spec.intensity_threshold.is_finite() && spec.intensity_threshold > 0.0) {
+            return bad(
+                "intensity_threshold",
+                spec.intensity_threshold.to_string(),
+                "a positive number of MACs per word",
+            );
+        }
+        Ok(spec)
+    }
+
+    fn resolve(file: &Path, p: &Path) -> PathBuf {
+        match file.parent() {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p.to_path_buf(),
+        }
+    }
+}
+
+/// What [`run`] reports as it goes.
+pub enum ExploreProgress<'a> {
+    /// A campaign under a plan is prepared (its golden run done) and about to run.
+    Plan {
+        /// Campaign name.
+        campaign: &'a str,
+        /// Plan name.
+        plan: &'a str,
+    },
+    /// A campaign's progress.
+    Campaign(Progress<'a>),
+}
+
+/// Runs the exploration `spec` (read from `file`) into `out`: each campaign unprotected
+/// (`out/<campaign>/none`) and under each plan (`out/<campaign>/<plan>`), resuming whatever
+/// records are there, then writes `out/explore.json` and returns it.
+pub fn run(
+    spec: &ExploreSpec,
+    file: &Path,
+    out: &Path,
+    threads: usize,
+    mem: &HostMemory,
+    progress: impl Fn(ExploreProgress) + Sync,
+) -> Result<ExploreResult> {
+    let mut campaigns = Vec::new();
+    for cfile in &spec.campaigns {
+        let cfile = ExploreSpec::resolve(file, cfile);
+        let base = CampaignSpec::load(&cfile)?;
+        if base.protection.is_some() {
+            return Err(FaultError::Invalid {
+                file: cfile.clone(),
+                field: "protection".into(),
+                value: format!("{:?}", base.protection),
+                allowed: "None: an exploration runs the campaign unprotected and under each of its plans".into(),
+            });
+        }
+        let plans: Vec<Option<PathBuf>> =
+            std::iter::once(None).chain(spec.plans.iter().map(|p| Some(ExploreSpec::resolve(file, p)))).collect();
+        let mut results: Vec<(PlanResult, Vec<Outcome>)> = Vec::new();
+        let mut layers = Vec::new();
+        let mut base_cycles = 0;
+        for plan in &plans {
+            let mut cspec = base.clone();
+            cspec.protection = match plan {
+                Some(p) => Some(std::path::absolute(p).map_err(FaultError::io(p))?),
+                None => None,
+            };
+            let c = Campaign::prepare(cspec, &cfile, mem)?;
+            let pname = c.info.protection.as_ref().map_or("none".to_string(), |p| p.plan.name.clone());
+            progress(ExploreProgress::Plan { campaign: &base.name, plan: &pname });
+            mem.check(&format!("campaign `{}` on {threads} threads", base.name), c.host_bytes(threads))?;
+            let dir = out.join(&base.name).join(&pname);
+            fs::create_dir_all(&dir).map_err(FaultError::io(&dir))?;
+            let opts = RunOptions { threads, shard: Shard::ALL, resume: true, mode: TrialMode::Hybrid };
+            let summary = c.run(&dir, opts, |p| progress(ExploreProgress::Campaign(p)))?;
+            let outcomes = read_outcomes(&dir.join("records.jsonl"))?;
+            if plan.is_none() {
+                base_cycles = c.info.cycles_per_step;
+                layers = layer_costs(&c, spec.intensity_threshold)?;
+            }
+            let fp = c.held_out_false_positives(spec.held_out_seed)?.unwrap_or(Estimate::of(0, 0));
+            let p = c.info.protection.as_ref();
+            let count = |f: fn(Outcome) -> bool| {
+                Estimate::of(outcomes.iter().filter(|o| f(**o)).count() as u64, outcomes.len() as u64)
+            };
+            let scale = spec.fit_per_bit * summary.classes.iter().map(|c| c.bits as f64).sum::<f64>();
+            results.push((
+                PlanResult {
+                    plan: pname.clone(),
+                    file: plan.as_ref().map(|p| p.display().to_string()),
+                    cycles: c.info.cycles_per_step,
+                    cycle_overhead: p.map_or(0.0, |p| p.cycle_overhead()),
+                    area_bits: p.map_or(0, |p| p.area_bits),
+                    failure: Interval { p: summary.failure.p, lo: summary.failure.lo, hi: summary.failure.hi },
+                    failure_fit: Interval {
+                        p: scale * summary.failure.p,
+                        lo: scale * summary.failure.lo,
+                        hi: scale * summary.failure.hi,
+                    },
+                    detected: count(|o| matches!(o, Outcome::DetectedRecovered | Outcome::Detected)),
+                    corrected: count(|o| o == Outcome::Corrected),
+                    unrecovered: count(|o| o == Outcome::Detected),
+                    paired: p.is_none_or(|p| p.cycles == p.base_cycles && p.checks.is_empty()),
+                    failures_removed: 0,
+                    failures_added: 0,
+                    coverage: {
+                        let caught = outcomes.iter().filter(|o| o.detected() || **o == Outcome::Corrected).count();
+                        let failed = outcomes.iter().filter(|o| o.failure()).count();
+                        Estimate::of(caught as u64, (caught + failed) as u64)
+                    },
+                    false_positives: fp,
+                    pareto: false,
+                },
+                outcomes,
+            ));
+        }
+        // Paired with the baseline, trial by trial, where the trials are the same faults.
+        let base_outcomes = results[0].1.clone();
+        for (r, outcomes) in results.iter_mut().filter(|(r, _)| r.paired) {
+            let pairs = || base_outcomes.iter().zip(outcomes.iter());
+            r.failures_removed = pairs().filter(|(b, p)| b.failure() && !p.failure()).count() as u64;
+            r.failures_added = pairs().filter(|(b, p)| !b.failure() && p.failure()).count() as u64;
+        }
+        let mut plans: Vec<PlanResult> = results.into_iter().map(|(r, _)| r).collect();
+        mark_pareto(&mut plans);
+        let info = CampaignSpec::load(&cfile)?;
+        campaigns.push(CampaignResult {
+            campaign: base.name.clone(),
+            model: model_name(&info, &cfile)?,
+            hw: hw_name(&info, &cfile)?,
+            trials: base_outcomes.len() as u64,
+            base_cycles,
+            plans,
+            layers,
+        });
+    }
+    let result = ExploreResult { name: spec.name.clone(), fit_per_bit: spec.fit_per_bit, campaigns };
+    let path = out.join("explore.json");
+    let text = serde_json::to_string_pretty(&result).expect("results serialise") + "\n";
+    fs::write(&path, text).map_err(FaultError::io(&path))?;
+    Ok(result)
+}
+
+fn model_name(spec: &CampaignSpec, file: &Path) -> Result<String> {
+    Ok(faultline_graph::ModelSpec::load(spec.resolve(file, &spec.model))?.name)
+}
+
+fn hw_name(spec: &CampaignSpec, file: &Path) -> Result<String> {
+    Ok(faultline_hw::HwConfig::load(spec.resolve(file, &spec.hw))?.name)
+}
+
+/// Each record's outcome, in trial order.
+fn read_outcomes(path: &Path) -> Result<Vec<Outcome>> {
+    #[derive(Deserialize)]
+    struct Line {
+        outcome: Outcome,
+    }
+    let text = fs::read_to_string(path).map_err(FaultError::io(path))?;
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str::<Line>(l)
+                .map(|l| l.outcome)
+                .map_err(|e| FaultError::Output { path: path.into(), why: format!("line {}: {e}", i + 1) })
+        })
+        .collect()
+}
+
+/// Marks the plans no other plan dominates in (residual FIT, check bits, cycle overhead).
+fn mark_pareto(plans: &mut [PlanResult]) {
+    let key = |p: &PlanResult| [p.failure_fit.p, p.area_bits as f64, p.cycle_overhead];
+    let keys: Vec<[f64; 3]> = plans.iter().map(key).collect();
+    for (i, p) in plans.iter_mut().enumerate() {
+        p.pareto = !keys.iter().enumerate().any(|(j, k)| {
+            j != i && k.iter().zip(&keys[i]).all(|(a, b)| a <= b) && k.iter().zip(&keys[i]).any(|(a, b)| a < b)
+        });
+    }
+}
+
+/// The ABFT cost of each forward rank-2 GEMM of the unprotected campaign `c`, alone.
+fn layer_costs(c: &Campaign, threshold: f64) -> Result<Vec<LayerAbft>> {
+    let t = c.trainer();
+    let (tg, hw) = (&t.exec.tg, &t.exec.hw);
+    let base = protect::schedule_cycles(tg, hw)? as f64;
+    let mut out = Vec::new();
+    for i in tg.graph.indices() {
+        let node = tg.graph.node(i);
+        if !matches!(node.op, Op::MatMul { .. }) || node.phase != Phase::Forward || node.shape.len() != 2 {
+            continue;
+        }
+        let gemm = protect::gemm_dims(tg, i);
+        let intensity = protect::intensity(gemm[0], gemm[1], gemm[2]);
+        let over = |per_tile| -> Result<f64> { Ok(protect::abft_cycles(tg, hw, i, per_tile)? as f64 / base - 1.0) };
+        out.push(LayerAbft {
+            node: node.name.clone(),
+            layer: node.layer.clone(),
+            gemm,
+            intensity,
+            global_overhead: over(false)?,
+            tile_overhead: over(true)?,
+            rule_picks: if intensity >= threshold { "global" } else { "per-tile" }.into(),
+        });
+    }
+    Ok(out)
+}
