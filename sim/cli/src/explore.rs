@@ -60,18 +60,18 @@ fn print(r: &ExploreResult) {
             c.campaign, c.model, c.hw, c.trials, c.base_cycles
         );
         println!(
-            "  {:<30} {:>9} {:>11} {:<26} {:<20} {:>12} {:>9}",
-            "plan", "cycles", "check bits", "failure FIT [95% CI]", "detected %", "fails -/+", "pareto"
+            "  {:<30} {:>9} {:>11} {:<26} {:<20} {:>22} {:>7}",
+            "plan", "cycles", "check bits", "failure FIT [95% CI]", "detected %", "failures -/+ of paired", "pareto"
         );
         for p in &c.plans {
             println!(
-                "  {:<30} {:>9} {:>11} {:<26} {:<20} {:>12} {:>9}",
+                "  {:<30} {:>9} {:>11} {:<26} {:<20} {:>22} {:>7}",
                 p.plan,
                 format!("+{}%", pct(p.cycle_overhead)),
                 p.area_bits,
                 format!("{:.3} [{:.3}, {:.3}]", p.failure_fit.p, p.failure_fit.lo, p.failure_fit.hi),
                 format!("{} [{}, {}]", pct(p.detected.p), pct(p.detected.lo), pct(p.detected.hi)),
-                if p.paired { format!("{}/{}", p.failures_removed, p.failures_added) } else { "unpaired".into() },
+                format!("{}/{} of {}", p.failures_removed, p.failures_added, p.paired_trials),
                 if p.pareto { "yes" } else { "" }
             );
         }

@@ -147,6 +147,8 @@ pub struct Campaign {
     inference: Option<Inference>,
     /// Host bytes one worker's step needs ([`faultline_train::exec::host_bytes`]).
     step_bytes: Option<u64>,
+    /// Faults trial `t` injects instead of a draw from `space` ([`Campaign::with_faults`]).
+    faults: Option<Vec<(Anchor, Vec<StepFault>)>>,
 }
 
 /// Whether two model states hold the same bits.
@@ -349,8 +351,17 @@ impl Campaign {
             golden: Golden { test_accuracy, losses, window_accuracy, final_checksum: format!("{checksum:016x}") },
             spec,
             protection,
+            faults_from: None,
         };
-        Ok(Campaign { info, space, trainer, golden: GoldenStates { before, after, window_end }, inference, step_bytes })
+        Ok(Campaign {
+            info,
+            space,
+            trainer,
+            golden: GoldenStates { before, after, window_end },
+            inference,
+            step_bytes,
+            faults: None,
+        })
     }
 
     /// Host bytes `threads` workers need (`None` past 2^64): check it before [`Campaign::run`].
@@ -385,6 +396,16 @@ impl Campaign {
         Some((&inf.exec[0], &inf.sched, &inf.state, x))
     }
 
+    /// This campaign with trial `t` injecting `faults[t]` instead of a draw from its space
+    /// (the same faults another campaign ran, translated onto this one's step), `from` saying
+    /// where they come from (recorded in `campaign.json`, so a resume cannot mix the two).
+    pub fn with_faults(mut self, faults: Vec<(Anchor, Vec<StepFault>)>, from: String) -> Campaign {
+        self.info.trials = faults.len() as u64;
+        self.info.faults_from = Some(from);
+        self.faults = Some(faults);
+        self
+    }
+
     /// With a protection plan: the fault-free steps, of a run like the golden one but
     /// initialised and batched from training seed `seed` (data held out from calibration),
     /// in which a calibrated check fires: false positives, of `golden_steps` steps. A run
@@ -408,6 +429,9 @@ impl Campaign {
 
     /// The fault trial `t` injects.
     pub fn upset(&self, t: u64) -> (Anchor, Vec<StepFault>) {
+        if let Some(f) = self.faults.as_ref().and_then(|f| f.get(t as usize)) {
+            return f.clone();
+        }
         let hw = &self.trainer.exec.hw;
         let a = self.space.anchor(hw, t);
         (a, self.spec().fault.upset(hw, &a, self.info.cycles_per_step))

@@ -7,13 +7,19 @@
 
 use crate::campaign::{Campaign, Progress, RunOptions, Shard, TrialMode};
 use crate::error::{FaultError, Result};
+use crate::model::Anchor;
 use crate::outcome::Outcome;
 use crate::protect;
 use crate::spec::CampaignSpec;
 use crate::stats::Estimate;
 use faultline_graph::op::{Op, Phase};
+use faultline_graph::NodeIndex;
 use faultline_hw::budget::{read_text_capped, HostMemory, TEXT_FILE_LIMIT};
+use faultline_hw::isa::ExecUnit;
+use faultline_hw::Unit;
+use faultline_train::{StepFault, Trainer};
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -60,10 +66,11 @@ pub struct PlanResult {
     pub cycle_overhead: f64,
     /// Check bits the plan adds (codes).
     pub area_bits: u64,
-    /// Combined training-failure share of the sampled classes (silent failures only).
+    /// Combined training-failure share of the sampled classes (silent failures only),
+    /// stratified by class bits, per unit of training work (see `paired_trials`).
     pub failure: Interval,
-    /// Residual failure rate: `fit_per_bit x` the sampled classes' bits `x` the combined
-    /// failure share (its interval scaled alike). Check bits add nothing under single-bit
+    /// Residual failure rate: `fit_per_bit x` the sampled classes' bits `x` `failure` (its
+    /// interval scaled alike). Check bits add nothing under single-bit
     /// flips: the decoders correct (SECDED) or detect (parity) every one, exhaustively tested.
     pub failure_fit: Interval,
     /// Trials a check caught (`DetectedRecovered` + `Detected`).
@@ -72,15 +79,16 @@ pub struct PlanResult {
     pub corrected: Estimate,
     /// Trials that stopped at a detection (`Detected`): the detected-unrecoverable share.
     pub unrecovered: Estimate,
-    /// Whether the plan leaves the step's program unchanged (codes only), so that trial `t`
-    /// is the very fault it is in the baseline and the two are paired trial by trial. A plan
-    /// that adds instructions changes the schedule, and trial `t` is then the same draw of
-    /// the sampler in the longer step: the comparison is unpaired.
+    /// Trials that are the baseline's very faults, so that outcomes pair trial by trial: all
+    /// of them under a plan that leaves the program alone (codes); under one that adds
+    /// instructions, the register faults, moved to the same point of the same instruction
+    /// of the longer step (memory words hold other buffers there: those trials are drawn
+    /// afresh over the longer step, and their rates scaled to the unprotected step's time).
     #[serde(default)]
-    pub paired: bool,
-    /// Paired plans: trials that failed without the plan and not with it (else 0).
+    pub paired_trials: u64,
+    /// Of the paired trials: failed without the plan and not with it.
     pub failures_removed: u64,
-    /// Paired plans: trials that failed with the plan and not without it (else 0).
+    /// Of the paired trials: failed with the plan and not without it.
     pub failures_added: u64,
     /// Of the plan's own trials that a check caught or that failed silently, the share caught
     /// (detected or corrected): how much of what matters the plan covers.
@@ -232,51 +240,91 @@ pub fn run(
         }
         let plans: Vec<Option<PathBuf>> =
             std::iter::once(None).chain(spec.plans.iter().map(|p| Some(ExploreSpec::resolve(file, p)))).collect();
-        let mut results: Vec<(PlanResult, Vec<Outcome>)> = Vec::new();
+        let mut results: Vec<(PlanResult, Vec<Outcome>, Vec<bool>)> = Vec::new();
         let mut layers = Vec::new();
-        let mut base_cycles = 0;
+        let mut baseline: Option<Campaign> = None;
         for plan in &plans {
             let mut cspec = base.clone();
             cspec.protection = match plan {
                 Some(p) => Some(std::path::absolute(p).map_err(FaultError::io(p))?),
                 None => None,
             };
-            let c = Campaign::prepare(cspec, &cfile, mem)?;
+            let mut c = Campaign::prepare(cspec, &cfile, mem)?;
             let pname = c.info.protection.as_ref().map_or("none".to_string(), |p| p.plan.name.clone());
             progress(ExploreProgress::Plan { campaign: &base.name, plan: &pname });
             mem.check(&format!("campaign `{}` on {threads} threads", base.name), c.host_bytes(threads))?;
+            // Which trials are the baseline's very faults: all of them under a plan that
+            // leaves the program alone; under one that adds instructions, the register faults
+            // translated onto the longer step (the rest are this campaign's own draws).
+            let (mut paired, mut translated_classes) = (vec![true; c.info.trials as usize], HashSet::new());
+            if let (Some(b), Some(p)) = (&baseline, &c.info.protection) {
+                if p.cycles != p.base_cycles || !p.checks.is_empty() {
+                    let (bt, pt) = (b.trainer(), c.trainer());
+                    let maps: BTreeMap<ExecUnit, Option<CycleMap>> =
+                        ExecUnit::ALL.iter().map(|&u| (u, CycleMap::new(&bt, &pt, u))).collect();
+                    let mut faults = Vec::with_capacity(b.info.trials as usize);
+                    paired.clear();
+                    for t in 0..b.info.trials {
+                        match translate(b, &maps, t) {
+                            Some((f, exact)) => {
+                                translated_classes.insert(f.0.class.pattern());
+                                faults.push(f);
+                                paired.push(exact);
+                            }
+                            None => {
+                                faults.push(c.upset(t));
+                                paired.push(false);
+                            }
+                        }
+                    }
+                    let from = format!(
+                        "the trials of unprotected campaign `{}`, register faults translated onto this step",
+                        base.name
+                    );
+                    c = c.with_faults(faults, from);
+                }
+            }
             let dir = out.join(&base.name).join(&pname);
             fs::create_dir_all(&dir).map_err(FaultError::io(&dir))?;
             let opts = RunOptions { threads, shard: Shard::ALL, resume: true, mode: TrialMode::Hybrid };
             let summary = c.run(&dir, opts, |p| progress(ExploreProgress::Campaign(p)))?;
             let outcomes = read_outcomes(&dir.join("records.jsonl"))?;
+            let base_cycles = baseline.as_ref().map_or(c.info.cycles_per_step, |b| b.info.cycles_per_step);
             if plan.is_none() {
-                base_cycles = c.info.cycles_per_step;
                 layers = layer_costs(&c, spec.intensity_threshold)?;
             }
+            // Rates per unit of training work (the unprotected step): a translated class's
+            // share already is; a class drawn over the longer step scales by its length.
+            let longer = c.info.cycles_per_step as f64 / base_cycles as f64;
+            let total_bits: f64 = summary.classes.iter().map(|k| k.bits as f64).sum();
+            let strata: Vec<(f64, Estimate)> = summary
+                .classes
+                .iter()
+                .map(|k| {
+                    let drawn = c.info.faults_from.is_some() && !translated_classes.contains(&k.class);
+                    (k.bits as f64 / total_bits * if drawn { longer } else { 1.0 }, k.failure)
+                })
+                .collect();
+            let (fp_, flo, fhi) = crate::stats::stratified(&strata);
+            let scale = spec.fit_per_bit * total_bits;
             let fp = c.held_out_false_positives(spec.held_out_seed)?.unwrap_or(Estimate::of(0, 0));
             let p = c.info.protection.as_ref();
             let count = |f: fn(Outcome) -> bool| {
                 Estimate::of(outcomes.iter().filter(|o| f(**o)).count() as u64, outcomes.len() as u64)
             };
-            let scale = spec.fit_per_bit * summary.classes.iter().map(|c| c.bits as f64).sum::<f64>();
             results.push((
                 PlanResult {
                     plan: pname.clone(),
                     file: plan.as_ref().map(|p| p.display().to_string()),
                     cycles: c.info.cycles_per_step,
-                    cycle_overhead: p.map_or(0.0, |p| p.cycle_overhead()),
+                    cycle_overhead: c.info.cycles_per_step as f64 / base_cycles as f64 - 1.0,
                     area_bits: p.map_or(0, |p| p.area_bits),
-                    failure: Interval { p: summary.failure.p, lo: summary.failure.lo, hi: summary.failure.hi },
-                    failure_fit: Interval {
-                        p: scale * summary.failure.p,
-                        lo: scale * summary.failure.lo,
-                        hi: scale * summary.failure.hi,
-                    },
+                    failure: Interval { p: fp_, lo: flo, hi: fhi },
+                    failure_fit: Interval { p: scale * fp_, lo: scale * flo, hi: scale * fhi },
                     detected: count(|o| matches!(o, Outcome::DetectedRecovered | Outcome::Detected)),
                     corrected: count(|o| o == Outcome::Corrected),
                     unrecovered: count(|o| o == Outcome::Detected),
-                    paired: p.is_none_or(|p| p.cycles == p.base_cycles && p.checks.is_empty()),
+                    paired_trials: paired.iter().filter(|&&x| x).count() as u64,
                     failures_removed: 0,
                     failures_added: 0,
                     coverage: {
@@ -288,16 +336,21 @@ pub fn run(
                     pareto: false,
                 },
                 outcomes,
+                paired,
             ));
+            if plan.is_none() {
+                baseline = Some(c);
+            }
         }
         // Paired with the baseline, trial by trial, where the trials are the same faults.
         let base_outcomes = results[0].1.clone();
-        for (r, outcomes) in results.iter_mut().filter(|(r, _)| r.paired) {
-            let pairs = || base_outcomes.iter().zip(outcomes.iter());
+        for (r, outcomes, paired) in &mut results {
+            let pairs =
+                || base_outcomes.iter().zip(outcomes.iter()).zip(paired.iter()).filter(|(_, &p)| p).map(|(x, _)| x);
             r.failures_removed = pairs().filter(|(b, p)| b.failure() && !p.failure()).count() as u64;
             r.failures_added = pairs().filter(|(b, p)| !b.failure() && p.failure()).count() as u64;
         }
-        let mut plans: Vec<PlanResult> = results.into_iter().map(|(r, _)| r).collect();
+        let mut plans: Vec<PlanResult> = results.into_iter().map(|(r, _, _)| r).collect();
         mark_pareto(&mut plans);
         let info = CampaignSpec::load(&cfile)?;
         campaigns.push(CampaignResult {
@@ -305,7 +358,7 @@ pub fn run(
             model: model_name(&info, &cfile)?,
             hw: hw_name(&info, &cfile)?,
             trials: base_outcomes.len() as u64,
-            base_cycles,
+            base_cycles: plans[0].cycles,
             plans,
             layers,
         });
@@ -378,4 +431,87 @@ fn layer_costs(c: &Campaign, threshold: f64) -> Result<Vec<LayerAbft>> {
         });
     }
     Ok(out)
+}
+
+/// The instructions a fault at a site of `unit` can strike: the MXU's for PE and sequencer
+/// registers, the VPU's for lanes, the DMA engine's for its address registers; `None` for
+/// memories, whose words hold different buffers once a plan adds instructions.
+fn exec_unit(unit: Unit) -> Option<ExecUnit> {
+    match unit {
+        Unit::Mxu | Unit::Seq => Some(ExecUnit::Mxu),
+        Unit::Vpu => Some(ExecUnit::Vpu),
+        Unit::Dma => Some(ExecUnit::Dma),
+        _ => None,
+    }
+}
+
+/// Maps cycles of a base step onto a protected step of the same program plus checks, for the
+/// instructions of one unit: a cycle inside the `j`-th instruction (of the unit's original
+/// ones) maps to the same offset inside its counterpart; a cycle in the idle gap before it,
+/// to the same distance before the counterpart, if that is idle too.
+struct CycleMap {
+    /// Base `(start, end)` of each instruction of the unit.
+    base: Vec<(u64, u64)>,
+    /// Protected `(start, end, end of the unit's previous instruction)` of each counterpart.
+    prot: Vec<(u64, u64, u64)>,
+}
+
+impl CycleMap {
+    /// The map for `unit` from `base`'s step to `prot`'s (`None` if the unit's original
+    /// instructions do not pair up one to one).
+    fn new(base: &Trainer, prot: &Trainer, unit: ExecUnit) -> Option<CycleMap> {
+        let check_nodes: HashSet<NodeIndex> =
+            prot.exec.tg.checks().iter().flat_map(|c| c.nodes.iter().copied()).collect();
+        let b: Vec<(u64, u64)> =
+            base.schedule.instrs.iter().filter(|c| c.unit == unit).map(|c| (c.start, c.start + c.cycles)).collect();
+        let tags = &prot.exec.program().tags;
+        let mut prev_end = 0;
+        let mut p = Vec::new();
+        for (i, c) in prot.schedule.instrs.iter().enumerate().filter(|(_, c)| c.unit == unit) {
+            if !check_nodes.contains(&tags[i].node) {
+                p.push((c.start, c.start + c.cycles, prev_end));
+            }
+            prev_end = c.start + c.cycles;
+        }
+        (b.len() == p.len()).then_some(CycleMap { base: b, prot: p })
+    }
+
+    /// The protected cycle of base cycle `c`, and whether it is the same point of the same
+    /// instruction (or idle gap).
+    fn map(&self, c: u64) -> (u64, bool) {
+        match self.base.iter().position(|&(_, end)| end > c) {
+            Some(j) => {
+                let ((bs, _), (ps, _, prev)) = (self.base[j], self.prot[j]);
+                if c >= bs {
+                    (ps + (c - bs), true)
+                } else {
+                    let back = ps.saturating_sub(bs - c);
+                    (back.max(prev), back >= prev)
+                }
+            }
+            None => match (self.base.last(), self.prot.last()) {
+                (Some(&(_, be)), Some(&(_, pe, _))) => (pe + (c - be), true),
+                _ => (c, true),
+            },
+        }
+    }
+}
+
+/// Trial `t` of `base` translated onto `prot` (the same program with a plan's checks): the
+/// same bits at the corresponding cycle ([`CycleMap`]), with whether that pairing is exact;
+/// `None` for faults that do not translate (memory words, whole-step stuck-ats).
+fn translate(
+    base: &Campaign,
+    maps: &BTreeMap<ExecUnit, Option<CycleMap>>,
+    t: u64,
+) -> Option<((Anchor, Vec<StepFault>), bool)> {
+    if base.spec().fault.whole_steps() {
+        return None;
+    }
+    let (mut a, mut upset) = base.upset(t);
+    let map = maps.get(&exec_unit(a.class.unit)?)?.as_ref()?;
+    let (c, exact) = map.map(a.cycle);
+    a.cycle = c;
+    upset.iter_mut().for_each(|f| f.cycle = c);
+    Some(((a, upset), exact))
 }

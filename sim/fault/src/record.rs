@@ -87,6 +87,10 @@ pub struct CampaignInfo {
     /// The protection plan the campaign ran with, applied and calibrated (absent without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protection: Option<crate::protect::Applied>,
+    /// Where the trials' faults come from when they are not drawn from this campaign's space
+    /// ([`crate::Campaign::with_faults`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults_from: Option<String>,
 }
 
 /// One trial: the fault, where it landed, what it did.

@@ -191,3 +191,64 @@ fn a_plan_that_guards_nothing_names_its_file_and_field() {
     let p = plan_file(d.path(), "typo", "mechanisms: [NonFiniteLos]");
     assert!(spec(&p, "sgd").starts_with(&format!("{}:1:", p.display())));
 }
+
+#[test]
+fn explore_pairs_register_faults_across_programs_and_costs_each_layer() {
+    use faultline_fault::explore::{run, ExploreSpec};
+    let d = tempfile::tempdir().unwrap();
+    let r = root();
+    let campaign = d.path().join("c.ron");
+    std::fs::write(
+        &campaign,
+        format!(
+            "CampaignSpec(name: \"small\", model: \"{}\", hw: \"{}\", golden_steps: 12, inject_steps: List([6]), \
+             sites: [\"mxu.pe[*][*].psum\", \"ub.word[*]\"], fault: Flip, sampling: Stratified(per_class: 40), \
+             follow_up: 4, seed: 2)",
+            r.join("models/mlp-digits.ron").display(),
+            r.join("configs/tpu-32x32.ron").display()
+        ),
+    )
+    .unwrap();
+    plan_file(d.path(), "codes", "mechanisms: [Ecc(code: Secded, on: [\"ub.word[*]\"])]");
+    plan_file(d.path(), "abft", "mechanisms: [Abft(nodes: [\"*\"], tile: Global)]");
+    let file = d.path().join("x.ron");
+    std::fs::write(&file, "ExploreSpec(name: \"x\", campaigns: [\"c.ron\"], plans: [\"codes.ron\", \"abft.ron\"])")
+        .unwrap();
+    let spec = ExploreSpec::load(&file).unwrap();
+    let out = d.path().join("out");
+    let res = run(&spec, &file, &out, 2, &HostMemory::default(), |_| {}).unwrap();
+    let c = &res.campaigns[0];
+    let names: Vec<&str> = c.plans.iter().map(|p| p.plan.as_str()).collect();
+    assert_eq!(names, ["none", "codes", "abft"]);
+    assert_eq!(c.plans[0].cycle_overhead, 0.0);
+    // Codes change no instruction: every trial is the baseline's fault.
+    assert_eq!((c.plans[1].cycles, c.plans[1].paired_trials), (c.base_cycles, c.trials));
+    assert!(c.plans[2].cycle_overhead > 0.0);
+    assert!(c.plans[2].false_positives.n > 0 && c.plans[2].false_positives.k == 0);
+    // Under ABFT the psum faults are the baseline's, moved to the same instruction.
+    let lines = |plan: &str| -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(out.join("small").join(plan).join("records.jsonl")).unwrap();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let (base, abft) = (lines("none"), lines("abft"));
+    let mut same = 0;
+    for (b, a) in base.iter().zip(&abft) {
+        if b["class"] != "mxu.pe[*][*].psum" {
+            continue;
+        }
+        let site = |v: &serde_json::Value| v["fault"].as_str().unwrap().split('@').next().unwrap().to_string();
+        assert_eq!(site(b), site(a), "trial {}", b["trial"]);
+        if b["injection"]["unit_busy"] == true {
+            assert_eq!(b["injection"]["node"], a["injection"]["node"], "trial {}", b["trial"]);
+            assert_eq!(b["injection"]["tile"], a["injection"]["tile"], "trial {}", b["trial"]);
+            same += 1;
+        }
+    }
+    assert!(same > 0, "no psum fault struck a busy array");
+    assert!(c.plans[2].paired_trials >= 40 && c.plans[2].paired_trials < c.trials);
+    // fc1: 32 x 64 x 64, 131072 MACs over 8192 words of operands and result.
+    let fc1 = c.layers.iter().find(|l| l.node == "fc1.matmul").unwrap();
+    assert_eq!((fc1.gemm, fc1.intensity), ([32, 64, 64], 16.0));
+    assert!(fc1.global_overhead > 0.0 && fc1.tile_overhead > 0.0);
+    assert!(out.join("explore.json").exists());
+}
