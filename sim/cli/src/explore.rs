@@ -46,8 +46,9 @@ pub fn run(a: ExploreArgs, mem: &HostMemory) -> Result<()> {
     })
     .with_context(|| format!("exploration {}", a.spec.display()))?;
     bar.finish_and_clear();
+    let w = faultline_report::pareto::write_pareto(&result, &a.out)?;
     print(&result);
-    println!("results: {}", a.out.join("explore.json").display());
+    println!("results: {}; report: {} ({} figures)", a.out.join("explore.json").display(), w.html.display(), w.figures);
     Ok(())
 }
 

@@ -466,15 +466,18 @@ pub fn abft_cycles(tg: &TrainGraph, hw: &HwConfig, c: faultline_graph::NodeIndex
 }
 
 /// The ABFT side of GEMM node `c` (tiles from `tile_of`) that makes `tg`'s step shorter
-/// on `hw` (`Rows` on a tie).
+/// on `hw` (`Rows` on a tie), among the sides that can be tiled if any can (per-tile ABFT
+/// stays per-tile where the GEMM allows it).
 fn cheaper_side(
     tg: &TrainGraph,
     hw: &HwConfig,
     c: faultline_graph::NodeIndex,
     tile_of: impl Fn(Side) -> Option<usize>,
 ) -> Result<Side> {
+    let tiled: Vec<Side> = [Side::Rows, Side::Cols].into_iter().filter(|&s| tile_of(s).is_some()).collect();
+    let sides = if tiled.is_empty() { vec![Side::Rows, Side::Cols] } else { tiled };
     let mut best = (u64::MAX, Side::Rows);
-    for s in [Side::Rows, Side::Cols] {
+    for s in sides {
         let mut trial = tg.clone();
         trial.add_abft(c, s, tile_of(s)).map_err(FaultError::from)?;
         best = best.min((schedule_cycles(&trial, hw)?, s));

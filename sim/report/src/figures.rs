@@ -29,6 +29,8 @@ pub enum Section {
     Step,
     /// Loss and test-accuracy curves.
     Curves,
+    /// An exploration's residual failure rate against a protection cost ([`crate::pareto`]).
+    Pareto,
 }
 
 /// One figure: written as `figures/<name>.svg` and `figures/<name>.png` under the report dir.
@@ -76,20 +78,20 @@ const TOO_FEW_HATCH: RGBColor = RGBColor(0x99, 0x99, 0x99);
 /// Lines between heatmap cells.
 const CELL_EDGE: RGBColor = RGBColor(0xC4, 0xC4, 0xC4);
 /// Grid lines.
-const GRID: RGBColor = RGBColor(0xE4, 0xE4, 0xE4);
+pub(crate) const GRID: RGBColor = RGBColor(0xE4, 0xE4, 0xE4);
 
 /// Pixel size of the heatmaps (square-ish plot plus a colour bar) and of the other figures.
 const HEATMAP_SIZE: (u32, u32) = (680, 600);
-const FIGURE_SIZE: (u32, u32) = (800, 500);
+pub(crate) const FIGURE_SIZE: (u32, u32) = (800, 500);
 /// Heatmaps of larger arrays are drawn in blocks of PEs, so that a drawn cell stays visible
 /// and the SVG small (a 128x128 array would otherwise be 16384 rectangles).
 const MAX_HEATMAP_CELLS: usize = 64;
 
 /// Font family every text uses: the bundled font is registered under this name.
-const FONT: &str = "sans-serif";
+pub(crate) const FONT: &str = "sans-serif";
 
 /// Registers the bundled font once per process (plotters has no font without it).
-fn register_font() -> Result<()> {
+pub(crate) fn register_font() -> Result<()> {
     static REGISTERED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     REGISTERED
         .get_or_init(|| {
@@ -145,7 +147,7 @@ fn step_word(report: &Report) -> &'static str {
 }
 
 /// Lowercase, filesystem-safe slug: runs of other characters become one `-`.
-fn slug(s: &str) -> String {
+pub(crate) fn slug(s: &str) -> String {
     let mut out = String::new();
     for c in s.chars() {
         if c.is_ascii_alphanumeric() {
@@ -309,7 +311,7 @@ impl Ranged for Axis {
     }
 }
 
-fn font(size: f64) -> TextStyle<'static> {
+pub(crate) fn font(size: f64) -> TextStyle<'static> {
     TextStyle::from((FONT, size).into_font())
 }
 

@@ -1,5 +1,8 @@
 //! Reports: a campaign's records folded back onto the hardware. Reads `fault::record` files
 //! only and never runs the simulator, except [`vcd`], which replays one trial.
+//!
+//! - [`pareto`]: the report of a protection-placement exploration (`explore.json`): residual
+//!   failure FIT against check bits and cycle overhead per plan, and per-layer ABFT costs.
 
 pub mod aggregate;
 pub mod diff;
@@ -9,6 +12,7 @@ pub mod figures;
 pub mod html;
 pub mod load;
 pub mod markdown;
+pub mod pareto;
 pub mod tables;
 pub mod vcd;
 

@@ -1,0 +1,717 @@
+//! The Pareto report of a protection-placement exploration, rendered from `explore.json`
+//! ([`ExploreResult`], written by `faultline explore`). Per campaign: a table of every plan's
+//! costs (cycles, check bits) beside its residual failure FIT, outcome shares, coverage of the
+//! caught share of what mattered, false positives and paired changes; two figures of residual FIT
+//! against each cost with the Pareto front; and each forward GEMM's ABFT cost beside its
+//! arithmetic intensity and Kosaian & Rashmi's rule.
+//!
+//! Written as `pareto.md` and `index.html` (one list of [`Block`]s through
+//! [`crate::markdown`] and [`crate::html`], as the campaign report is), `pareto.csv` and
+//! `figures/pareto-*.{svg,png}`.
+
+use crate::document::{fit, pct, pct_of, Block, Row};
+use crate::error::{ReportError, Result};
+use crate::figures::{font, register_font, slug, Figure, Section, FIGURE_SIZE, GRID};
+use faultline_fault::explore::{CampaignResult, ExploreResult, Interval, LayerAbft, PlanResult};
+use faultline_fault::stats::Estimate;
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use std::path::{Path, PathBuf};
+
+/// What [`write_pareto`] wrote.
+#[derive(Debug, Clone)]
+pub struct ParetoWritten {
+    /// `index.html`.
+    pub html: PathBuf,
+    /// `pareto.md`.
+    pub markdown: PathBuf,
+    /// `pareto.csv`.
+    pub csv: PathBuf,
+    /// Figures written (an SVG and a PNG each).
+    pub figures: usize,
+}
+
+/// Writes the Pareto report of `result` into `out` (created if missing): `index.html`,
+/// `pareto.md`, `pareto.csv` and `figures/pareto-*.{svg,png}`.
+pub fn write_pareto(result: &ExploreResult, out: &Path) -> Result<ParetoWritten> {
+    std::fs::create_dir_all(out).map_err(ReportError::io(out))?;
+    let figures = write_figures(result, out)?;
+    let blocks = build(result, &figures);
+    let write = |name: &str, text: String| -> Result<PathBuf> {
+        let p = out.join(name);
+        std::fs::write(&p, text).map_err(ReportError::io(&p))?;
+        Ok(p)
+    };
+    let markdown = write("pareto.md", crate::markdown::render(&blocks))?;
+    let html = write("index.html", crate::html::render(&format!("Faultline exploration: {}", result.name), &blocks))?;
+    let csv = out.join("pareto.csv");
+    write_csv(result, &csv)?;
+    Ok(ParetoWritten { html, markdown, csv, figures: figures.len() })
+}
+
+/// Index of the unprotected baseline among `c.plans`: the plan named `none`, else the first.
+fn baseline(c: &CampaignResult) -> Option<usize> {
+    c.plans.iter().position(|p| p.plan == "none").or((!c.plans.is_empty()).then_some(0))
+}
+
+/// A FIT interval as the tables show it: `307 [190, 470]`, three significant digits.
+pub fn fit_interval(i: Interval) -> String {
+    format!("{} [{}, {}]", fit(i.p), fit(i.lo), fit(i.hi))
+}
+
+/// Layer ABFT overhead of the variant the intensity rule picks for `l`.
+fn guided_overhead(l: &LayerAbft) -> f64 {
+    if l.rule_picks == "global" {
+        l.global_overhead
+    } else {
+        l.tile_overhead
+    }
+}
+
+/// Per-layer ABFT overheads summed over `layers`: (always global, intensity-guided).
+pub fn abft_sums(layers: &[LayerAbft]) -> (f64, f64) {
+    (layers.iter().map(|l| l.global_overhead).sum(), layers.iter().map(guided_overhead).sum())
+}
+
+/// Head of the plan table.
+const PLAN_HEAD: [&str; 12] = [
+    "plan",
+    "cycles",
+    "cycle overhead %",
+    "check bits",
+    "residual failure FIT [95% CI]",
+    "failure % [95% CI]",
+    "detected % [95% CI]",
+    "corrected % [95% CI]",
+    "coverage: caught of caught + failed % [95% CI]",
+    "false positives (steps)",
+    "Pareto",
+    "failures removed/added of paired trials",
+];
+
+/// One plan's row of the plan table.
+fn plan_cells(p: &PlanResult, is_baseline: bool) -> Vec<String> {
+    vec![
+        p.plan.clone(),
+        p.cycles.to_string(),
+        format!("{:.2}", 100.0 * p.cycle_overhead),
+        p.area_bits.to_string(),
+        fit_interval(p.failure_fit),
+        pct([p.failure.p, p.failure.lo, p.failure.hi]),
+        pct_of(p.detected),
+        pct_of(p.corrected),
+        // Nothing caught or failed: nothing to cover, and Wilson's [0, 1] would read as data.
+        if p.coverage.n == 0 { "-".into() } else { pct_of(p.coverage) },
+        format!("{}/{}", p.false_positives.k, p.false_positives.n),
+        if p.pareto { "yes".into() } else { "\u{2014}".into() },
+        if is_baseline {
+            "-".into()
+        } else {
+            format!("{}/{} of {}", p.failures_removed, p.failures_added, p.paired_trials)
+        },
+    ]
+}
+
+/// `global / tile` overhead of one layer as the layer table shows it.
+fn ratio(global: f64, tile: f64) -> String {
+    if tile > 0.0 {
+        format!("{:.2}x", global / tile)
+    } else {
+        "-".into()
+    }
+}
+
+/// The per-layer table.
+fn layer_table(layers: &[LayerAbft]) -> Block {
+    Block::Table {
+        head: [
+            "node",
+            "layer",
+            "M\u{d7}K\u{d7}N",
+            "intensity (MACs/word)",
+            "global ABFT overhead %",
+            "per-tile ABFT overhead %",
+            "ratio global/per-tile",
+            "intensity rule picks",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: layers
+            .iter()
+            .map(|l| Row {
+                cells: vec![
+                    format!("`{}`", l.node),
+                    l.layer.clone(),
+                    format!("{}\u{d7}{}\u{d7}{}", l.gemm[0], l.gemm[1], l.gemm[2]),
+                    format!("{:.2}", l.intensity),
+                    format!("{:.2}", 100.0 * l.global_overhead),
+                    format!("{:.2}", 100.0 * l.tile_overhead),
+                    ratio(l.global_overhead, l.tile_overhead),
+                    l.rule_picks.clone(),
+                ],
+                strong: false,
+            })
+            .collect(),
+        text_columns: 3,
+    }
+}
+
+/// Cycle overhead under which Li et al. (2021) report their detection rate.
+const LI_OVERHEAD: f64 = 0.20;
+
+/// The sentence under the layer table: the summed per-layer overheads of always-global and
+/// intensity-guided ABFT and their ratio, set beside the published figures. Every judgement
+/// in it is derived from the numbers, so it says what this exploration measured.
+pub fn abft_summary(c: &CampaignResult) -> String {
+    if c.layers.is_empty() {
+        return "No forward GEMM in this campaign: no per-layer ABFT costs.".into();
+    }
+    let (global, guided) = abft_sums(&c.layers);
+    let r = global / guided;
+    let ratio = if guided > 0.0 { format!("{r:.2}x") } else { "n/a".into() };
+    let here = if global <= 0.0 && guided <= 0.0 {
+        "no measurable overhead either way".to_string()
+    } else if guided <= 0.0 {
+        format!("the guided choice adds no measurable cycles, always global {:.2} %", 100.0 * global)
+    } else if ratio == "1.00x" {
+        "no gain (1.00x)".to_string()
+    } else if r > 1.0 {
+        format!("{ratio} lower")
+    } else {
+        format!("{:.2}x higher ({ratio})", 1.0 / r)
+    };
+    let base = baseline(c);
+    let best = c
+        .plans
+        .iter()
+        .enumerate()
+        .filter(|&(i, p)| Some(i) != base && p.coverage.n > 0 && p.cycle_overhead < LI_OVERHEAD)
+        .map(|(_, p)| p)
+        // Highest coverage; on a tie the cheaper plan, then the first.
+        .fold(None::<&PlanResult>, |best, p| match best {
+            Some(b) if (b.coverage.p, -b.cycle_overhead) >= (p.coverage.p, -p.cycle_overhead) => Some(b),
+            _ => Some(p),
+        });
+    let li = match best {
+        Some(p) => format!(
+            "the plan catching (detecting or correcting) the largest share of what mattered under {:.0} % cycle overhead \
+             is `{}`: {} % at {:.2} % overhead",
+            100.0 * LI_OVERHEAD,
+            p.plan,
+            pct_of(p.coverage),
+            100.0 * p.cycle_overhead
+        ),
+        None => format!("no plan under {:.0} % cycle overhead caught or failed anything", 100.0 * LI_OVERHEAD),
+    };
+    format!(
+        "Summed over the {} layers (each measured alone, so the sums approximate guarding all of them): always \
+         global {:.2} % of the step, intensity-guided (the rule's pick per layer) {:.2} %; ratio always-global / \
+         intensity-guided: {ratio}. Kosaian & Rashmi (SC'21) report intensity-guided ABFT at 1.09\u{2013}5.3x lower \
+         overhead than global ABFT; here: {here}. Li et al. (2021) report >95% detection at <20% overhead for int8 \
+         GEMM ABFT; here: {li}.",
+        c.layers.len(),
+        100.0 * global,
+        100.0 * guided,
+    )
+}
+
+/// The report's blocks: an introduction, then per campaign its plan table, its figures
+/// (those of `figures` named after it) and its per-layer ABFT table.
+pub fn build(result: &ExploreResult, figures: &[Figure]) -> Vec<Block> {
+    let mut b = vec![Block::Heading(1, format!("Faultline exploration: {}", result.name))];
+    b.push(Block::Para(format!(
+        "Every protection plan against each campaign, on the trials of the unprotected baseline (`none`): a \
+         plan that adds no instruction runs the very same faults; one that adds checks runs each register \
+         fault at the same point of the same instruction of its longer step, and draws memory faults afresh \
+         (their words hold other buffers there). The paired column compares each paired trial with itself \
+         unprotected. Residual failure FIT is the raw FIT per bit ({}) times the sampled classes' bits times \
+         their failure share (stratified by bits, per unit of training work: the unprotected step's time), \
+         with its 95% interval; shares carry 95% Wilson intervals. A plan is Pareto-optimal when no other plan on its campaign has \
+         lower-or-equal residual FIT, check bits and cycle overhead with one of them strictly lower. False \
+         positives count the fault-free steps of a held-out run in which a check fired.",
+        result.fit_per_bit
+    )));
+    for (ci, c) in result.campaigns.iter().enumerate() {
+        b.push(Block::Heading(
+            2,
+            format!(
+                "{} ({} on {}, {} trials per plan, unprotected step {} cycles)",
+                c.campaign, c.model, c.hw, c.trials, c.base_cycles
+            ),
+        ));
+        b.push(Block::Heading(3, "Plans".into()));
+        let base = baseline(c);
+        b.push(Block::Table {
+            head: PLAN_HEAD.map(String::from).to_vec(),
+            rows: c
+                .plans
+                .iter()
+                .enumerate()
+                .map(|(i, p)| Row { cells: plan_cells(p, Some(i) == base), strong: false })
+                .collect(),
+            text_columns: 1,
+        });
+        let prefix = figure_prefix(result, ci);
+        let figs: Vec<Figure> = figures.iter().filter(|f| f.name.starts_with(&prefix)).cloned().collect();
+        if !figs.is_empty() {
+            b.push(Block::Para(
+                "Filled markers: Pareto-optimal in (residual FIT, check bits, cycle overhead); hollow: dominated. \
+                 Whiskers: the FIT's 95% interval. The step line is the front in the figure's two axes alone, so \
+                 a filled point above it is optimal through the other cost."
+                    .into(),
+            ));
+            b.extend(figs.into_iter().map(Block::Figure));
+        }
+        b.push(Block::Heading(3, "ABFT per layer".into()));
+        if !c.layers.is_empty() {
+            b.push(Block::Para(
+                "Each forward GEMM's step cycle overhead with global or per-tile ABFT added to it alone, beside its \
+                 arithmetic intensity `MNK / (MK + KN + MN)` and the variant Kosaian & Rashmi's intensity rule picks."
+                    .into(),
+            ));
+            b.push(layer_table(&c.layers));
+        }
+        b.push(Block::Para(abft_summary(c)));
+    }
+    b
+}
+
+/// A float as CSV text: Rust's shortest round-trip form.
+fn num(x: f64) -> String {
+    x.to_string()
+}
+
+/// An estimate's CSV cells: k, n, p, lo, hi.
+fn estimate_cells(e: Estimate) -> [String; 5] {
+    [e.k.to_string(), e.n.to_string(), num(e.p), num(e.lo), num(e.hi)]
+}
+
+/// A CSV error as an I/O error on `path`.
+fn csv_error(path: &Path) -> impl Fn(csv::Error) -> ReportError + '_ {
+    move |e| ReportError::Io { path: path.to_path_buf(), source: std::io::Error::other(e) }
+}
+
+/// Writes `pareto.csv`: one row per (campaign, plan) with every number of the plan table
+/// (shares as fractions, as `summary.csv` has them; estimates as k, n, p, lo, hi). Coverage
+/// with nothing caught or failed and the baseline's paired counts are empty, as `-` in the table.
+pub fn write_csv(result: &ExploreResult, path: &Path) -> Result<()> {
+    let mut w = csv::Writer::from_path(path).map_err(csv_error(path))?;
+    let mut head: Vec<String> = [
+        "campaign",
+        "model",
+        "hw",
+        "trials",
+        "base_cycles",
+        "plan",
+        "file",
+        "cycles",
+        "cycle_overhead",
+        "area_bits",
+        "failure_fit",
+        "failure_fit_lo",
+        "failure_fit_hi",
+        "failure",
+        "failure_lo",
+        "failure_hi",
+    ]
+    .map(String::from)
+    .to_vec();
+    for e in ["detected", "corrected", "unrecovered", "coverage", "false_positives"] {
+        head.extend([format!("{e}_k"), format!("{e}_n"), e.to_string(), format!("{e}_lo"), format!("{e}_hi")]);
+    }
+    head.extend(["pareto", "paired_trials", "failures_removed", "failures_added"].map(String::from));
+    w.write_record(&head).map_err(csv_error(path))?;
+    for c in &result.campaigns {
+        let base = baseline(c);
+        for (i, p) in c.plans.iter().enumerate() {
+            let mut row = vec![
+                c.campaign.clone(),
+                c.model.clone(),
+                c.hw.clone(),
+                c.trials.to_string(),
+                c.base_cycles.to_string(),
+                p.plan.clone(),
+                p.file.clone().unwrap_or_default(),
+                p.cycles.to_string(),
+                num(p.cycle_overhead),
+                p.area_bits.to_string(),
+            ];
+            row.extend([p.failure_fit.p, p.failure_fit.lo, p.failure_fit.hi].map(num));
+            row.extend([p.failure.p, p.failure.lo, p.failure.hi].map(num));
+            row.extend(estimate_cells(p.detected));
+            row.extend(estimate_cells(p.corrected));
+            row.extend(estimate_cells(p.unrecovered));
+            let mut coverage = estimate_cells(p.coverage);
+            if p.coverage.n == 0 {
+                coverage[2..].iter_mut().for_each(|c| c.clear());
+            }
+            row.extend(coverage);
+            row.extend(estimate_cells(p.false_positives));
+            row.push(p.pareto.to_string());
+            if Some(i) == base {
+                row.extend([String::new(), String::new(), String::new()]);
+            } else {
+                row.extend([p.paired_trials.to_string(), p.failures_removed.to_string(), p.failures_added.to_string()]);
+            }
+            w.write_record(&row).map_err(csv_error(path))?;
+        }
+    }
+    w.flush().map_err(ReportError::io(path))
+}
+
+// ---------------------------------------------------------------------------------------
+// Figures, in the campaign report's style (its font, size and grid colour).
+
+/// Plan markers and whiskers (Okabe-Ito blue).
+const POINT: RGBColor = RGBColor(0x00, 0x72, 0xB2);
+/// The Pareto front's step line (Okabe-Ito vermilion).
+const FRONT: RGBColor = RGBColor(0xD5, 0x5E, 0x00);
+
+/// The name prefix of campaign `ci`'s figures: `pareto-<n>-<slug>-`, numbered so that two
+/// campaigns whose names slug alike never share figures.
+fn figure_prefix(result: &ExploreResult, ci: usize) -> String {
+    format!("pareto-{}-{}-", ci + 1, slug(&result.campaigns[ci].campaign))
+}
+
+/// The cost a figure puts on its x axis.
+#[derive(Clone, Copy, PartialEq)]
+enum Cost {
+    /// Cycle overhead, in percent of the unprotected step.
+    Overhead,
+    /// Check bits added.
+    Bits,
+}
+
+impl Cost {
+    /// Plan `p`'s value on this axis.
+    fn of(self, p: &PlanResult) -> f64 {
+        match self {
+            Cost::Overhead => 100.0 * p.cycle_overhead,
+            Cost::Bits => p.area_bits as f64,
+        }
+    }
+}
+
+/// A figure to draw.
+struct Plan<'a> {
+    name: String,
+    title: String,
+    campaign: &'a CampaignResult,
+    cost: Cost,
+}
+
+/// Draws both figures of every campaign with plans, writes them under `dir/figures/` and
+/// returns them in report order.
+pub fn write_figures(result: &ExploreResult, dir: &Path) -> Result<Vec<Figure>> {
+    register_font()?;
+    let out = dir.join("figures");
+    std::fs::create_dir_all(&out).map_err(ReportError::io(&out))?;
+    let mut plans = Vec::new();
+    for (ci, c) in result.campaigns.iter().enumerate().filter(|(_, c)| !c.plans.is_empty()) {
+        let prefix = figure_prefix(result, ci);
+        for (cost, stem, what) in [(Cost::Overhead, "overhead", "cycle overhead"), (Cost::Bits, "bits", "check bits")] {
+            plans.push(Plan {
+                name: format!("{prefix}{stem}"),
+                title: format!("{}: residual failure FIT vs {what}", c.campaign),
+                campaign: c,
+                cost,
+            });
+        }
+    }
+    plans.iter().map(|p| render(p, &out)).collect()
+}
+
+/// Any backend's drawing error (both backends' errors are `'static`).
+type DrawError = Box<dyn std::error::Error>;
+/// Result of drawing.
+type Drawn<T = ()> = std::result::Result<T, DrawError>;
+
+/// Draws one figure to SVG and PNG and writes both.
+fn render(p: &Plan, out: &Path) -> Result<Figure> {
+    let mut svg = String::new();
+    draw(SVGBackend::with_string(&mut svg, FIGURE_SIZE).into_drawing_area(), p)
+        .map_err(|e| ReportError::Figure { name: p.name.clone(), why: e.to_string() })?;
+    let png = out.join(format!("{}.png", p.name));
+    draw(BitMapBackend::new(&png, FIGURE_SIZE).into_drawing_area(), p)
+        .map_err(|e| ReportError::Figure { name: p.name.clone(), why: format!("{}: {e}", png.display()) })?;
+    let path = out.join(format!("{}.svg", p.name));
+    std::fs::write(&path, &svg).map_err(ReportError::io(&path))?;
+    // The campaign report's sections have no place for an exploration's figures; the
+    // renderers ignore the section, and `build` places these by name.
+    Ok(Figure { name: p.name.clone(), title: p.title.clone(), section: Section::Pareto, svg })
+}
+
+/// A linear f64 axis with explicitly chosen ticks (plotters' `WithKeyPoints` over an f64
+/// range has no label formatter, so `configure_mesh` refuses it).
+struct Axis {
+    lo: f64,
+    hi: f64,
+    ticks: Vec<f64>,
+}
+
+impl Ranged for Axis {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let t = if self.hi == self.lo { 0.5 } else { ((v - self.lo) / (self.hi - self.lo)).clamp(-4.0, 5.0) };
+        let len = (limit.1 - limit.0) as f64;
+        if len >= 0.0 {
+            limit.0 + (len * t + 1e-3).floor() as i32
+        } else {
+            limit.0 - (-len * t + 1e-3).floor() as i32
+        }
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        // Only bold points: grid lines at the labelled ticks, none between.
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.ticks.clone()
+        }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.lo..self.hi
+    }
+}
+
+/// About `max` round ticks (steps 1, 2, 2.5 or 5 x 10^k) from 0 to `hi`, and the step.
+fn ticks(hi: f64, max: usize) -> (Vec<f64>, f64) {
+    let raw = hi / max.max(1) as f64;
+    if raw <= 0.0 || !raw.is_finite() {
+        return (vec![0.0], 1.0);
+    }
+    let mag = 10f64.powf(raw.log10().floor());
+    let step =
+        [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|&s| s >= raw * (1.0 - 1e-9)).unwrap_or(10.0 * mag);
+    let last = (hi / step + 1e-9).floor() as i64;
+    // Multiples of the step, not accumulated sums: no drift like 0.30000000000000004.
+    ((0..=last).map(|k| k as f64 * step).collect(), step)
+}
+
+/// A tick label with as many decimals as the tick step needs (2.5 needs one, 20 none).
+fn tick_label(v: f64, step: f64) -> String {
+    if v.abs() >= 1e6 {
+        return format!("{v:e}");
+    }
+    let decimals = (0..8).find(|&d| {
+        let s = step * 10f64.powi(d);
+        (s - s.round()).abs() < 1e-6 * s.max(1.0)
+    });
+    format!("{v:.*}", decimals.unwrap_or(8) as usize)
+}
+
+/// An axis from 0 to a little above `hi` (1 when nothing is above 0: a FIT of 0 or a single
+/// plan at no cost still gets an axis), padded below 0 so markers at 0 are not cut, with the
+/// ticks and their step. `to_tick`: the top is the first tick at or above `hi`, so the
+/// highest whisker ends under a labelled line.
+fn axis_from_zero(hi: f64, pad_hi: f64, to_tick: bool) -> (Axis, f64) {
+    let hi = if hi > 0.0 && hi.is_finite() { hi } else { 1.0 };
+    let (mut ticks, step) = ticks(hi, 6);
+    let last = ticks.last().copied().unwrap_or(0.0);
+    let top = if to_tick && last < hi * (1.0 - 1e-9) {
+        ticks.push(last + step);
+        last + step
+    } else {
+        hi
+    };
+    (Axis { lo: -0.04 * top, hi: top * (1.0 + pad_hi), ticks }, step)
+}
+
+/// The plans on the front of `(x, y)` alone (lowest y for their x, lower than every plan
+/// of smaller x), as points in x order.
+fn front(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut sorted: Vec<(f64, f64)> = points.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for p in sorted {
+        if out.last().is_none_or(|l| p.1 < l.1) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The staircase through `front`, extended to `right`: the boundary of what the plans attain.
+fn staircase(front: &[(f64, f64)], right: f64) -> Vec<(f64, f64)> {
+    let mut path = Vec::new();
+    for (i, &(x, y)) in front.iter().enumerate() {
+        if i > 0 {
+            path.push((x, front[i - 1].1));
+        }
+        path.push((x, y));
+    }
+    if let Some(&(x, y)) = front.last() {
+        path.push((x.max(right), y));
+    }
+    path
+}
+
+/// The legend, in one row across the top of `area` (outside the plot, so it never hides a
+/// point); returns the area below it.
+fn legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>) -> Drawn<DrawingArea<DB, Shift>>
+where
+    DB::ErrorType: 'static,
+{
+    const SWATCH: i32 = 22;
+    const GAP: i32 = 6;
+    const SEP: i32 = 18;
+    let entries = ["Pareto-optimal (FIT, bits, cycles)", "dominated", "front in these two axes", "FIT 95% interval"];
+    let style = font(13.0);
+    let mut widths = Vec::new();
+    for e in entries {
+        widths.push(SWATCH + GAP + area.estimate_text_size(e, &style)?.0 as i32);
+    }
+    let total = widths.iter().sum::<i32>() + SEP * (entries.len() as i32 - 1);
+    let (top, rest) = area.split_vertically(26);
+    let (mut x, y) = (((top.dim_in_pixel().0 as i32 - total) / 2).max(4), 13);
+    for (i, (e, w)) in entries.iter().zip(widths).enumerate() {
+        let mid = (x + SWATCH / 2, y);
+        match i {
+            0 => top.draw(&Circle::new(mid, 5, POINT.filled()))?,
+            1 => {
+                top.draw(&Circle::new(mid, 5, WHITE.filled()))?;
+                top.draw(&Circle::new(mid, 5, POINT.stroke_width(2)))?;
+            }
+            2 => top.draw(&PathElement::new(vec![(x, y), (x + SWATCH, y)], FRONT.stroke_width(2)))?,
+            _ => {
+                let s = POINT.stroke_width(1);
+                top.draw(&PathElement::new(vec![(mid.0, y - 7), (mid.0, y + 7)], s))?;
+                top.draw(&PathElement::new(vec![(mid.0 - 3, y - 7), (mid.0 + 3, y - 7)], s))?;
+                top.draw(&PathElement::new(vec![(mid.0 - 3, y + 7), (mid.0 + 3, y + 7)], s))?;
+            }
+        }
+        top.draw(&Text::new(*e, (x + SWATCH + GAP, y), style.pos(Pos::new(HPos::Left, VPos::Center))))?;
+        x += w + SEP;
+    }
+    Ok(rest)
+}
+
+/// One figure: each plan at (its cost, its residual FIT) with the FIT's interval as a
+/// whisker and its name beside it; Pareto plans filled; the front of these two axes as a
+/// step line.
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, p: &Plan) -> Drawn
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let room = root.dim_in_pixel().0.saturating_sub(16);
+    let mut size = 18.0;
+    while size > 10.0 && root.estimate_text_size(&p.title, &font(size))?.0 > room {
+        size -= 1.0;
+    }
+    let body = root.titled(&p.title, font(size))?;
+    let body = legend(&body)?;
+    let plans = &p.campaign.plans;
+    let xs: Vec<f64> = plans.iter().map(|q| p.cost.of(q)).collect();
+    // Linear from 0 on both axes: a FIT of 0 is common (a plan that removed every failure
+    // seen), and has no logarithm.
+    let (xaxis, xstep) = axis_from_zero(xs.iter().copied().fold(0.0, f64::max), 0.08, false);
+    let fit_top = plans.iter().map(|q| q.failure_fit.hi.max(q.failure_fit.p)).fold(0.0, f64::max);
+    let (yaxis, ystep) = axis_from_zero(fit_top, 0.04, true);
+    let right = xaxis.hi;
+    let mut chart = ChartBuilder::on(&body)
+        .margin(10)
+        .margin_right(20)
+        .x_label_area_size(42)
+        .y_label_area_size(70)
+        .build_cartesian_2d(xaxis, yaxis)?;
+    let x_desc = match p.cost {
+        Cost::Overhead => "cycle overhead (% of the unprotected step)",
+        Cost::Bits => "check bits added",
+    };
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc("residual failure FIT")
+        .x_label_formatter(&|x| tick_label(*x, xstep))
+        .y_label_formatter(&|y| tick_label(*y, ystep))
+        .label_style(font(13.0))
+        .axis_desc_style(font(14.0))
+        .bold_line_style(GRID.stroke_width(1))
+        .light_line_style(TRANSPARENT)
+        .draw()?;
+    // The front first, then the whiskers over it (a step often runs along one), then the
+    // markers over both, then the names on top.
+    let pts: Vec<(f64, f64)> = plans.iter().zip(&xs).map(|(q, &x)| (x, q.failure_fit.p)).collect();
+    chart.draw_series(std::iter::once(PathElement::new(staircase(&front(&pts), right), FRONT.stroke_width(2))))?;
+    let whisker = POINT.stroke_width(1);
+    chart.draw_series(
+        plans
+            .iter()
+            .zip(&xs)
+            .map(|(q, &x)| PathElement::new(vec![(x, q.failure_fit.lo), (x, q.failure_fit.hi)], whisker)),
+    )?;
+    // Caps a fixed width in pixels, whatever the x axis spans.
+    chart.draw_series(plans.iter().zip(&xs).flat_map(|(q, &x)| {
+        [q.failure_fit.lo, q.failure_fit.hi]
+            .map(|y| EmptyElement::at((x, y)) + PathElement::new(vec![(-4, 0), (4, 0)], whisker))
+    }))?;
+    for (q, &pt) in plans.iter().zip(&pts) {
+        if q.pareto {
+            chart.draw_series(std::iter::once(Circle::new(pt, 5, POINT.filled())))?;
+        } else {
+            chart.draw_series([Circle::new(pt, 5, WHITE.filled()), Circle::new(pt, 5, POINT.stroke_width(2))])?;
+        }
+    }
+    // Names beside their points, moved down (or up) until they overlap no name already
+    // placed: plans of one cost (several at 0 check bits) would otherwise print on top of
+    // each other.
+    let style = font(12.0);
+    let plot_right = chart.plotting_area().get_pixel_range().0.end;
+    let mut placed: Vec<(i32, i32, i32, i32)> = Vec::new();
+    for (q, &pt) in plans.iter().zip(&pts) {
+        let (w, h) = body.estimate_text_size(&q.plan, &style)?;
+        let (w, h) = (w as i32, h as i32);
+        let (px, py) = chart.backend_coord(&pt);
+        let dx = if px + 8 + w <= plot_right { 8 } else { -8 - w };
+        let candidates = (0..12).map(|k| if k % 2 == 0 { -h - 4 - (k / 2) * (h + 2) } else { 4 + (k / 2) * (h + 2) });
+        let mut dy = -h - 4;
+        for c in candidates {
+            let r = (px + dx, py + c, px + dx + w, py + c + h);
+            if placed.iter().all(|o| r.2 <= o.0 || o.2 <= r.0 || r.3 <= o.1 || o.3 <= r.1) {
+                dy = c;
+                break;
+            }
+        }
+        placed.push((px + dx, py + dy, px + dx + w, py + dy + h));
+        let label = Text::new(q.plan.clone(), (dx, dy), style.pos(Pos::new(HPos::Left, VPos::Top)));
+        chart.draw_series(std::iter::once(EmptyElement::at(pt) + label))?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn front_keeps_the_lowest_fit_for_each_cost() {
+        let pts = [(0.0, 500.0), (1.2, 300.0), (2.0, 400.0), (0.0, 600.0), (5.0, 0.0)];
+        assert_eq!(front(&pts), [(0.0, 500.0), (1.2, 300.0), (5.0, 0.0)]);
+        assert_eq!(
+            staircase(&front(&pts), 6.0),
+            [(0.0, 500.0), (1.2, 500.0), (1.2, 300.0), (5.0, 300.0), (5.0, 0.0), (6.0, 0.0)]
+        );
+        assert_eq!(front(&[(0.0, 0.0)]), [(0.0, 0.0)]);
+    }
+
+    #[test]
+    fn axes_start_at_zero_and_survive_all_zero_data() {
+        let (a, step) = axis_from_zero(0.0, 0.1, true);
+        assert!(a.lo < 0.0 && a.hi > 1.0 && a.ticks[0] == 0.0 && step > 0.0);
+        let (a, step) = axis_from_zero(777.9, 0.0, false);
+        assert_eq!((a.ticks, step, a.hi), (vec![0.0, 200.0, 400.0, 600.0], 200.0, 777.9));
+        // To the next tick: the top whisker ends under a labelled grid line.
+        let (a, _) = axis_from_zero(777.9, 0.0, true);
+        assert_eq!((a.ticks, a.hi), (vec![0.0, 200.0, 400.0, 600.0, 800.0], 800.0));
+        assert_eq!(tick_label(7.5, 2.5), "7.5");
+        assert_eq!(tick_label(400.0, 200.0), "400");
+        assert_eq!(tick_label(0.02, 0.01), "0.02");
+    }
+}
