@@ -72,11 +72,11 @@ enum Command {
     /// Write a campaign's report (HTML, Markdown, CSV, figures): its records folded back onto
     /// the hardware, per unit, class, PE, bit, phase, layer and step.
     Report(report::ReportArgs),
+    /// Compare two campaigns class by class (e.g. before and after a protection plan).
+    Diff(report::DiffArgs),
     /// Run protection plans against campaigns on the same trials and write a Pareto report:
     /// residual failure FIT against check bits and cycle overhead, with intervals.
     Explore(explore::ExploreArgs),
-    /// Compare two campaigns class by class (e.g. before and after a protection plan).
-    Diff(report::DiffArgs),
     /// Replay one trial of a campaign at cycle level and write a VCD waveform (GTKWave, Surfer)
     /// of the faulted instruction: golden and faulty registers side by side, the fault marked.
     Vcd(vcd::VcdArgs),

@@ -258,7 +258,7 @@ pub fn build(result: &ExploreResult, figures: &[Figure]) -> Vec<Block> {
         if !figs.is_empty() {
             b.push(Block::Para(
                 "Filled markers: Pareto-optimal in (residual FIT, check bits, cycle overhead); hollow: dominated. \
-                 Whiskers: the FIT's 95% interval. The step line is the front in the figure's two axes alone, so \
+                 Whiskers: the FIT's 95% interval (cut, with an arrow, above 4x the largest estimate). The step line is the front in the figure's two axes alone, so \
                  a filled point above it is optimal through the other cost."
                     .into(),
             ));
@@ -368,6 +368,8 @@ pub fn write_csv(result: &ExploreResult, path: &Path) -> Result<()> {
 const POINT: RGBColor = RGBColor(0x00, 0x72, 0xB2);
 /// The Pareto front's step line (Okabe-Ito vermilion).
 const FRONT: RGBColor = RGBColor(0xD5, 0x5E, 0x00);
+/// Whiskers are cut (and end in an arrow) above this many times the largest estimate.
+const CLIP: f64 = 4.0;
 
 /// The name prefix of campaign `ci`'s figures: `pareto-<n>-<slug>-`, numbered so that two
 /// campaigns whose names slug alike never share figures.
@@ -612,7 +614,13 @@ where
     // seen), and has no logarithm.
     let (xaxis, xstep) = axis_from_zero(xs.iter().copied().fold(0.0, f64::max), 0.08, false);
     let fit_top = plans.iter().map(|q| q.failure_fit.hi.max(q.failure_fit.p)).fold(0.0, f64::max);
+    // A few huge, failure-free classes (SRAM words) give upper ends far above every
+    // estimate; past CLIP x the largest estimate a whisker is cut and marked, so that the
+    // estimates stay readable.
+    let fit_max = plans.iter().map(|q| q.failure_fit.p).fold(0.0, f64::max);
+    let fit_top = if fit_max > 0.0 { fit_top.min(CLIP * fit_max) } else { fit_top };
     let (yaxis, ystep) = axis_from_zero(fit_top, 0.04, true);
+    let cut = yaxis.hi;
     let right = xaxis.hi;
     let mut chart = ChartBuilder::on(&body)
         .margin(10)
@@ -644,12 +652,17 @@ where
         plans
             .iter()
             .zip(&xs)
-            .map(|(q, &x)| PathElement::new(vec![(x, q.failure_fit.lo), (x, q.failure_fit.hi)], whisker)),
+            .map(|(q, &x)| PathElement::new(vec![(x, q.failure_fit.lo), (x, q.failure_fit.hi.min(cut))], whisker)),
     )?;
-    // Caps a fixed width in pixels, whatever the x axis spans.
+    // Caps a fixed width in pixels, whatever the x axis spans; a cut whisker ends in an arrow.
     chart.draw_series(plans.iter().zip(&xs).flat_map(|(q, &x)| {
-        [q.failure_fit.lo, q.failure_fit.hi]
-            .map(|y| EmptyElement::at((x, y)) + PathElement::new(vec![(-4, 0), (4, 0)], whisker))
+        let (lo, hi) = (q.failure_fit.lo, q.failure_fit.hi);
+        let top = if hi > cut {
+            EmptyElement::at((x, cut)) + PathElement::new(vec![(-4, 6), (0, 0), (4, 6)], whisker)
+        } else {
+            EmptyElement::at((x, hi)) + PathElement::new(vec![(-4, 0), (4, 0)], whisker)
+        };
+        [EmptyElement::at((x, lo)) + PathElement::new(vec![(-4, 0), (4, 0)], whisker), top]
     }))?;
     for (q, &pt) in plans.iter().zip(&pts) {
         if q.pareto {
