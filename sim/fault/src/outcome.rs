@@ -26,7 +26,11 @@
 //! | `Corrected` | a check code corrected every read of the changed bits: training saw none of the fault |
 //! | `DetectedRecovered` | a check fired in the injection step, and re-executing the step from the state before it gave the golden state bit for bit |
 //! | `Detected` | a check fired and the run stopped (no recovery, or every re-execution was struck again) |
-//! | `FalsePositive` | a check fired on a fault-free step (counted on golden runs) |
+//!
+//! A check that fires on a fault-free step is a *false positive*: no trial records one (every
+//! trial has a fault); they are counted per check on the golden run
+//! ([`crate::protect::CheckInfo::false_positives`]) and per plan on a held-out fault-free run
+//! ([`crate::explore::PlanResult::false_positives`]).
 //!
 //! Inference campaigns (faults in forward passes over test batches, as in the ABFT and LLM
 //! error-propagation studies) use `HwMasked` and `Masked` (outputs bit-identical to golden) and:
@@ -78,8 +82,6 @@ pub enum Outcome {
     /// Protection: a check fired and the run stopped there (no recovery, or the fault
     /// struck every re-execution): a detected, unrecoverable error.
     Detected,
-    /// Protection: a check fired on a fault-free step.
-    FalsePositive,
     /// Inference: outputs changed, every top-1 prediction unchanged.
     SdcBenign,
     /// Inference: some top-1 predictions changed (the record counts them).
@@ -90,7 +92,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome: training's from most to least benign, then inference's.
-    pub const ALL: [Outcome; 16] = [
+    pub const ALL: [Outcome; 15] = [
         Outcome::HwMasked,
         Outcome::Masked,
         Outcome::Benign,
@@ -103,7 +105,6 @@ impl Outcome {
         Outcome::Corrected,
         Outcome::DetectedRecovered,
         Outcome::Detected,
-        Outcome::FalsePositive,
         Outcome::SdcBenign,
         Outcome::SdcCritical,
         Outcome::Due,
@@ -129,7 +130,6 @@ impl Outcome {
             Outcome::Corrected => "Corrected",
             Outcome::DetectedRecovered => "DetectedRecovered",
             Outcome::Detected => "Detected",
-            Outcome::FalsePositive => "FalsePositive",
             Outcome::SdcBenign => "SdcBenign",
             Outcome::SdcCritical => "SdcCritical",
             Outcome::Due => "Due",
@@ -143,14 +143,14 @@ impl Outcome {
     }
 
     /// An outcome only a campaign run with a protection plan records (`Corrected`,
-    /// `DetectedRecovered`, `Detected`, `FalsePositive`).
+    /// `DetectedRecovered`, `Detected`).
     pub const fn protection_only(self) -> bool {
-        matches!(self, Outcome::Corrected | Outcome::DetectedRecovered | Outcome::Detected | Outcome::FalsePositive)
+        matches!(self, Outcome::Corrected | Outcome::DetectedRecovered | Outcome::Detected)
     }
 
-    /// A check fired (`DetectedRecovered`, `Detected`, `FalsePositive`).
+    /// A check fired (`DetectedRecovered`, `Detected`).
     pub const fn detected(self) -> bool {
-        matches!(self, Outcome::DetectedRecovered | Outcome::Detected | Outcome::FalsePositive)
+        matches!(self, Outcome::DetectedRecovered | Outcome::Detected)
     }
 
     /// An outcome only inference campaigns record (`SdcBenign`, `SdcCritical`, `Due`).

@@ -63,7 +63,6 @@ pub fn outcome_color(o: Outcome) -> RGBColor {
         Outcome::Corrected => RGBColor(0xB7, 0xD7, 0xE8),
         Outcome::DetectedRecovered => RGBColor(0x7F, 0xA7, 0xC0),
         Outcome::Detected => RGBColor(0x33, 0x5C, 0x81),
-        Outcome::FalsePositive => RGBColor(0xF0, 0xE4, 0x42),
     }
 }
 
@@ -1281,7 +1280,7 @@ mod tests {
             Outcome::ALL.iter().filter(|o| !o.inference_only()).map(|&o| outcome_color(o)).collect();
         let inference: Vec<RGBColor> =
             Outcome::ALL.iter().filter(|o| o.inference_only() || !o.unmasked()).map(|&o| outcome_color(o)).collect();
-        assert_eq!(training.len(), 13);
+        assert_eq!(training.len(), 12);
         for colors in [training, inference] {
             for (i, a) in colors.iter().enumerate() {
                 assert!(colors[i + 1..].iter().all(|b| b != a), "{a:?} used twice");
