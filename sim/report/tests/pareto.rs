@@ -221,3 +221,22 @@ fn a_single_plan_with_zero_fit_and_no_layers_still_reports() {
         assert!(svg.contains("<svg") && !svg.contains("NaN") && !svg.contains("inf"), "{stem}");
     }
 }
+
+/// The shipped example (`reports/examples/explore-mlp/`, which the README points to) is what
+/// this code renders from its `explore.json`: the page and tables are not stale.
+#[test]
+fn shipped_example_is_what_its_explore_json_renders_to() {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../reports/examples/explore-mlp");
+    let result: ExploreResult =
+        serde_json::from_str(&fs::read_to_string(shipped.join("explore.json")).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_pareto(&result, dir.path()).unwrap();
+    for file in ["pareto.md", "pareto.csv", "index.html"] {
+        let (want, got) =
+            (fs::read_to_string(shipped.join(file)).unwrap(), fs::read_to_string(dir.path().join(file)).unwrap());
+        assert!(
+            want == got,
+            "{file} of the shipped example is stale: regenerate it with `faultline explore configs/explore-mlp.ron`"
+        );
+    }
+}
