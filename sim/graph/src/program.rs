@@ -449,6 +449,22 @@ impl Builder<'_> {
         self.bin(VpuOp::Mul, w(x), per_row(s, c), n)
     }
 
+    /// The column sums of each of `blocks` consecutive blocks of `rows` rows of `cols` columns
+    /// of `x` (`[blocks, cols]`): one column reduction per block.
+    fn block_col_sums(&mut self, x: BufId, blocks: usize, rows: usize, cols: usize) -> BufId {
+        let s = self.temp(blocks * cols);
+        for b in 0..blocks {
+            self.emit(Instr::Vpu {
+                op: VpuOp::ReduceSum { cols, axis: Axis::Col },
+                n: rows * cols,
+                ins: vec![Operand { buf: x, offset: b * rows * cols, view: View::Whole }],
+                outs: vec![Dest { buf: s, offset: b * cols }],
+                acc: false,
+            });
+        }
+        s
+    }
+
     /// `max |x|` over `n` elements, one word: `max(x, -x)` then a reduction (NaN propagates).
     fn max_abs(&mut self, x: BufId, n: usize) -> BufId {
         let neg = self.un(VpuOp::Neg, x, n);
@@ -603,16 +619,7 @@ impl Builder<'_> {
             }
             Op::MeanPool => {
                 let (n, t, d) = (xs[0], xs[1], xs[2]);
-                let s = self.temp(n * d);
-                for ni in 0..n {
-                    self.emit(Instr::Vpu {
-                        op: VpuOp::ReduceSum { cols: d, axis: Axis::Col },
-                        n: t * d,
-                        ins: vec![Operand { buf: x, offset: ni * t * d, view: View::Whole }],
-                        outs: vec![Dest { buf: s, offset: ni * d }],
-                        acc: false,
-                    });
-                }
+                let s = self.block_col_sums(x, n, t, d);
                 self.muls(s, 1.0 / t as f64, n * d)
             }
             Op::MeanPoolGrad { len } => {
@@ -683,20 +690,7 @@ impl Builder<'_> {
                 self.sub(x, step, nx)
             }
             Op::TileSum { tile, rows: false } => self.un(VpuOp::ReduceSum { cols: *tile, axis: Axis::Row }, x, nx),
-            Op::TileSum { tile, rows: true } => {
-                let (r, c) = (xs[0], xs[1]);
-                let s = self.temp(r / tile * c);
-                for t in 0..r / tile {
-                    self.emit(Instr::Vpu {
-                        op: VpuOp::ReduceSum { cols: c, axis: Axis::Col },
-                        n: tile * c,
-                        ins: vec![Operand { buf: x, offset: t * tile * c, view: View::Whole }],
-                        outs: vec![Dest { buf: s, offset: t * c }],
-                        acc: false,
-                    });
-                }
-                s
-            }
+            Op::TileSum { tile, rows: true } => self.block_col_sums(x, xs[0] / tile, *tile, xs[1]),
             Op::MaxAbs => self.max_abs(x, nx),
             Op::MaxAbsDiff => {
                 let d = self.sub(x, y, nx);

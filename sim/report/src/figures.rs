@@ -269,10 +269,10 @@ where
 
 /// A linear f64 axis with explicitly chosen ticks (plotters' `WithKeyPoints` over an f64
 /// range has no label formatter, so `configure_mesh` refuses it).
-struct Axis {
-    lo: f64,
-    hi: f64,
-    ticks: Vec<f64>,
+pub(crate) struct Axis {
+    pub(crate) lo: f64,
+    pub(crate) hi: f64,
+    pub(crate) ticks: Vec<f64>,
 }
 
 impl Axis {

@@ -11,10 +11,9 @@
 
 use crate::document::{fit, pct, pct_of, Block, Row};
 use crate::error::{ReportError, Result};
-use crate::figures::{font, register_font, slug, Figure, Section, FIGURE_SIZE, GRID};
+use crate::figures::{font, register_font, slug, Axis, Figure, Section, FIGURE_SIZE, GRID};
 use faultline_fault::explore::{CampaignResult, ExploreResult, Interval, LayerAbft, PlanResult};
 use faultline_fault::stats::Estimate;
-use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -443,42 +442,6 @@ fn render(p: &Plan, out: &Path) -> Result<Figure> {
     // The campaign report's sections have no place for an exploration's figures; the
     // renderers ignore the section, and `build` places these by name.
     Ok(Figure { name: p.name.clone(), title: p.title.clone(), section: Section::Pareto, svg })
-}
-
-/// A linear f64 axis with explicitly chosen ticks (plotters' `WithKeyPoints` over an f64
-/// range has no label formatter, so `configure_mesh` refuses it).
-struct Axis {
-    lo: f64,
-    hi: f64,
-    ticks: Vec<f64>,
-}
-
-impl Ranged for Axis {
-    type FormatOption = DefaultFormatting;
-    type ValueType = f64;
-
-    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
-        let t = if self.hi == self.lo { 0.5 } else { ((v - self.lo) / (self.hi - self.lo)).clamp(-4.0, 5.0) };
-        let len = (limit.1 - limit.0) as f64;
-        if len >= 0.0 {
-            limit.0 + (len * t + 1e-3).floor() as i32
-        } else {
-            limit.0 - (-len * t + 1e-3).floor() as i32
-        }
-    }
-
-    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
-        // Only bold points: grid lines at the labelled ticks, none between.
-        if hint.weight().allow_light_points() {
-            Vec::new()
-        } else {
-            self.ticks.clone()
-        }
-    }
-
-    fn range(&self) -> std::ops::Range<f64> {
-        self.lo..self.hi
-    }
 }
 
 /// About `max` round ticks (steps 1, 2, 2.5 or 5 x 10^k) from 0 to `hi`, and the step.
