@@ -309,9 +309,6 @@ impl Campaign {
             }
         }
         if let Some(p) = &mut protection {
-            if !abft {
-                bounds = vec![vec![None; p.checks.len()]; residuals.len()];
-            }
             protect::calibrate(p, &residuals, &bounds);
         }
         let checksum = trainer.state.tensors.values().fold(0u64, |h, t| h.rotate_left(5) ^ t.checksum());
@@ -367,6 +364,11 @@ impl Campaign {
     /// Host bytes `threads` workers need (`None` past 2^64): check it before [`Campaign::run`].
     pub fn host_bytes(&self, threads: usize) -> Option<u64> {
         self.step_bytes?.checked_mul(threads as u64)
+    }
+
+    /// The model's name.
+    pub fn model(&self) -> &str {
+        &self.trainer.exec.tg.model
     }
 
     /// The spec.
@@ -616,18 +618,21 @@ impl Campaign {
         upset: &[StepFault],
         p: &protect::Applied,
     ) -> Result<Outcome> {
-        let s = rec.step;
+        let (s, permanent) = (rec.step, self.spec().fault.permanent());
+        // A code that caught a permanent fault catches it in every re-execution.
+        if permanent
+            && p.code_of(&rec.class).is_some_and(|e| !matches!(decode_upset(e, upset), EccVerdict::Residual(_)))
+        {
+            return Ok(Outcome::Detected);
+        }
         for _ in 0..p.plan.recovery.attempts() {
             tr.restore_snapshot(&self.golden.before[&s]);
-            let r = if self.spec().fault.permanent() { tr.step_with_upset(upset)? } else { tr.step()? };
-            let code = p.code_of(&rec.class).is_some_and(|e| {
-                self.spec().fault.permanent() && !matches!(decode_upset(e, upset), EccVerdict::Residual(_))
-            });
-            if code || p.detect(r.loss, &r.checks).is_some() {
+            let r = if permanent { tr.step_with_upset(upset)? } else { tr.step()? };
+            if p.detect(r.loss, &r.checks).is_some() {
                 continue;
             }
             if !same_bits(&tr.state, &self.golden.after[&s].model) {
-                if self.spec().fault.permanent() {
+                if permanent {
                     // The permanent fault got past the checks this time: not recovered.
                     return Ok(Outcome::Detected);
                 }
@@ -969,6 +974,13 @@ fn read_dir(dir: &Path) -> Result<(String, CampaignInfo, Vec<String>)> {
     }
     let lines = complete_lines(&dir.join("records.jsonl"))?;
     Ok((text, info, lines))
+}
+
+/// The records in the campaign directory `dir`, as the summary reads them (complete lines,
+/// in trial order).
+pub fn record_keys(dir: &Path) -> Result<Vec<RecordKey>> {
+    let path = dir.join("records.jsonl");
+    keys(&path, &complete_lines(&path)?)
 }
 
 /// Parses record lines for the summary.

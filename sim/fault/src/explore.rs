@@ -5,16 +5,16 @@
 //! intensity, and writes `explore.json` ([`ExploreResult`]), which the report crate renders
 //! as a Pareto report (residual failure FIT against check bits and cycle overhead).
 
-use crate::campaign::{Campaign, Progress, RunOptions, Shard, TrialMode};
+use crate::campaign::{record_keys, Campaign, Progress, RunOptions, Shard, TrialMode};
 use crate::error::{FaultError, Result};
 use crate::model::Anchor;
 use crate::outcome::Outcome;
 use crate::protect;
-use crate::spec::CampaignSpec;
+use crate::spec::{read_ron, relative_to, CampaignSpec};
 use crate::stats::Estimate;
 use faultline_graph::op::{Op, Phase};
 use faultline_graph::NodeIndex;
-use faultline_hw::budget::{read_text_capped, HostMemory, TEXT_FILE_LIMIT};
+use faultline_hw::budget::HostMemory;
 use faultline_hw::isa::ExecUnit;
 use faultline_hw::Unit;
 use faultline_train::{StepFault, Trainer};
@@ -168,13 +168,7 @@ fn held_out_seed() -> u64 {
 impl ExploreSpec {
     /// Reads and checks a spec; errors name `file:line:col` or the field.
     pub fn load(path: &Path) -> Result<ExploreSpec> {
-        let text = read_text_capped(path, TEXT_FILE_LIMIT).map_err(FaultError::io(path))?;
-        let spec: ExploreSpec = ron::from_str(&text).map_err(|e| FaultError::Parse {
-            file: path.to_path_buf(),
-            line: e.span.start.line,
-            col: e.span.start.col,
-            message: e.code.to_string(),
-        })?;
+        let spec: ExploreSpec = read_ron(path)?;
         let bad = |field: &str, value: String, allowed: &str| {
             Err(FaultError::Invalid { file: path.into(), field: field.into(), value, allowed: allowed.into() })
         };
@@ -192,13 +186,6 @@ impl ExploreSpec {
             );
         }
         Ok(spec)
-    }
-
-    fn resolve(file: &Path, p: &Path) -> PathBuf {
-        match file.parent() {
-            Some(dir) if p.is_relative() => dir.join(p),
-            _ => p.to_path_buf(),
-        }
     }
 }
 
@@ -228,7 +215,7 @@ pub fn run(
 ) -> Result<ExploreResult> {
     let mut campaigns = Vec::new();
     for cfile in &spec.campaigns {
-        let cfile = ExploreSpec::resolve(file, cfile);
+        let cfile = relative_to(file, cfile);
         let base = CampaignSpec::load(&cfile)?;
         if base.protection.is_some() {
             return Err(FaultError::Invalid {
@@ -239,7 +226,7 @@ pub fn run(
             });
         }
         let plans: Vec<Option<PathBuf>> =
-            std::iter::once(None).chain(spec.plans.iter().map(|p| Some(ExploreSpec::resolve(file, p)))).collect();
+            std::iter::once(None).chain(spec.plans.iter().map(|p| Some(relative_to(file, p)))).collect();
         let mut results: Vec<(PlanResult, Vec<Outcome>, Vec<bool>)> = Vec::new();
         let mut layers = Vec::new();
         let mut baseline: Option<Campaign> = None;
@@ -288,7 +275,7 @@ pub fn run(
             fs::create_dir_all(&dir).map_err(FaultError::io(&dir))?;
             let opts = RunOptions { threads, shard: Shard::ALL, resume: true, mode: TrialMode::Hybrid };
             let summary = c.run(&dir, opts, |p| progress(ExploreProgress::Campaign(p)))?;
-            let outcomes = read_outcomes(&dir.join("records.jsonl"))?;
+            let outcomes: Vec<Outcome> = record_keys(&dir)?.into_iter().map(|k| k.outcome).collect();
             let base_cycles = baseline.as_ref().map_or(c.info.cycles_per_step, |b| b.info.cycles_per_step);
             if plan.is_none() {
                 layers = layer_costs(&c, spec.intensity_threshold)?;
@@ -352,11 +339,11 @@ pub fn run(
         }
         let mut plans: Vec<PlanResult> = results.into_iter().map(|(r, _, _)| r).collect();
         mark_pareto(&mut plans);
-        let info = CampaignSpec::load(&cfile)?;
+        let b = baseline.as_ref().expect("the baseline runs first");
         campaigns.push(CampaignResult {
             campaign: base.name.clone(),
-            model: model_name(&info, &cfile)?,
-            hw: hw_name(&info, &cfile)?,
+            model: b.model().to_string(),
+            hw: b.info.hw.clone(),
             trials: base_outcomes.len() as u64,
             base_cycles: plans[0].cycles,
             plans,
@@ -368,31 +355,6 @@ pub fn run(
     let text = serde_json::to_string_pretty(&result).expect("results serialise") + "\n";
     fs::write(&path, text).map_err(FaultError::io(&path))?;
     Ok(result)
-}
-
-fn model_name(spec: &CampaignSpec, file: &Path) -> Result<String> {
-    Ok(faultline_graph::ModelSpec::load(spec.resolve(file, &spec.model))?.name)
-}
-
-fn hw_name(spec: &CampaignSpec, file: &Path) -> Result<String> {
-    Ok(faultline_hw::HwConfig::load(spec.resolve(file, &spec.hw))?.name)
-}
-
-/// Each record's outcome, in trial order.
-fn read_outcomes(path: &Path) -> Result<Vec<Outcome>> {
-    #[derive(Deserialize)]
-    struct Line {
-        outcome: Outcome,
-    }
-    let text = fs::read_to_string(path).map_err(FaultError::io(path))?;
-    text.lines()
-        .enumerate()
-        .map(|(i, l)| {
-            serde_json::from_str::<Line>(l)
-                .map(|l| l.outcome)
-                .map_err(|e| FaultError::Output { path: path.into(), why: format!("line {}: {e}", i + 1) })
-        })
-        .collect()
 }
 
 /// Marks the plans no other plan dominates in (residual FIT, check bits, cycle overhead).

@@ -28,7 +28,6 @@ use crate::error::{FaultError, Result};
 use faultline_graph::checks::{abft_bound, CheckKind, Side};
 use faultline_graph::op::{Op, Phase};
 use faultline_graph::TrainGraph;
-use faultline_hw::budget::{read_text_capped, TEXT_FILE_LIMIT};
 use faultline_hw::ecc::Code;
 use faultline_hw::sites::glob_match;
 use faultline_hw::{HwConfig, SiteClass};
@@ -151,6 +150,20 @@ pub enum Rule {
     Exact,
 }
 
+impl Rule {
+    /// A check's threshold under this rule, given its largest residual and (ABFT) its largest
+    /// accumulation bound over the golden run.
+    fn threshold(self, golden_max: f64, bound: f64) -> f64 {
+        match self {
+            Rule::AbftBound => bound,
+            Rule::Learned(m) => m * golden_max,
+            Rule::Limit(l) => l,
+            Rule::NonFinite => f64::MAX,
+            Rule::Exact => 0.0,
+        }
+    }
+}
+
 /// One check of an applied plan, in the graph's check order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckInfo {
@@ -248,13 +261,7 @@ impl Applied {
 impl ProtectionPlan {
     /// Reads and parses a plan; errors name `file:line:col` or the field.
     pub fn load(path: &Path) -> Result<ProtectionPlan> {
-        let text = read_text_capped(path, TEXT_FILE_LIMIT).map_err(FaultError::io(path))?;
-        let plan: ProtectionPlan = ron::from_str(&text).map_err(|e| FaultError::Parse {
-            file: path.to_path_buf(),
-            line: e.span.start.line,
-            col: e.span.start.col,
-            message: e.code.to_string(),
-        })?;
+        let plan: ProtectionPlan = crate::spec::read_ron(path)?;
         plan.validate(path)?;
         Ok(plan)
     }
@@ -383,14 +390,8 @@ impl ProtectionPlan {
                             AbftTile::PerTile => true,
                             AbftTile::ByIntensity(t) => intensity(m_, k, n) < *t,
                         };
-                        let tile_of = |s: Side| abft_tile(hw, [m_, k, n], s, per_tile);
-                        let s = match side {
-                            Some(s) => *s,
-                            None => cheaper_side(tg, hw, idx, tile_of)?,
-                        };
-                        let k_ = tg.add_abft(idx, s, tile_of(s)).map_err(FaultError::from)?;
-                        let mech = if tile_of(s).is_some() { "abft-tile" } else { "abft" };
-                        checks.push(info(tg, k_, mech, Rule::AbftBound));
+                        let (k_, tiled) = add_abft_on(tg, hw, idx, per_tile, *side)?;
+                        checks.push(info(tg, k_, if tiled { "abft-tile" } else { "abft" }, Rule::AbftBound));
                     }
                 }
                 Mechanism::Range { nodes, bound } => {
@@ -457,12 +458,29 @@ fn abft_tile(hw: &HwConfig, [m, _, n]: [usize; 3], side: Side, per_tile: bool) -
 /// Step cycles of `tg` on `hw` with global (`per_tile` false) or per-tile ABFT on GEMM node
 /// `c` alone, on its cheaper side: what one layer's ABFT costs.
 pub fn abft_cycles(tg: &TrainGraph, hw: &HwConfig, c: faultline_graph::NodeIndex, per_tile: bool) -> Result<u64> {
+    let mut trial = tg.clone();
+    add_abft_on(&mut trial, hw, c, per_tile, None)?;
+    schedule_cycles(&trial, hw)
+}
+
+/// Adds global (`per_tile` false) or per-tile ABFT to GEMM node `c` of `tg`, on `side`, or
+/// (`None`) on the side that makes the step on `hw` shorter; returns the check's index and
+/// whether it is tiled (per-tile ABFT where the GEMM allows it, else global).
+fn add_abft_on(
+    tg: &mut TrainGraph,
+    hw: &HwConfig,
+    c: faultline_graph::NodeIndex,
+    per_tile: bool,
+    side: Option<Side>,
+) -> Result<(usize, bool)> {
     let dims = gemm_dims(tg, c);
     let tile_of = |s: Side| abft_tile(hw, dims, s, per_tile);
-    let side = cheaper_side(tg, hw, c, tile_of)?;
-    let mut trial = tg.clone();
-    trial.add_abft(c, side, tile_of(side)).map_err(FaultError::from)?;
-    schedule_cycles(&trial, hw)
+    let side = match side {
+        Some(s) => s,
+        None => cheaper_side(tg, hw, c, tile_of)?,
+    };
+    let k = tg.add_abft(c, side, tile_of(side)).map_err(FaultError::from)?;
+    Ok((k, tile_of(side).is_some()))
 }
 
 /// The ABFT side of GEMM node `c` (tiles from `tile_of`) that makes `tg`'s step shorter
@@ -509,11 +527,8 @@ fn info(tg: &TrainGraph, k: usize, mechanism: &str, rule: Rule) -> CheckInfo {
         CheckKind::Abft { side, tile } => (Some(gemm_dims(tg, c.guarded)), Some(side), Some(tile)),
         _ => (None, None, None),
     };
-    let threshold = match rule {
-        Rule::Limit(l) => l,
-        Rule::NonFinite => f64::MAX,
-        _ => 0.0,
-    };
+    // Until calibration, as if the golden run had all-zero residuals and bounds.
+    let threshold = rule.threshold(0.0, 0.0);
     CheckInfo {
         name: c.name.clone(),
         mechanism: mechanism.into(),
@@ -562,25 +577,13 @@ pub fn step_bounds(
 }
 
 /// Sets each check's threshold from the golden run: `residuals[s][k]` is check `k`'s residual
-/// on golden step `s`, `bounds[s][k]` its ABFT bound there; then counts the golden steps each
-/// check fires on (false positives).
+/// on golden step `s`, `bounds[s][k]` its ABFT bound there (`bounds` empty when no check is
+/// ABFT); then counts the golden steps each check fires on (false positives).
 pub fn calibrate(applied: &mut Applied, residuals: &[Vec<f32>], bounds: &[Vec<Option<f64>>]) {
     for (k, c) in applied.checks.iter_mut().enumerate() {
         c.golden_max = residuals.iter().map(|r| r[k] as f64).fold(0.0, f64::max);
-        c.threshold = match c.rule {
-            Rule::AbftBound => bounds.iter().filter_map(|b| b[k]).fold(0.0, f64::max),
-            Rule::Learned(m) => m * c.golden_max,
-            Rule::Limit(l) => l,
-            Rule::NonFinite => f64::MAX,
-            Rule::Exact => 0.0,
-        };
-    }
-    for c in applied.checks.iter_mut() {
-        c.false_positives = 0;
-    }
-    for r in residuals {
-        for (k, c) in applied.checks.iter_mut().enumerate() {
-            c.false_positives += c.fires(r[k]) as u64;
-        }
+        let bound = bounds.iter().filter_map(|b| b.get(k).copied().flatten()).fold(0.0, f64::max);
+        c.threshold = c.rule.threshold(c.golden_max, bound);
+        c.false_positives = residuals.iter().filter(|r| c.fires(r[k])).count() as u64;
     }
 }

@@ -6,6 +6,7 @@ use crate::error::{FaultError, Result};
 use crate::outcome::Thresholds;
 use faultline_hw::budget::{read_text_capped, TEXT_FILE_LIMIT};
 use faultline_train::{MxuFormat, OptimizerKind, MAX_STEPS};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -200,31 +201,48 @@ pub enum Sampling {
     },
 }
 
+/// Parses RON text of any of this crate's files (campaigns, protection plans, explorations);
+/// `file` names it in errors (`file:line:col`: syntax, unknown or missing field).
+pub fn parse_ron<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T> {
+    ron::from_str(text).map_err(|e| FaultError::Parse {
+        file: file.to_path_buf(),
+        line: e.span.start.line,
+        col: e.span.start.col,
+        message: e.code.to_string(),
+    })
+}
+
+/// Reads a RON file (at most [`TEXT_FILE_LIMIT`] bytes) and parses it ([`parse_ron`]).
+pub fn read_ron<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    parse_ron(&read_text_capped(path, TEXT_FILE_LIMIT).map_err(FaultError::io(path))?, path)
+}
+
+/// `path` as written in the file `file`: relative paths are relative to its directory.
+pub fn relative_to(file: &Path, path: &Path) -> PathBuf {
+    match file.parent() {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path.to_path_buf(),
+    }
+}
+
 impl CampaignSpec {
     /// Reads and parses a spec file and checks the fields that need no model or machine.
     pub fn load(path: &Path) -> Result<CampaignSpec> {
-        let text = read_text_capped(path, TEXT_FILE_LIMIT).map_err(FaultError::io(path))?;
-        Self::from_ron(&text, path)
+        let spec: CampaignSpec = read_ron(path)?;
+        spec.validate(path)?;
+        Ok(spec)
     }
 
     /// Parses RON text; `file` names it in errors.
     pub fn from_ron(text: &str, file: &Path) -> Result<CampaignSpec> {
-        let spec: CampaignSpec = ron::from_str(text).map_err(|e| FaultError::Parse {
-            file: file.to_path_buf(),
-            line: e.span.start.line,
-            col: e.span.start.col,
-            message: e.code.to_string(),
-        })?;
+        let spec: CampaignSpec = parse_ron(text, file)?;
         spec.validate(file)?;
         Ok(spec)
     }
 
     /// `path` as written in the spec file `file`: relative paths are relative to its directory.
     pub fn resolve(&self, file: &Path, path: &Path) -> PathBuf {
-        match file.parent() {
-            Some(dir) if path.is_relative() => dir.join(path),
-            _ => path.to_path_buf(),
-        }
+        relative_to(file, path)
     }
 
     /// Value checks the types cannot express.
