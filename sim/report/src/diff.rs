@@ -215,8 +215,8 @@ pub fn build(ta: &Trace, a: &Report, tb: &Trace, b: &Report) -> Vec<Block> {
 
 /// Writes `diff.csv`: one row per unit and class with both sides' shares and intervals.
 pub fn write_csv(rows: &[DiffRow], path: &Path) -> Result<()> {
-    let err = |e: csv::Error| ReportError::Io { path: path.to_path_buf(), source: std::io::Error::other(e) };
-    let mut w = csv::Writer::from_path(path).map_err(err)?;
+    let err = |e| crate::tables::csv_error(path, e);
+    let mut w = crate::tables::writer(path)?;
     let mut head = vec!["name".to_string(), "level".into(), "trials_a".into(), "trials_b".into()];
     for q in ["unmasked", "failure"] {
         for s in ["a", "a_lo", "a_hi", "b", "b_lo", "b_hi", "change", "overlap"] {
@@ -247,11 +247,9 @@ pub fn write_csv(rows: &[DiffRow], path: &Path) -> Result<()> {
 pub fn write_diff(ta: &Trace, a: &Report, tb: &Trace, b: &Report, out: &Path) -> Result<[PathBuf; 3]> {
     std::fs::create_dir_all(out).map_err(ReportError::io(out))?;
     let blocks = build(ta, a, tb, b);
-    let html = out.join("index.html");
     let title = format!("Faultline diff: {} against {}", ta.info.spec.name, tb.info.spec.name);
-    std::fs::write(&html, crate::html::render(&title, &blocks)).map_err(ReportError::io(&html))?;
-    let md = out.join("report.md");
-    std::fs::write(&md, crate::markdown::render(&blocks)).map_err(ReportError::io(&md))?;
+    let html = crate::write_file(out, "index.html", crate::html::render(&title, &blocks))?;
+    let md = crate::write_file(out, "report.md", crate::markdown::render(&blocks))?;
     let csv = out.join("diff.csv");
     write_csv(&compare(a, b), &csv)?;
     Ok([html, md, csv])

@@ -408,15 +408,20 @@ where
     Ok(())
 }
 
-/// About `max` round tick values in `[lo, hi]` (steps 1, 2, 2.5 or 5 x 10^k).
-fn ticks(lo: f64, hi: f64, max: usize) -> Vec<f64> {
-    let raw = (hi - lo) / max.max(1) as f64;
+/// The round step (1, 2, 2.5 or 5 x 10^k) of about `max` ticks over a span of `span`
+/// (`None` for an empty or non-finite span).
+pub(crate) fn tick_step(span: f64, max: usize) -> Option<f64> {
+    let raw = span / max.max(1) as f64;
     if raw <= 0.0 || !raw.is_finite() {
-        return vec![lo];
+        return None;
     }
     let mag = 10f64.powf(raw.log10().floor());
-    let step =
-        [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|&s| s >= raw * (1.0 - 1e-9)).unwrap_or(10.0 * mag);
+    Some([1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|&s| s >= raw * (1.0 - 1e-9)).unwrap_or(10.0 * mag))
+}
+
+/// About `max` round tick values in `[lo, hi]` ([`tick_step`]).
+pub(crate) fn ticks(lo: f64, hi: f64, max: usize) -> Vec<f64> {
+    let Some(step) = tick_step(hi - lo, max) else { return vec![lo] };
     let first = (lo / step - 1e-9).ceil() as i64;
     let last = (hi / step + 1e-9).floor() as i64;
     // Multiples of the step, not accumulated sums: no drift like 0.30000000000000004.

@@ -39,15 +39,18 @@ pub fn write_report(trace: &load::Trace, report: &aggregate::Report, out: &Path)
     std::fs::create_dir_all(out).map_err(ReportError::io(out))?;
     let figures = figures::write_figures(report, out)?;
     let blocks = document::build(trace, report, &figures);
-    let write = |name: &str, text: String| -> Result<PathBuf> {
-        let p = out.join(name);
-        std::fs::write(&p, text).map_err(ReportError::io(&p))?;
-        Ok(p)
-    };
-    let markdown = write("report.md", markdown::render(&blocks))?;
-    let html = write("index.html", html::render(&format!("Faultline report: {}", trace.info.spec.name), &blocks))?;
+    let markdown = write_file(out, "report.md", markdown::render(&blocks))?;
+    let html =
+        write_file(out, "index.html", html::render(&format!("Faultline report: {}", trace.info.spec.name), &blocks))?;
     let csv = [out.join("summary.csv"), out.join("trials.csv")];
     tables::write_summary(report, trace.info.spec.fit_per_bit, &csv[0])?;
     tables::write_trials(trace, &csv[1])?;
     Ok(Written { html, markdown, csv, figures: figures.len() })
+}
+
+/// Writes `text` to `out/name` and returns the path.
+pub(crate) fn write_file(out: &Path, name: &str, text: String) -> Result<PathBuf> {
+    let p = out.join(name);
+    std::fs::write(&p, text).map_err(ReportError::io(&p))?;
+    Ok(p)
 }

@@ -11,7 +11,9 @@
 
 use crate::document::{fit, pct, pct_of, Block, Row};
 use crate::error::{ReportError, Result};
-use crate::figures::{font, register_font, slug, Axis, Figure, Section, FIGURE_SIZE, GRID};
+use crate::figures::{self, font, register_font, slug, tick_step, Axis, Figure, Section, FIGURE_SIZE, GRID};
+use crate::tables::{csv_error, writer};
+use crate::write_file;
 use faultline_fault::explore::{CampaignResult, ExploreResult, Interval, LayerAbft, PlanResult};
 use faultline_fault::stats::Estimate;
 use plotters::coord::Shift;
@@ -38,13 +40,9 @@ pub fn write_pareto(result: &ExploreResult, out: &Path) -> Result<ParetoWritten>
     std::fs::create_dir_all(out).map_err(ReportError::io(out))?;
     let figures = write_figures(result, out)?;
     let blocks = build(result, &figures);
-    let write = |name: &str, text: String| -> Result<PathBuf> {
-        let p = out.join(name);
-        std::fs::write(&p, text).map_err(ReportError::io(&p))?;
-        Ok(p)
-    };
-    let markdown = write("pareto.md", crate::markdown::render(&blocks))?;
-    let html = write("index.html", crate::html::render(&format!("Faultline exploration: {}", result.name), &blocks))?;
+    let markdown = write_file(out, "pareto.md", crate::markdown::render(&blocks))?;
+    let title = format!("Faultline exploration: {}", result.name);
+    let html = write_file(out, "index.html", crate::html::render(&title, &blocks))?;
     let csv = out.join("pareto.csv");
     write_csv(result, &csv)?;
     Ok(ParetoWritten { html, markdown, csv, figures: figures.len() })
@@ -287,16 +285,11 @@ fn estimate_cells(e: Estimate) -> [String; 5] {
     [e.k.to_string(), e.n.to_string(), num(e.p), num(e.lo), num(e.hi)]
 }
 
-/// A CSV error as an I/O error on `path`.
-fn csv_error(path: &Path) -> impl Fn(csv::Error) -> ReportError + '_ {
-    move |e| ReportError::Io { path: path.to_path_buf(), source: std::io::Error::other(e) }
-}
-
 /// Writes `pareto.csv`: one row per (campaign, plan) with every number of the plan table
 /// (shares as fractions, as `summary.csv` has them; estimates as k, n, p, lo, hi). Coverage
 /// with nothing caught or failed and the baseline's paired counts are empty, as `-` in the table.
 pub fn write_csv(result: &ExploreResult, path: &Path) -> Result<()> {
-    let mut w = csv::Writer::from_path(path).map_err(csv_error(path))?;
+    let mut w = writer(path)?;
     let mut head: Vec<String> = [
         "campaign",
         "model",
@@ -321,7 +314,7 @@ pub fn write_csv(result: &ExploreResult, path: &Path) -> Result<()> {
         head.extend([format!("{e}_k"), format!("{e}_n"), e.to_string(), format!("{e}_lo"), format!("{e}_hi")]);
     }
     head.extend(["pareto", "paired_trials", "failures_removed", "failures_added"].map(String::from));
-    w.write_record(&head).map_err(csv_error(path))?;
+    w.write_record(&head).map_err(|e| csv_error(path, e))?;
     for c in &result.campaigns {
         let base = baseline(c);
         for (i, p) in c.plans.iter().enumerate() {
@@ -354,7 +347,7 @@ pub fn write_csv(result: &ExploreResult, path: &Path) -> Result<()> {
             } else {
                 row.extend([p.paired_trials.to_string(), p.failures_removed.to_string(), p.failures_added.to_string()]);
             }
-            w.write_record(&row).map_err(csv_error(path))?;
+            w.write_record(&row).map_err(|e| csv_error(path, e))?;
         }
     }
     w.flush().map_err(ReportError::io(path))
@@ -444,18 +437,12 @@ fn render(p: &Plan, out: &Path) -> Result<Figure> {
     Ok(Figure { name: p.name.clone(), title: p.title.clone(), section: Section::Pareto, svg })
 }
 
-/// About `max` round ticks (steps 1, 2, 2.5 or 5 x 10^k) from 0 to `hi`, and the step.
+/// About `max` round ticks from 0 to `hi`, and their step ([`figures::tick_step`]).
 fn ticks(hi: f64, max: usize) -> (Vec<f64>, f64) {
-    let raw = hi / max.max(1) as f64;
-    if raw <= 0.0 || !raw.is_finite() {
-        return (vec![0.0], 1.0);
+    match tick_step(hi, max) {
+        Some(step) => (figures::ticks(0.0, hi, max), step),
+        None => (vec![0.0], 1.0),
     }
-    let mag = 10f64.powf(raw.log10().floor());
-    let step =
-        [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|&s| s >= raw * (1.0 - 1e-9)).unwrap_or(10.0 * mag);
-    let last = (hi / step + 1e-9).floor() as i64;
-    // Multiples of the step, not accumulated sums: no drift like 0.30000000000000004.
-    ((0..=last).map(|k| k as f64 * step).collect(), step)
 }
 
 /// A tick label with as many decimals as the tick step needs (2.5 needs one, 20 none).

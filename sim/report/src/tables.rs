@@ -12,12 +12,12 @@ fn num(x: Option<f64>) -> String {
 }
 
 /// Opens a CSV writer on `path`.
-fn writer(path: &Path) -> Result<csv::Writer<std::fs::File>> {
+pub(crate) fn writer(path: &Path) -> Result<csv::Writer<std::fs::File>> {
     csv::Writer::from_path(path).map_err(|e| csv_error(path, e))
 }
 
 /// A CSV error as an I/O error on `path`.
-fn csv_error(path: &Path, e: csv::Error) -> ReportError {
+pub(crate) fn csv_error(path: &Path, e: csv::Error) -> ReportError {
     ReportError::Io { path: path.to_path_buf(), source: std::io::Error::other(e) }
 }
 
