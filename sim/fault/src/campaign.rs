@@ -266,7 +266,8 @@ impl Campaign {
             Some(e) => (e, e.schedule()),
             None => (&trainer.exec, trainer.schedule.clone()),
         };
-        let space = Space::new(exec, &sched, &spec, file)?;
+        let ecc = protection.as_ref().map_or(&[][..], |p| &p.ecc[..]);
+        let space = Space::new(exec, &sched, &spec, file, ecc)?;
         let classes: Vec<_> = space.classes.iter().map(|c| c.class).collect();
         spec.fault.check(&exec.hw, &classes, file)?;
         let (cycles_per_step, instructions_per_step) = (sched.total_cycles, exec.program().instrs.len());
@@ -324,16 +325,18 @@ impl Campaign {
             .iter()
             .enumerate()
             .map(|(i, c)| ClassInfo {
-                class: c.class.pattern(),
+                class: c.pattern(),
                 bits: c.bits,
-                width: c.class.width(ehw),
+                width: c.width(ehw),
                 unit: c.class.unit.name().to_string(),
                 register: c.class.register_name().to_string(),
                 kind: c.class.kind(),
                 dims: c.class.dims(ehw),
-                format: c.class.format(ehw).map(|f| f.name().to_string()),
+                // Check bits hold no number.
+                format: c.class.format(ehw).filter(|_| c.check_bits == 0).map(|f| f.name().to_string()),
                 weight: space.weight(i),
-                live_bit_cycles: c.live.iter().map(|w| w.bit_cycles(ehw)).sum(),
+                live_bit_cycles: c.live.iter().map(|w| w.bit_cycles(ehw)).sum::<u128>() * c.width(ehw) as u128
+                    / c.class.width(ehw) as u128,
             })
             .collect();
         let info = CampaignInfo {
@@ -468,7 +471,7 @@ impl Campaign {
             schema: SCHEMA,
             trial: t,
             fault: upset.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" + "),
-            class: a.class.pattern(),
+            class: a.pattern(),
             model: model_name(spec.fault),
             bit: a.bit,
             element: a.elem,
@@ -549,12 +552,26 @@ impl Campaign {
 
     /// Runs a training trial: the injection step with `upset` from the golden state before it,
     /// then whatever judging it needs ([`Campaign::follow`]).
+    ///
+    /// The machine takes the upset's data bits. Bits past the class's width are a code's check
+    /// bits, which hold no value: a trial struck only there runs a probe instead (the same
+    /// words' top data bit, at the same time) to learn whether a word is read while wrong, and
+    /// the code then judges the actual error pattern. A permanent fault in check bits is
+    /// judged by the injection step's reads.
     fn train(&self, tr: &mut Trainer, rec: &mut TrialRecord, a: &Anchor, upset: &[StepFault]) -> Result<()> {
         let t = rec.trial;
         let s = a.step;
         let golden = &self.info.golden;
+        let width = a.class.width(&tr.exec.hw);
+        let mut data = data_bits(upset, width);
+        let probe = data.is_empty();
+        let run: Vec<StepFault> = if probe {
+            upset.iter().map(|f| StepFault { site: FaultSite { bit: width - 1, ..f.site }, ..*f }).collect()
+        } else {
+            data.clone()
+        };
         tr.restore_snapshot(&self.golden.before[&s]);
-        let mut r = tr.step_with_upset(upset)?;
+        let mut r = tr.step_with_upset(&run)?;
         let report =
             r.injection.clone().ok_or_else(|| FaultError::Inconsistent(format!("trial {t}: no injection report")))?;
         rec.register_level_cycles = register_cycles(&tr.schedule, a, upset, &report);
@@ -572,11 +589,16 @@ impl Campaign {
             rec.outcome = self.follow(tr, rec, upset, r.loss, same, &mut corrupted)?;
             return Ok(());
         };
+        let code = p.code_of(&a.class.pattern());
+        if probe && !corrupted {
+            // No word was read while its check bits were wrong.
+            rec.outcome = Outcome::HwMasked;
+            return Ok(());
+        }
         // A code on the struck class acts on the reads that saw the changed bits.
-        let mut upset = upset.to_vec();
-        if let Some(e) = p.code_of(&rec.class).filter(|_| corrupted) {
+        if let Some(e) = code.filter(|_| corrupted) {
             let by = format!("ecc:{}", e.class);
-            match decode_upset(e, &upset) {
+            match decode_upset(e, upset) {
                 EccVerdict::Corrected => {
                     rec.detected_by = Some(by);
                     rec.outcome = Outcome::Corrected;
@@ -584,50 +606,52 @@ impl Campaign {
                 }
                 EccVerdict::Detected => {
                     rec.detected_by = Some(by);
-                    rec.outcome = self.recover(tr, rec, &upset, p)?;
+                    rec.outcome = self.recover(tr, rec, upset, &data, p, code)?;
                     return Ok(());
                 }
-                EccVerdict::Residual(rest) if rest != upset => {
-                    // Miscorrected or partly corrected: the data error the decoder passes on.
-                    tr.restore_snapshot(&self.golden.before[&s]);
-                    r = tr.step_with_upset(&rest)?;
-                    corrupted = r.injection.as_ref().is_some_and(|i| !i.masked());
-                    same = same_bits(&tr.state, &self.golden.after[&s].model);
-                    upset = rest;
+                EccVerdict::Residual(rest) => {
+                    let rest = data_bits(&rest, width);
+                    if rest != run {
+                        // Miscorrected or partly corrected: the data error the decoder passes on.
+                        tr.restore_snapshot(&self.golden.before[&s]);
+                        r = tr.step_with_upset(&rest)?;
+                        corrupted = r.injection.as_ref().is_some_and(|i| !i.masked());
+                        same = same_bits(&tr.state, &self.golden.after[&s].model);
+                        data = rest;
+                    }
                 }
-                EccVerdict::Residual(_) => {}
             }
         }
         if let Some(by) = p.detect(r.loss, &r.checks) {
             rec.detected_by = Some(by);
-            rec.outcome = self.recover(tr, rec, &upset, p)?;
+            rec.outcome = self.recover(tr, rec, upset, &data, p, None)?;
             return Ok(());
         }
-        rec.outcome = self.follow(tr, rec, &upset, r.loss, same, &mut corrupted)?;
+        rec.outcome = self.follow(tr, rec, &data, r.loss, same, &mut corrupted)?;
         Ok(())
     }
 
     /// The outcome of a trial whose injection step a check caught: re-executed from the state
     /// before it, as the plan's recovery allows, until a run passes every check (the golden
     /// step, bit for bit, for a transient fault: else an inconsistency), or `Detected`. A
-    /// permanent fault strikes every re-execution.
+    /// permanent fault (`upset`, whose data bits are `data`) strikes every re-execution; if
+    /// `code` caught it, it catches it in every re-execution.
     fn recover(
         &self,
         tr: &mut Trainer,
         rec: &TrialRecord,
         upset: &[StepFault],
+        data: &[StepFault],
         p: &protect::Applied,
+        code: Option<&protect::EccInfo>,
     ) -> Result<Outcome> {
         let (s, permanent) = (rec.step, self.spec().fault.permanent());
-        // A code that caught a permanent fault catches it in every re-execution.
-        if permanent
-            && p.code_of(&rec.class).is_some_and(|e| !matches!(decode_upset(e, upset), EccVerdict::Residual(_)))
-        {
+        if permanent && code.is_some_and(|e| !matches!(decode_upset(e, upset), EccVerdict::Residual(_))) {
             return Ok(Outcome::Detected);
         }
         for _ in 0..p.plan.recovery.attempts() {
             tr.restore_snapshot(&self.golden.before[&s]);
-            let r = if permanent { tr.step_with_upset(upset)? } else { tr.step()? };
+            let r = if permanent { tr.step_with_upset(data)? } else { tr.step()? };
             if p.detect(r.loss, &r.checks).is_some() {
                 continue;
             }
@@ -824,6 +848,11 @@ fn decode_upset(e: &protect::EccInfo, upset: &[StepFault]) -> EccVerdict {
     } else {
         EccVerdict::Residual(rest)
     }
+}
+
+/// The faults of `upset` in data bits (below `width`): what the machine can take.
+fn data_bits(upset: &[StepFault], width: u32) -> Vec<StepFault> {
+    upset.iter().filter(|f| f.site.bit < width).copied().collect()
 }
 
 /// Cycles run at register level: every instruction of the site's unit the fault's cycles

@@ -243,7 +243,10 @@ pub fn run(
             // Which trials are the baseline's very faults: all of them under a plan that
             // leaves the program alone; under one that adds instructions, the register faults
             // translated onto the longer step (the rest are this campaign's own draws).
-            let (mut paired, mut translated_classes) = (vec![true; c.info.trials as usize], HashSet::new());
+            // Trials past the baseline's are a code's check-bit strata, which it lacks.
+            let mut paired: Vec<bool> =
+                (0..c.info.trials).map(|t| baseline.as_ref().is_none_or(|b| t < b.info.trials)).collect();
+            let mut translated_classes = HashSet::new();
             if let (Some(b), Some(p)) = (&baseline, &c.info.protection) {
                 if p.cycles != p.base_cycles || !p.checks.is_empty() {
                     let (bt, pt) = (b.trainer(), c.trainer());
@@ -263,6 +266,11 @@ pub fn run(
                                 paired.push(false);
                             }
                         }
+                    }
+                    // Trials past the baseline's: this campaign's own strata (a code's check bits).
+                    for t in b.info.trials..c.info.trials {
+                        faults.push(c.upset(t));
+                        paired.push(false);
                     }
                     let from = format!(
                         "the trials of unprotected campaign `{}`, register faults translated onto this step",

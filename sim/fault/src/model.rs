@@ -16,12 +16,22 @@ pub struct Anchor {
     pub class: SiteClass,
     /// Element (PE, lane, word) as [`SiteClass::site_at`] numbers them.
     pub elem: u64,
-    /// Bit within the element's register or word.
+    /// Bit within the element's register or word; at or past the class's width, a bit of the
+    /// check bits a code adds (codeword order: data bits, then check bits).
     pub bit: u32,
     /// Training step (1-based).
     pub step: u64,
     /// Cycle within the step.
     pub cycle: u64,
+    /// For an anchor in a code's check bits: check bits per element; 0 in the data bits.
+    pub check_bits: u32,
+}
+
+impl Anchor {
+    /// The stratum's name: the class's pattern, with `.check` for a code's check bits.
+    pub fn pattern(&self) -> String {
+        crate::sample::check_pattern(self.class, self.check_bits)
+    }
 }
 
 /// Elements in one row of `class` (the neighbours of an element): a PE row, or all lanes or
@@ -80,11 +90,14 @@ impl FaultModel {
     /// The bits struck, all at the anchor's step and cycle (a step of `step_cycles` cycles).
     /// Neighbours extend up from the anchor (higher bits, or the next elements along the row)
     /// and shift down where they would pass the register's or row's end, so every bit of the
-    /// class is struck by the same number of anchors except near the ends.
+    /// class is struck by the same number of anchors except near the ends. An anchor in a
+    /// code's check bits strikes bits of the codeword (its data and check bits), numbered past
+    /// the data width as [`faultline_hw::ecc::Code::decode_error`] numbers them.
     pub fn upset(self, hw: &HwConfig, a: &Anchor, step_cycles: u64) -> Vec<StepFault> {
+        let width = a.class.width(hw);
         let fault = |elem: u64, bit: u32, kind: BitFault, duration: u64| {
-            let idx = elem * a.class.width(hw) as u64 + bit as u64;
-            let site = a.class.site_at(hw, idx).expect("anchors lie inside their class");
+            let mut site = a.class.site_at(hw, elem * width as u64).expect("anchors lie inside their class");
+            site.bit = bit;
             StepFault { kind, site, step: a.step, cycle: a.cycle, duration }
         };
         match self {
@@ -98,7 +111,7 @@ impl FaultModel {
                 vec![fault(a.elem, a.bit, kind, cycles)]
             }
             FaultModel::MultiBit { bits, along: Along::Bits } => {
-                let first = a.bit.min(a.class.width(hw) - bits);
+                let first = a.bit.min(width + a.check_bits - bits);
                 (first..first + bits).map(|b| fault(a.elem, b, BitFault::Flip, 1)).collect()
             }
             FaultModel::MultiBit { bits, along: Along::Elements } => {
@@ -130,7 +143,7 @@ mod tests {
         let hw = hw();
         let psum = class(Unit::Mxu, Register::Psum);
         // PE (1, 5) is the last of its row of 6: a 3-PE upset shifts left to columns 3..=5.
-        let a = Anchor { class: psum, elem: 11, bit: 31, step: 2, cycle: 7 };
+        let a = Anchor { class: psum, elem: 11, bit: 31, step: 2, cycle: 7, check_bits: 0 };
         let up = FaultModel::MultiBit { bits: 3, along: Along::Elements }.upset(&hw, &a, 100);
         let names: Vec<String> = up.iter().map(|f| f.site.to_string()).collect();
         assert_eq!(names, ["mxu.pe[1][3].psum[31]", "mxu.pe[1][4].psum[31]", "mxu.pe[1][5].psum[31]"]);
@@ -145,6 +158,24 @@ mod tests {
         let a0 = Anchor { cycle: 0, ..a };
         let up = FaultModel::StuckAt { value: 0, lasts: Lasts::Step }.upset(&hw, &a0, 100);
         assert_eq!((up[0].kind, up[0].cycle, up[0].duration), (BitFault::StuckAt0, 0, 100));
+    }
+
+    #[test]
+    fn upsets_in_check_bits_strike_the_codeword() {
+        let hw = hw();
+        let psum = class(Unit::Mxu, Register::Psum);
+        // A 32-bit register under SECDED: check bits are codeword bits 32..39.
+        let a = Anchor { class: psum, elem: 0, bit: 38, step: 1, cycle: 3, check_bits: 7 };
+        assert_eq!(a.pattern(), "mxu.pe[*][*].psum.check");
+        let bits = |up: Vec<StepFault>| up.iter().map(|f| f.site.bit).collect::<Vec<_>>();
+        assert_eq!(bits(FaultModel::Flip.upset(&hw, &a, 100)), [38]);
+        assert_eq!(bits(FaultModel::MultiBit { bits: 3, along: Along::Bits }.upset(&hw, &a, 100)), [36, 37, 38]);
+        // Anchored at the first check bit, an upset does not reach back into the data bits...
+        let a32 = Anchor { bit: 32, ..a };
+        assert_eq!(bits(FaultModel::MultiBit { bits: 2, along: Along::Bits }.upset(&hw, &a32, 100)), [32, 33]);
+        // ...but one anchored at the codeword's end shifts down across it.
+        let one = Anchor { check_bits: 1, bit: 32, ..a };
+        assert_eq!(bits(FaultModel::MultiBit { bits: 3, along: Along::Bits }.upset(&hw, &one, 100)), [30, 31, 32]);
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //!   of the site classes (SRAM words, PE or VPU registers, DMA and sequencer registers). Its
 //!   decoder ([`faultline_hw::ecc`]) runs on each read of a word whose bits an upset changed:
 //!   SECDED corrects single errors and detects double ones, parity detects odd-weight errors.
-//!   Cost: the check bits, `words x check_bits(width)`; they are fault sites too.
+//!   Cost: the check bits, `words x check_bits(width)`. They are fault sites too: a campaign
+//!   samples them as one more stratum per coded class (`ub.word[*].check`), whose upsets the
+//!   decoder judges on the next read of their word.
 //! * `Abft(nodes: [globs], phases: [..], tile: Global | PerTile | ByIntensity(threshold))`:
 //!   Huang & Abraham checksums of the rank-2 `MatMul` nodes ([`faultline_graph::checks`]),
 //!   computed by real MXU and VPU instructions; the threshold is the accumulation bound

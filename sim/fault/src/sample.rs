@@ -1,9 +1,14 @@
 //! The space a campaign samples, (bit, cycle, step) over its site classes, and the trial plan:
 //! trial `t`'s anchor is a pure function of the campaign seed and `t` (ChaCha8), so any shard,
 //! thread or resumed run draws the same faults.
+//!
+//! Under a protection plan, the check bits a code adds to a selected class are sites too: one
+//! more stratum per coded class (`ub.word.check`), after every data class, so the data
+//! classes' trials are the unprotected campaign's very draws under stratified sampling.
 
 use crate::error::{FaultError, Result};
 use crate::model::Anchor;
+use crate::protect::EccInfo;
 use crate::spec::{CampaignSpec, Sampling, MAX_TRIALS};
 use faultline_graph::StepSchedule;
 use faultline_hw::sites::glob_match;
@@ -14,15 +19,45 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 
-/// One selected class: its bits and the windows in which they may be live.
+/// One selected class, or the check bits a code adds to one: its bits and the windows in which
+/// they may be live.
 #[derive(Debug, Clone)]
 pub struct ClassSpace {
     /// The class.
     pub class: SiteClass,
     /// Bits in it.
     pub bits: u64,
-    /// Its possibly live (element, cycle) windows in a step ([`faultline_train::space`]).
+    /// Its possibly live (element, cycle) windows in a step ([`faultline_train::space`]); a
+    /// code's check bits are live when their word's data is.
     pub live: Vec<LiveWindow>,
+    /// For the stratum of a code's check bits: check bits per element; 0 for the data bits.
+    pub check_bits: u32,
+}
+
+impl ClassSpace {
+    /// The stratum's name in records and summaries: the class's pattern, with `.check` for a
+    /// code's check bits.
+    pub fn pattern(&self) -> String {
+        check_pattern(self.class, self.check_bits)
+    }
+
+    /// Bits per element sampled in this stratum.
+    pub fn width(&self, hw: &HwConfig) -> u32 {
+        if self.check_bits > 0 {
+            self.check_bits
+        } else {
+            self.class.width(hw)
+        }
+    }
+}
+
+/// The name of `class`'s data bits (`check_bits` 0) or of the check bits a code adds to it.
+pub fn check_pattern(class: SiteClass, check_bits: u32) -> String {
+    if check_bits > 0 {
+        format!("{}.check", class.pattern())
+    } else {
+        class.pattern()
+    }
 }
 
 /// The sampled space: the selected classes over every injection step's cycles.
@@ -43,9 +78,16 @@ pub struct Space {
 
 impl Space {
     /// The classes of `exec`'s machine that the spec's site globs select (each glob must
-    /// select one), over its injection steps of schedule `sched` (every cycle, or only cycle 0
-    /// for faults that cover whole steps). `file` names the spec in errors.
-    pub fn new(exec: &Executor, sched: &StepSchedule, spec: &CampaignSpec, file: &Path) -> Result<Space> {
+    /// select one), then the check bits of those under a code of `ecc`, over its injection
+    /// steps of schedule `sched` (every cycle, or only cycle 0 for faults that cover whole
+    /// steps). `file` names the spec in errors.
+    pub fn new(
+        exec: &Executor,
+        sched: &StepSchedule,
+        spec: &CampaignSpec,
+        file: &Path,
+        ecc: &[EccInfo],
+    ) -> Result<Space> {
         let (globs, sampling, seed) = (&spec.sites, spec.sampling, spec.seed);
         let hw = &exec.hw;
         let all: Vec<SiteClass> = SiteClass::all(hw).into_iter().filter(|c| c.bit_count(hw) > 0).collect();
@@ -61,15 +103,27 @@ impl Space {
             }
         }
         let live = windows(exec, sched);
-        let classes = all
+        let mut classes: Vec<ClassSpace> = all
             .into_iter()
             .filter(|c| globs.iter().any(|g| glob_match(g, &c.pattern())))
             .map(|class| ClassSpace {
                 class,
                 bits: class.bit_count(hw),
                 live: live.iter().filter(|w| w.class == class).cloned().collect(),
+                check_bits: 0,
             })
             .collect();
+        let checks: Vec<ClassSpace> = (classes.iter())
+            .filter_map(|c| {
+                let e = ecc.iter().find(|e| e.class == c.class.pattern())?;
+                Some(ClassSpace {
+                    bits: c.class.elements(hw) * e.check_bits as u64,
+                    check_bits: e.check_bits,
+                    ..c.clone()
+                })
+            })
+            .collect();
+        classes.extend(checks);
         let cycles = if spec.fault.whole_steps() { 1 } else { sched.total_cycles };
         let space = Space { classes, steps: spec.inject_steps.steps(), cycles, sampling, seed };
         let trials = space.trials_unchecked();
@@ -113,10 +167,19 @@ impl Space {
 
     /// Trial `t`'s anchor.
     pub fn anchor(&self, hw: &HwConfig, t: u64) -> Anchor {
+        // A check bit is numbered after the data bits, as in the code's codeword.
         let at = |class: usize, idx: u64, step: usize, cycle: u64| {
-            let c = self.classes[class].class;
+            let c = &self.classes[class];
             let w = c.width(hw) as u64;
-            Anchor { class: c, elem: idx / w, bit: (idx % w) as u32, step: self.steps[step], cycle }
+            let first = if c.check_bits > 0 { c.class.width(hw) } else { 0 };
+            Anchor {
+                class: c.class,
+                elem: idx / w,
+                bit: first + (idx % w) as u32,
+                step: self.steps[step],
+                cycle,
+                check_bits: c.check_bits,
+            }
         };
         // Bit `idx` of class `class`, then a uniform step and cycle.
         let draw = |rng: &mut ChaCha8Rng, (class, idx): (usize, u64)| {

@@ -224,7 +224,7 @@ fn exponent_flips_matter_and_corruption_has_the_dataflow_shape() {
         let (i, j) = (rng.gen_range(0..rows), rng.gen_range(0..cols));
         let run = |tr: &mut _, cls: SiteClass, reg, bit| {
             let site = FaultSite::pe(i, j, reg, bit);
-            let a = Anchor { class: cls, elem: (i * cols + j) as u64, bit, step: 4, cycle };
+            let a = Anchor { class: cls, elem: (i * cols + j) as u64, bit, step: 4, cycle, check_bits: 0 };
             c.judge(tr, t, &a, &[flip(site, 4, cycle)], true).unwrap()
         };
         let hi = run(&mut tr, psum, Register::Psum, 30);
@@ -282,7 +282,8 @@ fn provably_dead_faults_are_hardware_masked() {
     let (start, cycles) = (tr.schedule.instrs[g].start, tr.schedule.instrs[g].cycles);
     let site = FaultSite::pe(0, hw.mxu.cols - 1, Register::Psum, 30);
     let stuck = StepFault { kind: BitFault::StuckAt1, site, step: 3, cycle: start, duration: cycles };
-    let a = Anchor { class: site.class(), elem: (hw.mxu.cols - 1) as u64, bit: 30, step: 3, cycle: start };
+    let a =
+        Anchor { class: site.class(), elem: (hw.mxu.cols - 1) as u64, bit: 30, step: 3, cycle: start, check_bits: 0 };
     let r = c.judge(&mut tr, 0, &a, &[stuck], true).unwrap();
     assert_eq!(r.outcome, Outcome::HwMasked, "{}", r.fault);
     assert!(r.injection.unwrap().unit_busy, "the GEMM was running");

@@ -84,6 +84,32 @@ fn codes_act_on_exactly_the_faults_that_reached_a_read() {
         corrected > 0 && detected > 0,
         "corrected {corrected}, detected {detected}: the sample never reached a read"
     );
+    // The check bits are sites too, one stratum per code after the data classes: a flip there
+    // is corrected (SECDED) or detected (parity) when its word is read, and never a failure.
+    let strata: Vec<(String, u64)> = c.info.classes.iter().map(|k| (k.class.clone(), k.bits)).collect();
+    let expect: Vec<(String, u64)> = (c.info.classes[..2].iter())
+        .map(|k| {
+            (format!("{}.check", k.class), k.bits / k.width as u64 * p.code_of(&k.class).unwrap().check_bits as u64)
+        })
+        .collect();
+    assert_eq!(strata[2..], expect);
+    assert_eq!(c.info.classes.iter().find(|k| k.class == "mxu.pe[*][*].weight.check").unwrap().width, 1);
+    let checks = &coded[bare.len()..];
+    assert_eq!(checks.len(), 160);
+    let (mut read_ub, mut read_pe) = (0, 0);
+    for r in checks {
+        let (class, bit) = (r.class.as_str(), r.bit);
+        let expect = match class {
+            "ub.word[*].check" => (32..39).contains(&bit).then_some(Outcome::Corrected),
+            "mxu.pe[*][*].weight.check" => (bit == 16).then_some(Outcome::DetectedRecovered),
+            _ => None,
+        };
+        let expect = expect.unwrap_or_else(|| panic!("trial {}: {class} bit {bit}", r.trial));
+        assert!([Outcome::HwMasked, expect].contains(&r.outcome), "trial {}: {} is {}", r.trial, r.fault, r.outcome);
+        read_ub += (r.outcome == Outcome::Corrected) as u32;
+        read_pe += (r.outcome == Outcome::DetectedRecovered) as u32;
+    }
+    assert!(read_ub > 0 && read_pe > 0, "no check bit was read while wrong: {read_ub}, {read_pe}");
 }
 
 #[test]
@@ -109,6 +135,10 @@ fn secded_detects_double_errors_that_parity_misses() {
         assert_eq!(p.detected_by, None);
     }
     assert!(reached > 0);
+    // Two bits of a SECDED codeword that reach its check bits are detected like any other two.
+    for s in &by_secded[bare.len()..] {
+        assert!([Outcome::HwMasked, Outcome::DetectedRecovered].contains(&s.outcome), "{}", s.fault);
+    }
     // Three bits: parity detects them, and without recovery the run stops there.
     let three = "MultiBit(bits: 3, along: Bits)";
     let bare3 = trials(&campaign(d.path(), "bare3", sites, three, "sgd", None));

@@ -292,7 +292,7 @@ pub fn replay(req: &VcdRequest, mem: &HostMemory, golden_step: impl FnMut(u64)) 
             info.golden.final_checksum
         )));
     }
-    let (_, upset) = c.upset(req.trial);
+    let (anchor, upset) = c.upset(req.trial);
     let text = upset.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" + ");
     if text != rec.fault {
         return Err(fail(format!(
@@ -301,6 +301,13 @@ pub fn replay(req: &VcdRequest, mem: &HostMemory, golden_step: impl FnMut(u64)) 
         )));
     }
     let site = upset[0].site;
+    if anchor.check_bits > 0 {
+        return Err(fail(format!(
+            "trial {} struck the check bits of a code ({}): they hold no value the machine computes with, so              there is no waveform to show; its record says what the code did",
+            req.trial,
+            anchor.pattern()
+        )));
+    }
     if matches!(site.unit, Unit::Seq | Unit::Dma) {
         let (what, acts) = match site.unit {
             Unit::Seq => ("sequencer register", "changes a GEMM's fold loop"),
