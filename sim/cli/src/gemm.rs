@@ -35,16 +35,16 @@ pub enum ModeArg {
 pub struct GemmArgs {
     /// Hardware config (RON), e.g. configs/tpu-32x32.ron.
     #[arg(long)]
-    config: PathBuf,
+    pub(crate) config: PathBuf,
     /// Rows of A and of the output.
     #[arg(long)]
-    m: usize,
+    pub(crate) m: usize,
     /// Columns of A = rows of W (the reduction length).
     #[arg(long)]
-    k: usize,
+    pub(crate) k: usize,
     /// Columns of W and of the output.
     #[arg(long)]
-    n: usize,
+    pub(crate) n: usize,
     /// Override the config's dataflow.
     #[arg(long, value_enum)]
     dataflow: Option<DataflowArg>,
@@ -53,17 +53,29 @@ pub struct GemmArgs {
     mode: ModeArg,
     /// Seed of the random inputs (ChaCha8; uniform in [-1, 1), or [-128, 127] for int8).
     #[arg(long, default_value_t = 7)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Inject one fault (cycle mode): KIND:SITE@TILE:CYCLE[+DURATION], e.g.
     /// flip:mxu.pe[3][5].psum[30]@0:40 or stuck1:mxu.pe[0][0].weight[14]@1:0+100.
     #[arg(long)]
-    fault: Option<String>,
+    pub(crate) fault: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
+    /// ABFT with exact integer checksums (Li et al. 2021; needs an int8 config): W's row sums
+    /// ride as base-256 digit columns in the same GEMM; prints plain and fused cycles, the
+    /// overhead and the residual verdict (with --fault: whether C was corrupted and caught).
+    #[arg(long)]
+    pub(crate) abft: bool,
+    /// With --abft (cycle mode): run N single-bit flips, uniform over every MXU site bit and
+    /// every cycle of the fused GEMM, and count masked / false alarm / detected / silent.
+    #[arg(long, requires = "abft", conflicts_with = "fault")]
+    pub(crate) trials: Option<u64>,
+    /// Worker threads for --trials [default: all cores].
+    #[arg(long, requires = "trials")]
+    pub(crate) threads: Option<u64>,
 }
 
-fn random(rng: &mut ChaCha8Rng, f: NumFormat, rows: usize, cols: usize) -> Matrix {
+pub(crate) fn random(rng: &mut ChaCha8Rng, f: NumFormat, rows: usize, cols: usize) -> Matrix {
     Matrix::from_fn(rows, cols, |_, _| match f {
         NumFormat::Int8 => rng.gen_range(-128i32..=127) as u8 as u32,
         _ => f.f64_to_bits(rng.gen_range(-1.0..1.0)),
@@ -97,6 +109,9 @@ pub fn run(args: GemmArgs, mem: &HostMemory) -> Result<()> {
         }
         None => FaultSchedule::none(),
     };
+    if args.abft {
+        return crate::abft::run(&args, &cfg, mode, &faults, mem);
+    }
     // Before generating the inputs: a faulted run also keeps a golden run and the diff.
     let need = gemm_host_bytes(&cfg, args.m, args.k, args.n, mode, !faults.is_empty());
     mem.check(&format!("gemm {}x{}x{}", args.m, args.k, args.n), need)?;

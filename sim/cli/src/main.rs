@@ -7,6 +7,7 @@
 use clap::{Parser, Subcommand};
 use faultline_hw::budget::HostMemory;
 
+mod abft;
 mod args;
 mod campaign;
 mod explore;

@@ -62,3 +62,69 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+fn abft_json(n: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args =
+        vec!["gemm", "--config", "configs/tpu-32x32-int8.ron", "--m", "64", "--k", "64", "--n", n, "--abft", "--json"];
+    args.extend_from_slice(extra);
+    faultline_json(&args)
+}
+
+#[test]
+fn abft_checksum_columns_are_free_in_a_ragged_tile_and_cost_a_fold_otherwise() {
+    // n = 30 leaves 2 free columns in the 32-wide last tile: the 2 digit columns ride there.
+    let free = abft_json("30", &[]);
+    assert_eq!(free["digits"], 2);
+    assert_eq!(free["fault_free_residuals_zero"], true);
+    assert_eq!(free["fused_folds"], free["plain_folds"]);
+    // n = 32 fills the tile: the digit columns take a second column of folds.
+    let fold = abft_json("32", &[]);
+    assert_eq!(fold["fault_free_residuals_zero"], true);
+    assert_eq!(fold["fused_folds"].as_u64().unwrap(), 2 * fold["plain_folds"].as_u64().unwrap());
+    assert!(fold["overhead_percent"].as_f64().unwrap() > 10.0 * free["overhead_percent"].as_f64().unwrap());
+}
+
+#[test]
+fn abft_reports_what_a_fault_did_and_whether_the_check_saw_it() {
+    // A psum flip in C's column 5 corrupts one output and is detected.
+    let j = abft_json("30", &["--fault", "flip:mxu.pe[3][5].psum[30]@0:40"]);
+    assert_eq!(
+        (j["outcome"].as_str(), j["c_corrupted"].as_bool(), j["detected"].as_bool()),
+        (Some("detected"), Some(true), Some(true))
+    );
+    assert_eq!(j["corrupted_outputs"], 1);
+    // The same flip in column 30 (digit column 0) leaves C intact: a false alarm.
+    let j = abft_json("30", &["--fault", "flip:mxu.pe[3][30].psum[3]@0:40"]);
+    assert_eq!(j["outcome"], "false_alarm");
+    assert_eq!((j["corrupted_outputs"].as_u64(), j["changed_checksum_outputs"].as_u64()), (Some(0), Some(1)));
+}
+
+#[test]
+fn abft_trials_are_deterministic_and_add_up() {
+    let one = abft_json("30", &["--trials", "400", "--threads", "1"]);
+    let two = abft_json("30", &["--trials", "400", "--threads", "2"]);
+    assert_eq!(one["outcomes"], two["outcomes"], "the trials do not depend on the thread count");
+    assert_eq!(one["by_class"], two["by_class"]);
+    let o = &one["outcomes"];
+    let get = |k: &str| o[k].as_u64().unwrap();
+    let all = ["masked", "checksum_only", "false_alarm", "detected", "silent"];
+    assert_eq!(all.iter().map(|k| get(k)).sum::<u64>(), 400);
+    assert_eq!(one["c_corrupted"].as_u64().unwrap(), get("detected") + get("silent"));
+    assert_eq!(one["detection"]["n"], one["c_corrupted"]);
+    assert_eq!(one["detection"]["k"].as_u64().unwrap(), get("detected"));
+    assert!(get("detected") > 0 && get("masked") > 0);
+    // A different seed draws different flips.
+    assert_ne!(abft_json("30", &["--trials", "400", "--seed", "8"])["outcomes"], one["outcomes"]);
+}
+
+#[test]
+fn abft_needs_an_int8_config() {
+    let out = faultline(&["gemm", "--config", "configs/tpu-8x8.ron", "--m", "4", "--k", "4", "--n", "4", "--abft"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: ") && err.contains("--abft") && err.contains("bf16"), "{err}");
+    let out =
+        faultline(&["gemm", "--config", "configs/tpu-8x8.ron", "--m", "4", "--k", "4", "--n", "4", "--trials", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--abft"));
+}

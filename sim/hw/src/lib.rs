@@ -1,5 +1,7 @@
 //! The simulated accelerator at register granularity.
 //!
+//! * [`abft`]: exact-checksum ABFT for int8 GEMMs (Li et al. 2021): fused weight checksum
+//!   columns and integer residuals.
 //! * [`budget`]: host-memory limits checked before allocating, capped file reads.
 //! * [`config`]: the hardware description (RON), validated on load.
 //! * [`sites`]: every injectable bit, addressable as a [`sites::FaultSite`] with a stable text form.
@@ -21,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod abft;
 pub mod budget;
 pub mod config;
 pub mod dma;
