@@ -145,7 +145,8 @@ pub fn run(a: CampaignArgs, mem: &HostMemory) -> Result<()> {
     Ok(())
 }
 
-/// Prints what a protection plan cost and how its checks fared on the golden run.
+/// Prints what a protection plan cost, how its checks fared on the golden run and the bounds
+/// its clamps learned there.
 fn print_protection(p: &faultline_fault::protect::Applied) {
     println!(
         "protection {}: step {} -> {} cycles (+{:.1}%), {} check bits",
@@ -160,6 +161,12 @@ fn print_protection(p: &faultline_fault::protect::Applied) {
         println!(
             "  {:<32} threshold {:<10.3e} golden max {:<10.3e} margin {:<11} false positives {}",
             c.name, c.threshold, c.golden_max, margin, c.false_positives
+        );
+    }
+    for c in &p.clamps {
+        println!(
+            "  {:<32} bound     {:<10.3e} golden max {:<10.3e} margin {}x",
+            c.name, c.bound, c.golden_max, c.margin
         );
     }
 }

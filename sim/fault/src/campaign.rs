@@ -196,6 +196,35 @@ impl Inference {
     }
 }
 
+/// A checksum of a training state's tensors.
+fn state_checksum(s: &ModelState) -> u64 {
+    s.tensors.values().fold(0u64, |h, t| h.rotate_left(5) ^ t.checksum())
+}
+
+/// Runs `steps` golden steps from the trainer's state with the plan's clamps wide open,
+/// sets each clamp's bound from its node's largest `|x|` ([`protect::calibrate_clamps`]),
+/// rebuilds the trainer's executor with them and restores its state; returns the pass's
+/// losses and final state checksum (the golden run proper must reproduce both).
+fn learn_clamp_bounds(trainer: &mut Trainer, applied: &mut protect::Applied, steps: u64) -> Result<(Vec<f64>, u64)> {
+    let start = trainer.snapshot();
+    let mut maxes = vec![0f64; applied.clamps.len()];
+    let mut losses = Vec::new();
+    for _ in 0..steps {
+        let (x, y) = trainer.data.train.gather(&trainer.batcher.clone().next_indices());
+        let bufs = trainer.exec.step_buffers(&trainer.state, &x, &y)?;
+        let step = protect::clamp_maxes(&trainer.exec.tg, trainer.exec.program(), &bufs);
+        maxes.iter_mut().zip(step).for_each(|(m, v)| *m = m.max(v));
+        losses.push(trainer.step()?.loss);
+    }
+    let checksum = state_checksum(&trainer.state);
+    trainer.restore_snapshot(&start);
+    let mut tg = trainer.exec.tg.clone();
+    protect::calibrate_clamps(applied, &mut tg, &maxes)?;
+    let e = &trainer.exec;
+    trainer.exec = Executor::new(tg, &e.hw, e.mode, e.format)?;
+    Ok((losses, checksum))
+}
+
 impl Campaign {
     /// Loads the spec's model, machine and data, checks the spec against them, runs the golden
     /// run and lays out the sampled space.
@@ -258,6 +287,11 @@ impl Campaign {
             None => source::shipped(&model, s.seed, mem)?,
         };
         let mut trainer = Trainer::from_graph(&model, tg, &hw, data, options)?;
+        // A plan's clamps learn their bounds on a first pass of the golden run.
+        let profile = match &mut protection {
+            Some(p) if !p.clamps.is_empty() => Some(learn_clamp_bounds(&mut trainer, p, spec.golden_steps)?),
+            _ => None,
+        };
         let steps = spec.inject_steps.steps();
         let training = spec.mode == Mode::Training;
         // Inference faults strike the forward program, training faults the step program.
@@ -312,7 +346,17 @@ impl Campaign {
         if let Some(p) = &mut protection {
             protect::calibrate(p, &residuals, &bounds);
         }
-        let checksum = trainer.state.tensors.values().fold(0u64, |h, t| h.rotate_left(5) ^ t.checksum());
+        let checksum = state_checksum(&trainer.state);
+        if let Some((l, c)) = profile {
+            // Every golden value is within its clamp's bound: the clamps changed nothing.
+            let bits = |l: &[f64]| l.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            if bits(&l) != bits(&losses) || c != checksum {
+                return Err(FaultError::Output {
+                    path: file.into(),
+                    why: "the golden run with learned clamp bounds differs from the run that learned them".into(),
+                });
+            }
+        }
         let test_accuracy = trainer.evaluate(&trainer.data.test)?;
         let inference = match inference_exec {
             Some(e) => Some(Inference::new(e, sched, &trainer, &steps, file)?),

@@ -415,7 +415,7 @@ fn exec_unit(unit: Unit) -> Option<ExecUnit> {
     }
 }
 
-/// Maps cycles of a base step onto a protected step of the same program plus checks, for the
+/// Maps cycles of a base step onto a protected step of the same program plus checks and clamps, for the
 /// instructions of one unit: a cycle inside the `j`-th instruction (of the unit's original
 /// ones) maps to the same offset inside its counterpart; a cycle in the idle gap before it,
 /// to the same distance before the counterpart, if that is idle too.
@@ -430,8 +430,13 @@ impl CycleMap {
     /// The map for `unit` from `base`'s step to `prot`'s (`None` if the unit's original
     /// instructions do not pair up one to one).
     fn new(base: &Trainer, prot: &Trainer, unit: ExecUnit) -> Option<CycleMap> {
-        let check_nodes: HashSet<NodeIndex> =
-            prot.exec.tg.checks().iter().flat_map(|c| c.nodes.iter().copied()).collect();
+        let tg = &prot.exec.tg;
+        let check_nodes: HashSet<NodeIndex> = tg
+            .checks()
+            .iter()
+            .flat_map(|c| c.nodes.iter().copied())
+            .chain(tg.clamps().iter().map(|c| c.node))
+            .collect();
         let b: Vec<(u64, u64)> =
             base.schedule.instrs.iter().filter(|c| c.unit == unit).map(|c| (c.start, c.start + c.cycles)).collect();
         let tags = &prot.exec.program().tags;

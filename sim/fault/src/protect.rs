@@ -22,6 +22,14 @@
 //!   first-moment update (Adam runs only).
 //! * `NonFiniteLoss`: the host's check of the step's loss (He et al.); free.
 //! * `Duplicate(nodes: [globs])`: each node's op run twice on its unit and compared (DMR).
+//! * `Restrict(nodes: [globs], margin)`: Ranger (Chen et al., DSN 2021): each node's value
+//!   clamped into `[-b, b]` on the VPU before anything reads it
+//!   ([`faultline_graph::TrainGraph::add_clamp`]), `b = margin x` its largest `|x|` over the
+//!   golden run (rounded up to fp32, so every golden value passes unchanged). It restricts,
+//!   silently: no check, no detection, no recovery; a fault it bounds shows up as a milder
+//!   outcome. Bounds are learned on a first pass of the golden run with the clamps wide open
+//!   ([`calibrate_clamps`]); the golden run proper then runs with them and trains to the same
+//!   bits.
 //!
 //! `recovery: Reexecute(attempts)` re-runs a step in which a check fired from the state before
 //! it (He et al.'s re-execution from the last good state); `None` stops at the detection.
@@ -87,6 +95,13 @@ pub enum Mechanism {
     Duplicate {
         /// Globs over node names.
         nodes: Vec<String>,
+    },
+    /// The values of the nodes matching `nodes`, clamped into `margin x` their golden range.
+    Restrict {
+        /// Globs over node names.
+        nodes: Vec<String>,
+        /// The bound's margin over the largest golden `|x|` (`>= 1`).
+        margin: f64,
     },
 }
 
@@ -206,6 +221,26 @@ impl CheckInfo {
     }
 }
 
+/// One clamp of an applied plan (`Restrict`), in the order they were added.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClampInfo {
+    /// The clamp's name (`relu1.relu.clamp`).
+    pub name: String,
+    /// The node it restricts.
+    pub node: String,
+    /// Its layer.
+    pub layer: String,
+    /// Its phase.
+    pub phase: Phase,
+    /// The bound's margin over the golden run's largest `|x|`.
+    pub margin: f64,
+    /// The bound (fp32): `margin x golden_max` rounded up, after calibration; `f32::MAX`
+    /// (identity on finite values) before.
+    pub bound: f64,
+    /// The largest `|x|` of the node over the golden run.
+    pub golden_max: f64,
+}
+
 /// A site class under a check code.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EccInfo {
@@ -230,6 +265,9 @@ pub struct Applied {
     pub checks: Vec<CheckInfo>,
     /// The codes, one per protected class.
     pub ecc: Vec<EccInfo>,
+    /// The clamps (`Restrict`), in the order they were added.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clamps: Vec<ClampInfo>,
     /// Whether the host checks the loss.
     pub loss_check: bool,
     /// Cycles of the unprotected step.
@@ -285,9 +323,10 @@ impl ProtectionPlan {
             let field = |f: &str| format!("mechanisms[{i}].{f}");
             let globs = match m {
                 Mechanism::Ecc { on, .. } => Some(("on", on)),
-                Mechanism::Abft { nodes, .. } | Mechanism::Range { nodes, .. } | Mechanism::Duplicate { nodes } => {
-                    Some(("nodes", nodes))
-                }
+                Mechanism::Abft { nodes, .. }
+                | Mechanism::Range { nodes, .. }
+                | Mechanism::Duplicate { nodes }
+                | Mechanism::Restrict { nodes, .. } => Some(("nodes", nodes)),
                 _ => None,
             };
             if let Some((f, g)) = globs.filter(|(_, g)| g.is_empty()) {
@@ -311,6 +350,9 @@ impl ProtectionPlan {
                         "Learned(margin) with margin >= 1, or NonFinite",
                     );
                 }
+                Mechanism::Restrict { margin: m, .. } if !(m.is_finite() && m >= 1.0) => {
+                    return bad(field("margin"), format!("{m}"), "a margin >= 1 over the golden run's largest |x|");
+                }
                 Mechanism::MomentBound(l) if !(l.is_finite() && l > 0.0) => {
                     return bad(
                         format!("mechanisms[{i}]"),
@@ -329,7 +371,7 @@ impl ProtectionPlan {
     /// Errors name `file` and the mechanism's field when a glob selects nothing it can guard.
     pub fn apply(&self, tg: &mut TrainGraph, hw: &HwConfig, file: &Path) -> Result<Applied> {
         let base_cycles = schedule_cycles(tg, hw)?;
-        let (mut checks, mut ecc, mut loss_check) = (Vec::new(), Vec::new(), false);
+        let (mut checks, mut ecc, mut clamps, mut loss_check) = (Vec::new(), Vec::new(), Vec::new(), false);
         let names: Vec<(String, Op, Phase)> =
             tg.graph.indices().map(|i| tg.graph.node(i)).map(|n| (n.name.clone(), n.op.clone(), n.phase)).collect();
         let rank2s: Vec<bool> = tg.graph.indices().map(|i| tg.graph.node(i).shape.len() == 2).collect();
@@ -441,11 +483,37 @@ impl ProtectionPlan {
                         checks.push(info(tg, k_, "duplicate", Rule::Exact));
                     }
                 }
+                Mechanism::Restrict { nodes, margin } => {
+                    let ok = |op: &Op, _: Phase| !op.is_placeholder() && !is_check(op);
+                    let check_nodes: Vec<usize> =
+                        tg.checks().iter().flat_map(|c| c.nodes.iter().map(|n| n.index())).collect();
+                    let clamped: Vec<usize> = tg.clamps().iter().map(|c| c.guarded.index()).collect();
+                    let free = |i: &usize| !check_nodes.contains(i) && !clamped.contains(i);
+                    let picked: Vec<usize> = select(nodes, &ok).into_iter().filter(free).collect();
+                    if picked.is_empty() {
+                        let have = (0..names.len()).filter(|i| ok(&names[*i].1, names[*i].2) && free(i));
+                        let have = have.map(|i| names[i].0.as_str()).collect();
+                        return Err(g_err(mi, "nodes", nodes, "computed nodes not yet restricted", have));
+                    }
+                    for i in picked {
+                        let c = tg.add_clamp(faultline_graph::NodeIndex::new(i), f32::MAX).map_err(FaultError::from)?;
+                        let node = tg.graph.node(faultline_graph::NodeIndex::new(i));
+                        clamps.push(ClampInfo {
+                            name: tg.graph.node(c).name.clone(),
+                            node: node.name.clone(),
+                            layer: node.layer.clone(),
+                            phase: node.phase,
+                            margin: *margin,
+                            bound: f64::from(f32::MAX),
+                            golden_max: 0.0,
+                        });
+                    }
+                }
             }
         }
         let cycles = schedule_cycles(tg, hw)?;
         let area_bits = ecc.iter().map(|e| e.area_bits).sum();
-        Ok(Applied { plan: self.clone(), checks, ecc, loss_check, base_cycles, cycles, area_bits })
+        Ok(Applied { plan: self.clone(), checks, ecc, clamps, loss_check, base_cycles, cycles, area_bits })
     }
 }
 
@@ -505,9 +573,9 @@ fn cheaper_side(
     Ok(best.1)
 }
 
-/// Whether `op` only exists in checks (never guarded itself).
+/// Whether `op` only exists in checks and clamps (never guarded itself).
 fn is_check(op: &Op) -> bool {
-    matches!(op, Op::TileSum { .. } | Op::MaxAbs | Op::MaxAbsDiff)
+    matches!(op, Op::TileSum { .. } | Op::MaxAbs | Op::MaxAbsDiff | Op::Clamp { .. })
 }
 
 /// `[M, K, N]` of the rank-2 `MatMul` node `c`.
@@ -588,4 +656,32 @@ pub fn calibrate(applied: &mut Applied, residuals: &[Vec<f32>], bounds: &[Vec<Op
         c.threshold = c.rule.threshold(c.golden_max, bound);
         c.false_positives = residuals.iter().filter(|r| c.fires(r[k])).count() as u64;
     }
+}
+
+/// The largest `|x|` of each clamped node of `tg` (in clamp order) in one step's buffers.
+pub fn clamp_maxes(tg: &TrainGraph, program: &faultline_graph::Program, bufs: &[Vec<u32>]) -> Vec<f64> {
+    tg.clamps()
+        .iter()
+        .map(|c| {
+            let b = program.buffer_of(c.guarded).expect("clamped nodes have buffers");
+            bufs[b.index()].iter().map(|&v| f64::from(f32::from_bits(v).abs())).fold(0.0, f64::max)
+        })
+        .collect()
+}
+
+/// Sets each clamp's bound from its node's largest golden `|x|` (`maxes`, in clamp order):
+/// `margin x max`, rounded up to fp32 so that every golden value is in range; writes the
+/// bounds into `tg`'s clamp nodes.
+pub fn calibrate_clamps(applied: &mut Applied, tg: &mut TrainGraph, maxes: &[f64]) -> Result<()> {
+    for ((c, k), &max) in applied.clamps.iter_mut().zip(tg.clamps().to_vec()).zip(maxes) {
+        let want = c.margin * max;
+        let mut b = want as f32;
+        if f64::from(b) < want {
+            b = b.next_up();
+        }
+        c.golden_max = max;
+        c.bound = f64::from(b);
+        tg.set_clamp_bound(k.node, b).map_err(FaultError::from)?;
+    }
+    Ok(())
 }

@@ -282,3 +282,109 @@ fn explore_pairs_register_faults_across_programs_and_costs_each_layer() {
     assert!(fc1.global_overhead > 0.0 && fc1.tile_overhead > 0.0);
     assert!(out.join("explore.json").exists());
 }
+
+/// The shipped Ranger plan: the clamps' bounds are learned on the golden run (each the
+/// smallest fp32 at or above its node's largest golden `|x|`), and with them the golden
+/// trajectory is the unprotected one, bit for bit.
+#[test]
+fn restrict_learns_its_bounds_and_leaves_the_golden_run_bit_identical() {
+    let d = tempfile::tempdir().unwrap();
+    let ranger = root().join("configs/protect-ranger.ron");
+    let sites = "\"mxu.pe[*][*].psum\"";
+    let bare = campaign(d.path(), "bare-r", sites, "Flip", "sgd", None);
+    let c = campaign(d.path(), "ranger", sites, "Flip", "sgd", Some(&ranger));
+    let p = c.info.protection.as_ref().unwrap();
+    let nodes: Vec<&str> = p.clamps.iter().map(|k| k.node.as_str()).collect();
+    assert_eq!(nodes, ["fc1.matmul", "relu1.relu", "fc2.matmul"]);
+    assert!(p.checks.is_empty() && p.cycles > p.base_cycles, "clamps cost VPU cycles and detect nothing");
+    for k in &p.clamps {
+        let b = k.bound as f32;
+        assert!(k.golden_max > 0.0 && k.bound >= k.golden_max && b < f32::MAX, "{k:?}");
+        assert!(f64::from(b.next_down()) < k.margin * k.golden_max, "{k:?}: not the smallest fp32 bound");
+        let g = &c.trainer().exec.tg.graph;
+        assert_eq!(g.node(g.find(&k.name).unwrap()).op, faultline_graph::Op::Clamp { bound: b });
+    }
+    let (g, h) = (&bare.info.golden, &c.info.golden);
+    let bits = |l: &[f64]| l.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&g.losses), bits(&h.losses), "a clamp changed a golden loss");
+    assert_eq!(g.final_checksum, h.final_checksum, "a clamp changed the golden state");
+    // The executor trials run with the learned bounds: a fault-free golden step is golden.
+    let (mut a, mut b) = (bare.trainer(), c.trainer());
+    for _ in 0..12 {
+        assert_eq!(a.step().unwrap().loss.to_bits(), b.step().unwrap().loss.to_bits());
+    }
+    assert!(same_bits(&a.state, &b.state));
+}
+
+/// The psum flip of the bottom-left PE at bit 30 (exponent top) during fc1's GEMM in step 6,
+/// at the first cycle (from the GEMM's start) where it makes unprotected training fail: under
+/// Ranger's clamps the same flip is harmless.
+#[test]
+fn restrict_turns_an_exponent_flip_that_breaks_training_into_a_harmless_one() {
+    use faultline_hw::{FaultSite, Register};
+    use faultline_train::StepFault;
+    let d = tempfile::tempdir().unwrap();
+    let ranger = root().join("configs/protect-ranger.ron");
+    let sites = "\"mxu.pe[*][*].psum\"";
+    let bare = campaign(d.path(), "bare-f", sites, "Flip", "sgd", None);
+    let c = campaign(d.path(), "ranger-f", sites, "Flip", "sgd", Some(&ranger));
+    // The flip at `offset` cycles into fc1's GEMM, judged on campaign `c`.
+    let judge = |c: &Campaign, offset: u64| -> (Outcome, u64) {
+        let tr = c.trainer();
+        let (p, g) = (tr.exec.program(), &tr.exec.tg.graph);
+        let i = (0..p.instrs.len())
+            .find(|&i| {
+                p.instrs[i].unit() == faultline_hw::isa::ExecUnit::Mxu && g.node(p.tags[i].node).name == "fc1.matmul"
+            })
+            .unwrap();
+        let cycle = tr.schedule.instrs[i].start + offset;
+        let site = FaultSite::pe(tr.exec.hw.mxu.rows - 1, 0, Register::Psum, 30);
+        let f = StepFault { kind: faultline_num::BitFault::Flip, site, step: 6, cycle, duration: 1 };
+        let (mut a, _) = c.upset(0);
+        (a.bit, a.cycle, a.step) = (30, cycle, 6);
+        let mut tr = c.trainer();
+        (c.judge(&mut tr, 0, &a, &[f], true).unwrap().outcome, tr.schedule.instrs[i].cycles)
+    };
+    let failed = |o: Outcome| !matches!(o, Outcome::HwMasked | Outcome::Masked | Outcome::Benign);
+    let len = judge(&bare, 0).1;
+    let offset = (0..len).find(|&o| failed(judge(&bare, o).0)).expect("no psum flip in fc1's GEMM breaks training");
+    let (was, now) = (judge(&bare, offset).0, judge(&c, offset).0);
+    assert_eq!((was, now), (Outcome::SharpDegrade, Outcome::Benign));
+    // Over every cycle of the GEMM: the clamps leave no such flip failing training.
+    let fails = |c: &Campaign| (0..len).filter(|&o| failed(judge(c, o).0)).count();
+    let (was, now) = (fails(&bare), fails(&c));
+    eprintln!("bit-30 psum flips in fc1's GEMM that fail training: {was} of {len} unprotected, {now} under ranger");
+    assert!(was > 0 && now == 0, "{was} -> {now}");
+}
+
+#[test]
+fn a_restrict_plan_with_a_bad_margin_or_no_node_names_its_field() {
+    let d = tempfile::tempdir().unwrap();
+    let load = |body: &str| {
+        let p = plan_file(d.path(), "r", body);
+        faultline_fault::protect::ProtectionPlan::load(&p).map(|_| ()).unwrap_err().to_string()
+    };
+    let e = load("mechanisms: [Restrict(nodes: [\"*.relu\"], margin: 0.5)]");
+    assert!(e.contains("field `mechanisms[0].margin` = 0.5") && e.contains(">= 1"), "{e}");
+    assert!(load("mechanisms: [NonFiniteLoss, Restrict(nodes: [\"*\"], margin: NaN)]").contains("mechanisms[1].margin"));
+    let e = load("mechanisms: [Restrict(nodes: [], margin: 1.0)]");
+    assert!(e.contains("field `mechanisms[0].nodes` = []"), "{e}");
+    // A glob that selects nothing: the error lists what could be restricted.
+    let p = plan_file(d.path(), "conv", "mechanisms: [Restrict(nodes: [\"conv*\"], margin: 1.0)]");
+    let r = root();
+    let text = format!(
+        "CampaignSpec(name: \"e\", model: \"{}\", hw: \"{}\", golden_steps: 4, inject_steps: List([2]), \
+         sites: [\"mxu.*\"], fault: Flip, sampling: Uniform(n: 1), follow_up: 2, seed: 1, protection: Some(\"{}\"))",
+        r.join("models/mlp-digits.ron").display(),
+        r.join("configs/tpu-32x32.ron").display(),
+        p.display()
+    );
+    let f = d.path().join("e.ron");
+    std::fs::write(&f, text).unwrap();
+    let e = match Campaign::prepare(CampaignSpec::load(&f).unwrap(), &f, &HostMemory::default()) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.starts_with(&format!("{}: field `mechanisms[0].nodes`", p.display())), "{e}");
+    assert!(e.contains("relu1.relu") && e.contains("fc1.matmul"), "{e}");
+}

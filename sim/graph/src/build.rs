@@ -362,5 +362,6 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
         params: infos,
         opt_state,
         checks: Vec::new(),
+        clamps: Vec::new(),
     })
 }

@@ -18,6 +18,14 @@
 //! takes `T` = the array's width (`Rows`) or height (`Cols`). Which side is cheaper depends on
 //! the GEMM's shape: the reductions run fastest along long rows of lanes, and the checksum GEMM
 //! costs a weight load per fold (`Cols`) or a stream of `M` rows (`Rows`).
+//!
+//! A *clamp* ([`TrainGraph::add_clamp`], Ranger's range restriction) is the one protection that
+//! does feed training: an [`Op::Clamp`] node after the node it restricts, which every consumer
+//! of that node (forward and backward, and the checks of other nodes) reads instead, so the rest
+//! of the step sees the restricted value; the guarded node's own checks still read it raw. It
+//! detects nothing and has no gradient node: gradients pass it straight through. A clamp is
+//! added after the graph is built, so it is the one node whose index is above some of its
+//! readers': [`TrainGraph::execution_order`] runs it right after the node it restricts.
 
 use crate::error::GraphError;
 use crate::op::Op;
@@ -48,6 +56,19 @@ pub enum CheckKind {
     Range,
     /// The guarded op computed twice; `max |difference|`.
     Duplicate,
+}
+
+/// One clamp added to a step graph (see the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Clamp {
+    /// Name: the restricted node's, with `.clamp` (`relu1.clamp`).
+    pub name: String,
+    /// The node it restricts.
+    #[serde(skip)]
+    pub guarded: NodeIndex,
+    /// The `Op::Clamp` node.
+    #[serde(skip)]
+    pub node: NodeIndex,
 }
 
 /// One check added to a step graph.
@@ -141,29 +162,99 @@ impl TrainGraph {
         }))
     }
 
+    /// Restricts node `x` to `[-bound, bound]`: adds `<name>.clamp` (an [`Op::Clamp`] in `x`'s
+    /// phase and layer) and makes every node that read `x` (except the nodes of `x`'s own
+    /// checks) read the clamp instead, as do the step's named values (`output`, `loss`, each
+    /// parameter's `grad` and `next`, each optimizer state's `next`); returns the clamp node. Errors for a placeholder, a
+    /// check's node, a clamp, a node already clamped, or a bound that is negative or NaN.
+    pub fn add_clamp(&mut self, x: NodeIndex, bound: f32) -> Result<NodeIndex, GraphError> {
+        let node = self.graph.node(x).clone();
+        if node.op.is_placeholder() || matches!(node.op, Op::Clamp { .. }) {
+            return Err(self.not_checkable(x, "a placeholder or clamp is not restricted"));
+        }
+        if self.checks.iter().any(|c| c.nodes.contains(&x)) {
+            return Err(self.not_checkable(x, "a check's node feeds no training"));
+        }
+        if self.clamps.iter().any(|c| c.guarded == x) {
+            return Err(self.not_checkable(x, "it is clamped already"));
+        }
+        Self::check_bound(&self.graph.file, &node.name, bound)?;
+        let own: Vec<NodeIndex> =
+            self.checks.iter().filter(|c| c.guarded == x).flat_map(|c| c.nodes.iter().copied()).collect();
+        let readers: Vec<NodeIndex> = self.graph.readers(x).into_iter().filter(|r| !own.contains(r)).collect();
+        let name = format!("{}.clamp", node.name);
+        let clamp = self.graph.add(Op::Clamp { bound }, &name, &node.layer, node.phase, &[x])?;
+        for r in readers {
+            self.graph.redirect(r, x, clamp);
+        }
+        // The values the host reads after a step are the restricted ones too.
+        let named = [&mut self.output, &mut self.loss]
+            .into_iter()
+            .chain(self.params.iter_mut().flat_map(|p| [&mut p.grad, &mut p.next]))
+            .chain(self.opt_state.iter_mut().map(|s| &mut s.next));
+        for n in named.filter(|n| **n == x) {
+            *n = clamp;
+        }
+        self.clamps.push(Clamp { name, guarded: x, node: clamp });
+        Ok(clamp)
+    }
+
+    /// Sets the bound of clamp node `c` (learned after the graph is built). Errors for a node
+    /// that is not a clamp, or a bound that is negative or NaN.
+    pub fn set_clamp_bound(&mut self, c: NodeIndex, bound: f32) -> Result<(), GraphError> {
+        let name = self.graph.node(c).name.clone();
+        Self::check_bound(&self.graph.file, &name, bound)?;
+        match &mut self.graph.graph[c].op {
+            Op::Clamp { bound: b } => {
+                *b = bound;
+                Ok(())
+            }
+            _ => Err(self.not_checkable(c, "only a clamp node has a bound")),
+        }
+    }
+
+    fn check_bound(file: &std::path::Path, node: &str, bound: f32) -> Result<(), GraphError> {
+        if bound >= 0.0 {
+            return Ok(());
+        }
+        Err(GraphError::Invalid {
+            file: file.into(),
+            node: node.into(),
+            message: format!("a clamp bound must be >= 0, not {bound}"),
+        })
+    }
+
     /// The checks added so far, in order.
     pub fn checks(&self) -> &[Check] {
         &self.checks
     }
 
-    /// Every node in the order a step runs them: the graph's own order, each check's nodes
-    /// right after the node it guards (their inputs all come before it), so that a check
-    /// reads its operands while they are still live.
+    /// The clamps added so far, in order.
+    pub fn clamps(&self) -> &[Clamp] {
+        &self.clamps
+    }
+
+    /// Every node in the order a step runs them: the graph's own order, each clamp and then
+    /// each check's nodes right after the node they guard (their inputs all come before it),
+    /// so that the clamp's readers come after it and a check reads its operands while they are
+    /// still live.
     pub fn execution_order(&self) -> Vec<NodeIndex> {
-        let mut checked: Vec<bool> = vec![false; self.graph.len()];
-        let mut after: Vec<Vec<usize>> = vec![Vec::new(); self.graph.len()];
-        for (k, c) in self.checks.iter().enumerate() {
-            after[c.guarded.index()].push(k);
+        let mut moved: Vec<bool> = vec![false; self.graph.len()];
+        let mut after: Vec<Vec<NodeIndex>> = vec![Vec::new(); self.graph.len()];
+        for c in &self.clamps {
+            after[c.guarded.index()].push(c.node);
+            moved[c.node.index()] = true;
+        }
+        for c in &self.checks {
+            after[c.guarded.index()].extend(&c.nodes);
             for n in &c.nodes {
-                checked[n.index()] = true;
+                moved[n.index()] = true;
             }
         }
         let mut order = Vec::with_capacity(self.graph.len());
-        for i in self.graph.indices().filter(|i| !checked[i.index()]) {
+        for i in self.graph.indices().filter(|i| !moved[i.index()]) {
             order.push(i);
-            for &k in &after[i.index()] {
-                order.extend(&self.checks[k].nodes);
-            }
+            order.extend(&after[i.index()]);
         }
         order
     }

@@ -146,6 +146,23 @@ impl OpGraph {
         Ok(i)
     }
 
+    /// The nodes that read node `i`, each once, in index order.
+    pub fn readers(&self, i: NodeIndex) -> Vec<NodeIndex> {
+        let mut r: Vec<NodeIndex> = self.graph.neighbors_directed(i, petgraph::Direction::Outgoing).collect();
+        r.sort();
+        r.dedup();
+        r
+    }
+
+    /// Makes `consumer` read `to` wherever it read `from` (inputs and edges).
+    pub(crate) fn redirect(&mut self, consumer: NodeIndex, from: NodeIndex, to: NodeIndex) {
+        while let Some(e) = self.graph.find_edge(from, consumer) {
+            let slot = self.graph.remove_edge(e).expect("found");
+            self.graph.add_edge(to, consumer, slot);
+            self.graph[consumer].inputs[slot] = to;
+        }
+    }
+
     /// A name not yet used, `base` or `base#2`, `base#3`, ...
     pub fn fresh_name(&self, base: &str) -> String {
         if !self.by_name.contains_key(base) {

@@ -211,6 +211,15 @@ pub enum Op {
     /// `max |a - b|` over every element (NaN if any difference is NaN), shape `[1]`: an ABFT
     /// or duplication check's residual. Inputs `a`, `b` (same shape).
     MaxAbsDiff,
+
+    // ---- restriction (protection that feeds training) ----
+    /// `y = min(max(x, -bound), bound)` elementwise, `bound > 0`; NaN stays NaN (Ranger's range
+    /// restriction, [`crate::checks`]). Exact: a value in `[-bound, bound]` passes unchanged.
+    /// Not differentiated: gradients pass it straight through. Input `x`.
+    Clamp {
+        /// The bound (fp32, as the VPU holds it).
+        bound: f32,
+    },
 }
 
 /// Shape mismatch found by [`Op::output_shape`]: what was expected and what was found.
@@ -275,6 +284,7 @@ impl Op {
             Op::TileSum { .. } => "tile_sum",
             Op::MaxAbs => "max_abs",
             Op::MaxAbsDiff => "max_abs_diff",
+            Op::Clamp { .. } => "clamp",
         }
     }
 
@@ -299,7 +309,8 @@ impl Op {
             | Op::MeanPool
             | Op::MeanPoolGrad { .. }
             | Op::TileSum { .. }
-            | Op::MaxAbs => 1,
+            | Op::MaxAbs
+            | Op::Clamp { .. } => 1,
             Op::AdamUpdate { .. } => 4,
             _ => 2,
         }
@@ -393,7 +404,7 @@ impl Op {
             Op::Add | Op::Mul | Op::ReluGrad | Op::GeluGrad | Op::SoftmaxGrad | Op::LayerNormGrad { .. } => {
                 same(ins[0], ins[1], "second input")
             }
-            Op::Scale { .. } | Op::Relu | Op::Gelu | Op::Softmax | Op::LayerNorm { .. } => {
+            Op::Scale { .. } | Op::Relu | Op::Gelu | Op::Softmax | Op::LayerNorm { .. } | Op::Clamp { .. } => {
                 if ins[0].is_empty() {
                     return Err(mismatch("x of rank >= 1", "x: []"));
                 }

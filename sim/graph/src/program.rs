@@ -203,19 +203,21 @@ impl Program {
         Program::lower(&tg.graph, &tg.execution_order(), &keep)
     }
 
-    /// The forward pass of `tg` (unplaced): only the nodes the model output depends on, keeping the output.
+    /// The forward pass of `tg` (unplaced): only the nodes the model output depends on (clamps
+    /// included), in execution order, keeping the output.
     pub fn forward(tg: &TrainGraph) -> Program {
         let g = &tg.graph;
+        let order = tg.execution_order();
         let mut needed = vec![false; g.len()];
         needed[tg.output.index()] = true;
-        for i in g.indices().collect::<Vec<_>>().into_iter().rev() {
+        for &i in order.iter().rev() {
             if needed[i.index()] {
                 for j in &g.node(i).inputs {
                     needed[j.index()] = true;
                 }
             }
         }
-        let nodes: Vec<NodeIndex> = g.indices().filter(|i| needed[i.index()]).collect();
+        let nodes: Vec<NodeIndex> = order.into_iter().filter(|i| needed[i.index()]).collect();
         Program::lower(g, &nodes, &[tg.output])
     }
 
@@ -692,6 +694,7 @@ impl Builder<'_> {
             Op::TileSum { tile, rows: false } => self.un(VpuOp::ReduceSum { cols: *tile, axis: Axis::Row }, x, nx),
             Op::TileSum { tile, rows: true } => self.block_col_sums(x, xs[0] / tile, *tile, xs[1]),
             Op::MaxAbs => self.max_abs(x, nx),
+            Op::Clamp { bound } => self.un(VpuOp::Clamp(*bound), x, nx),
             Op::MaxAbsDiff => {
                 let d = self.sub(x, y, nx);
                 self.max_abs(d, nx)

@@ -13,13 +13,13 @@ use std::collections::BTreeMap;
 /// The value of every node after evaluation, indexed by node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Values {
-    values: Vec<Tensor>,
+    values: Vec<Option<Tensor>>,
 }
 
 impl Values {
-    /// Value of node `i`.
+    /// Value of node `i` (`None` if it was not evaluated).
     pub fn get(&self, i: NodeIndex) -> Option<&Tensor> {
-        self.values.get(i.index())
+        self.values.get(i.index())?.as_ref()
     }
 
     /// Value of the node called `name` in `g`.
@@ -37,40 +37,58 @@ pub fn eval(g: &OpGraph, feeds: &BTreeMap<String, Tensor>) -> Result<Values, Gra
 }
 
 /// Evaluates nodes `0..=last` only (e.g. `last = tg.loss` for forward + loss, no backward);
-/// placeholders after `last` need no feed.
+/// placeholders after `last` need no feed. A node that reads a later node (a clamp inserted
+/// after the graph was built, [`crate::checks`]) has that node evaluated first.
 pub fn eval_until(g: &OpGraph, feeds: &BTreeMap<String, Tensor>, last: NodeIndex) -> Result<Values, GraphError> {
-    let mut values: Vec<Tensor> = Vec::with_capacity(g.len());
+    let mut values: Vec<Option<Tensor>> = vec![None; g.len()];
     for i in g.indices().take_while(|i| i.index() <= last.index()) {
-        let node = g.node(i);
-        let v = if node.op.is_placeholder() {
-            let kind = match node.op {
-                Op::Input => "input",
-                Op::Label => "label",
-                Op::Step => "step",
-                Op::Param => "parameter",
-                _ => "optimizer state",
-            };
-            let t = feeds.get(&node.name).ok_or_else(|| GraphError::MissingValue {
-                kind,
-                name: node.name.clone(),
-                expected: node.shape.clone(),
-            })?;
-            if t.shape != node.shape || t.data.len() != t.shape.iter().product::<usize>() {
-                return Err(GraphError::ValueShape {
-                    name: node.name.clone(),
-                    expected: node.shape.clone(),
-                    found: t.shape.clone(),
-                });
-            }
-            t.clone()
-        } else {
-            let ins: Vec<&Tensor> = node.inputs.iter().map(|j| &values[j.index()]).collect();
-            let data = apply(&node.op, &ins, &node.shape);
-            Tensor { shape: node.shape.clone(), data }
-        };
-        values.push(v);
+        eval_node(g, feeds, &mut values, i)?;
     }
     Ok(Values { values })
+}
+
+/// Evaluates node `i` (and any input not evaluated yet) into `values`.
+fn eval_node(
+    g: &OpGraph,
+    feeds: &BTreeMap<String, Tensor>,
+    values: &mut [Option<Tensor>],
+    i: NodeIndex,
+) -> Result<(), GraphError> {
+    if values[i.index()].is_some() {
+        return Ok(());
+    }
+    let node = g.node(i);
+    let v = if node.op.is_placeholder() {
+        let kind = match node.op {
+            Op::Input => "input",
+            Op::Label => "label",
+            Op::Step => "step",
+            Op::Param => "parameter",
+            _ => "optimizer state",
+        };
+        let t = feeds.get(&node.name).ok_or_else(|| GraphError::MissingValue {
+            kind,
+            name: node.name.clone(),
+            expected: node.shape.clone(),
+        })?;
+        if t.shape != node.shape || t.data.len() != t.shape.iter().product::<usize>() {
+            return Err(GraphError::ValueShape {
+                name: node.name.clone(),
+                expected: node.shape.clone(),
+                found: t.shape.clone(),
+            });
+        }
+        t.clone()
+    } else {
+        for &j in &node.inputs {
+            eval_node(g, feeds, values, j)?;
+        }
+        let ins: Vec<&Tensor> = node.inputs.iter().map(|j| values[j.index()].as_ref().expect("evaluated")).collect();
+        let data = apply(&node.op, &ins, &node.shape);
+        Tensor { shape: node.shape.clone(), data }
+    };
+    values[i.index()] = Some(v);
+    Ok(())
 }
 
 fn last(t: &Tensor) -> usize {
@@ -291,6 +309,10 @@ pub fn apply(op: &Op, ins: &[&Tensor], out_shape: &[usize]) -> Vec<f64> {
         }
         Op::MaxAbs => vec![max_abs(x.iter().copied())],
         Op::MaxAbsDiff => vec![max_abs(x.iter().zip(&ins[1].data).map(|(a, b)| a - b))],
+        Op::Clamp { bound } => {
+            let b = f64::from(*bound);
+            x.iter().map(|&v| if v.is_nan() { v } else { v.clamp(-b, b) }).collect()
+        }
     }
 }
 

@@ -118,6 +118,8 @@ pub struct TrainGraph {
     pub opt_state: Vec<OptStateInfo>,
     /// Checks computed beside training ([`crate::checks`]), in the order they were added.
     pub(crate) checks: Vec<crate::checks::Check>,
+    /// Clamps feeding training ([`crate::checks`]), in the order they were added.
+    pub(crate) clamps: Vec<crate::checks::Clamp>,
 }
 
 impl TrainGraph {

@@ -125,6 +125,11 @@ pub enum VpuOp {
     AddScalar(f32),
     /// `(x) -> x * s`
     MulScalar(f32),
+    /// `(x) -> min(max(x, -b), b)` with `b > 0` (Ranger's range restriction): exact, so a value
+    /// in `[-b, b]` comes back bit for bit (`-0` too); infinities clamp to `-b` or `b`; NaN
+    /// stays NaN (canonical), as [`max_f32`] and [`min_f32`] propagate it: a NaN is not a
+    /// value in range, and replacing it would hide it from every later check.
+    Clamp(f32),
     /// `(x) -> -x` (sign flip, exact).
     Neg,
     /// `(x) -> x if x > 0, NaN if x is NaN, else +0`
@@ -196,7 +201,17 @@ impl VpuOp {
     pub fn inputs(&self) -> usize {
         use VpuOp::*;
         match self {
-            Copy | AddScalar(_) | MulScalar(_) | Neg | Relu | Exp | Recip | Rsqrt | Ln | BiasCorrection { .. } => 1,
+            Copy
+            | AddScalar(_)
+            | MulScalar(_)
+            | Clamp(_)
+            | Neg
+            | Relu
+            | Exp
+            | Recip
+            | Rsqrt
+            | Ln
+            | BiasCorrection { .. } => 1,
             ReduceSum { .. } | ReduceMax { .. } => 1,
             Add | Sub | Mul | Max | Min | ReluGrad | Compare(_) | Sgd { .. } => 2,
             Momentum { .. } => 3,
@@ -225,6 +240,7 @@ impl VpuOp {
             Min => "min",
             AddScalar(_) => "add_scalar",
             MulScalar(_) => "mul_scalar",
+            Clamp(_) => "clamp",
             Neg => "neg",
             Relu => "relu",
             ReluGrad => "relu_grad",
@@ -323,6 +339,7 @@ pub fn lane_op(op: &VpuOp, j: usize, x: [u32; 4]) -> u32 {
         VpuOp::Min => min_f32(a, b),
         VpuOp::AddScalar(s) => a + s,
         VpuOp::MulScalar(s) => a * s,
+        VpuOp::Clamp(b) => min_f32(max_f32(a, -b), b),
         VpuOp::Neg => -a,
         VpuOp::Relu => {
             if a.is_nan() {
@@ -716,6 +733,7 @@ fn elementwise(op: &VpuOp, inputs: &[&[u32]], n: usize) -> Vec<Vec<u32>> {
         Rsqrt => map1(a, |x| lane_op(&Rsqrt, 0, [x, 0, 0, 0])),
         AddScalar(s) => map1(a, |x| lane_op(&AddScalar(s), 0, [x, 0, 0, 0])),
         MulScalar(s) => map1(a, |x| lane_op(&MulScalar(s), 0, [x, 0, 0, 0])),
+        Clamp(b) => map1(a, |x| lane_op(&Clamp(b), 0, [x, 0, 0, 0])),
         Add => map2(a, b, |x, y| lane_op(&Add, 0, [x, y, 0, 0])),
         Sub => map2(a, b, |x, y| lane_op(&Sub, 0, [x, y, 0, 0])),
         Mul => map2(a, b, |x, y| lane_op(&Mul, 0, [x, y, 0, 0])),
@@ -1033,6 +1051,35 @@ mod tests {
         assert_eq!(f(&o[0]), [1.0 - 0.5 * v2]);
     }
 
+    /// Clamp: the lanes and the twin agree bit for bit; values in `[-b, b]` (signed zeros,
+    /// subnormals, the bounds themselves) come back unchanged, the rest saturate, NaN stays NaN.
+    #[test]
+    fn clamp_is_exact_in_range_and_the_twins_agree() {
+        let c = cfg(3, 2);
+        let b = 2.5f32;
+        let inside = [0.0, -0.0, 1.0, -2.5, 2.5, 1e-40, -1e-40, 2.4999998, -0.1, f32::from_bits(1)];
+        let x = bits(&inside);
+        assert_eq!(both(&c, VpuOp::Clamp(b), &[&x])[0], x, "in range: bit for bit");
+        let outside = bits(&[3.0, -1e30, f32::INFINITY, f32::NEG_INFINITY, 2.5000002, f32::NAN]);
+        let got = both(&c, VpuOp::Clamp(b), &[&outside])[0].clone();
+        let want = [b, -b, b, -b, b].map(f32::to_bits);
+        assert_eq!(got[..5], want);
+        assert_eq!(got[5], faultline_num::CANONICAL_NAN);
+        // f32::MAX as the bound: the identity on every finite value.
+        let wide = bits(&[f32::MAX, -f32::MAX, 3.4e38, -7.0, 0.0]);
+        assert_eq!(both(&c, VpuOp::Clamp(f32::MAX), &[&wide])[0], wide);
+        // Many lanes' worth of raw bit patterns: the cycle-level lanes equal the twin.
+        let raw: Vec<u32> = (0..97u32).map(|i| i.wrapping_mul(0x9e37_79b9)).collect();
+        let got = both(&c, VpuOp::Clamp(b), &[&raw])[0].clone();
+        for (&r, &g) in raw.iter().zip(&got) {
+            assert_eq!(g, lane_op(&VpuOp::Clamp(b), 0, [r, 0, 0, 0]));
+            let v = f32::from_bits(r);
+            if v.abs() <= b {
+                assert_eq!(g, r);
+            }
+        }
+    }
+
     #[test]
     fn reductions_match_a_reference_order() {
         let c = cfg(4, 1);
@@ -1184,6 +1231,7 @@ mod tests {
             Just(VpuOp::Recip),
             Just(VpuOp::Rsqrt),
             Just(VpuOp::MulScalar(0.3)),
+            Just(VpuOp::Clamp(4.5)),
             cmp.clone().prop_map(VpuOp::Compare),
             cmp.prop_map(VpuOp::CmpSelect),
             (1usize..7, any::<bool>())

@@ -183,3 +183,106 @@ fn a_flip_in_the_checksum_gemm_is_detected_or_benign_never_silent() {
     let bound = bounds.iter().find(|(n, _, _)| n == "fc1.matmul.abft").unwrap().2;
     assert!(fires(checks[k] as f64, bound), "{f}: residual {:e} within {bound:e}", checks[k]);
 }
+
+/// A clamp (Ranger's restriction) on the hidden activations, added after ABFT of the next
+/// GEMM and a range check and duplicate of the activations themselves: every former reader
+/// but the activations' own checks reads the clamp (forward and backward nodes, and the
+/// other GEMM's checksums), it runs right after the activations, the f64 reference and both
+/// executor twins agree with it, and with the widest bound training is bit-identical.
+#[test]
+fn a_clamp_is_read_by_every_former_reader_and_restricts_training() {
+    let mut tg = {
+        let t = trainer("tpu-8x8", 8, protect_all);
+        t.exec.tg.clone()
+    };
+    let relu = tg.graph.find("relu1.relu").unwrap();
+    let own: Vec<_> = tg.checks().iter().filter(|c| c.guarded == relu).flat_map(|c| c.nodes.clone()).collect();
+    let before = tg.graph.readers(relu);
+    let moved: Vec<_> = before.iter().copied().filter(|r| !own.contains(r)).collect();
+    let phases = |ns: &[_]| ns.iter().map(|&n| tg.graph.node(n).phase).collect::<std::collections::BTreeSet<_>>();
+    assert!(phases(&moved).len() >= 2, "relu1.relu has forward and backward readers: {:?}", phases(&moved));
+    assert!(moved.iter().any(|&n| tg.graph.node(n).name.starts_with("fc2.matmul.abft")), "ABFT reads it");
+    assert!(!own.is_empty());
+
+    let clamp = tg.add_clamp(relu, f32::MAX).unwrap();
+    assert_eq!(tg.graph.node(clamp).name, "relu1.relu.clamp");
+    assert_eq!(tg.graph.node(clamp).phase, tg.graph.node(relu).phase);
+    assert_eq!(tg.graph.node(clamp).layer, tg.graph.node(relu).layer);
+    for &r in &moved {
+        let ins = &tg.graph.node(r).inputs;
+        assert!(ins.contains(&clamp) && !ins.contains(&relu), "{} still reads relu1.relu", tg.graph.node(r).name);
+    }
+    let mut now = tg.graph.readers(relu);
+    now.retain(|&r| r != clamp);
+    let raw: Vec<_> = before.iter().copied().filter(|r| own.contains(r)).collect();
+    assert!(!raw.is_empty());
+    assert_eq!(now, raw, "only the activations' own checks read them raw");
+    assert_eq!(tg.graph.readers(clamp), moved);
+    let order = tg.execution_order();
+    let at = order.iter().position(|&n| n == relu).unwrap();
+    assert_eq!(order[at + 1], clamp, "the clamp runs right after its node");
+    assert_eq!(order.len(), tg.graph.len());
+    tg.topo_order().unwrap();
+    // Twice, or on a check's node: errors.
+    assert!(tg.add_clamp(relu, 1.0).is_err());
+    assert!(tg.add_clamp(own[0], 1.0).is_err());
+    assert!(tg.set_clamp_bound(relu, 1.0).is_err());
+    assert!(tg.set_clamp_bound(clamp, -1.0).is_err());
+
+    // The widest bound: training bit-identical to the unprotected run.
+    let mut plain = trainer("tpu-8x8", 8, |_| {});
+    let tg_wide = tg.clone();
+    let mut wide = trainer("tpu-8x8", 8, move |g| *g = tg_wide);
+    for _ in 0..3 {
+        assert_eq!(plain.step().unwrap().loss.to_bits(), wide.step().unwrap().loss.to_bits());
+        assert!(same_bits(&plain.state, &wide.state), "a clamp at f32::MAX changed training");
+    }
+    // A tight bound restricts: training changes, both twins agree, and the executor's clamp
+    // agrees with the f64 reference of the same step.
+    tg.set_clamp_bound(clamp, 0.05).unwrap();
+    let tight_tg = tg.clone();
+    let tight = trainer("tpu-8x8", 8, move |g| *g = tight_tg);
+    let (x, y) = tight.data.train.gather(&tight.batcher.clone().next_indices());
+    let bufs = tight.exec.step_buffers(&tight.state, &x, &y).unwrap();
+    let p = tight.exec.program();
+    let value = |i| -> Vec<f32> { bufs[p.buffer_of(i).unwrap().index()].iter().map(|&b| f32::from_bits(b)).collect() };
+    let (raw, clamped) = (value(relu), value(clamp));
+    assert!(raw.iter().any(|v| v.abs() > 0.05), "the bound restricts something");
+    for (r, c) in raw.iter().zip(&clamped) {
+        assert_eq!(c.to_bits(), r.clamp(-0.05, 0.05).to_bits());
+    }
+    let mut slow = tight.clone();
+    slow.exec.mode = ExecMode::CycleLevel;
+    let (mut a, mut b) = (tight.clone(), slow);
+    assert_eq!(a.step().unwrap().loss.to_bits(), b.step().unwrap().loss.to_bits());
+    assert!(same_bits(&a.state, &b.state));
+    let mut p2 = trainer("tpu-8x8", 8, |_| {});
+    p2.step().unwrap();
+    assert!(!same_bits(&a.state, &p2.state), "a tight clamp changed nothing");
+    // The f64 reference evaluates the clamped graph (its clamp reads a lower-indexed node).
+    let mut feeds: std::collections::BTreeMap<String, faultline_graph::Tensor> = tight
+        .state
+        .tensors
+        .iter()
+        .map(|(n, t)| {
+            (
+                n.clone(),
+                faultline_graph::Tensor { shape: t.shape.clone(), data: t.data.iter().map(|&v| v as f64).collect() },
+            )
+        })
+        .collect();
+    let g = &tg.graph;
+    feeds.insert(
+        "input".into(),
+        faultline_graph::Tensor { shape: g.node(tg.input).shape.clone(), data: x.iter().map(|&v| v as f64).collect() },
+    );
+    feeds.insert(
+        "labels".into(),
+        faultline_graph::Tensor::one_hot(&y.iter().map(|&l| l as usize).collect::<Vec<_>>(), 10),
+    );
+    let vals = faultline_graph::reference::eval(g, &feeds).unwrap();
+    let (rv, cv) = (vals.get(relu).unwrap(), vals.get(clamp).unwrap());
+    let b = f64::from(0.05f32);
+    assert!(rv.data.iter().any(|r| r.abs() > b));
+    assert!(rv.data.iter().zip(&cv.data).all(|(r, c)| *c == r.clamp(-b, b)));
+}
