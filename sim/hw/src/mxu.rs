@@ -36,6 +36,20 @@
 //! S_f = f * (K + 2R + C - 2),   total_cycles = F * (K + 2R + C - 2)
 //! ```
 //!
+//! **Input stationary (IS).** The stationary operand is the input: IS is WS applied to the
+//! transposed problem `out^T[N][M] = W^T[N][K] * A^T[K][M]` (SCALE-Sim's
+//! `systolic_compute_is.py` mapping), run on the same registers by [`Schedule::as_ws`]: `A`
+//! and `W` are transposed, the WS path (stepped or functional) runs, the result is transposed
+//! back. A fold is `A[m0..m0+mr][k0..k0+kr]` (`kr <= R` rows along K, `mr <= C` columns along
+//! M; [`Fold`] keeps the IS coordinates, `n0 = 0`, `nc = N`); PE `(i, j)`'s `weight` and
+//! `weight_shadow` registers hold the input `A[m0+j][k0+i]` and its `act` register carries
+//! weights: column `nn` of `W` enters row `i` at `T_f + nn + i` and meets PE `(i, j)` at
+//! `T_f + nn + i + j`; column `j` of the accumulators captures `out[m0+j][nn]`. Folds run
+//! m-tile-major, k-tile-minor: `ceil(K/R) * ceil(M/C)` folds of `N` streamed rows, and every
+//! count is WS's for the shape `N x K x M` (`T_{f+1} = T_f + max(N, R)`). Each output gets the
+//! same products `A[m][k] * W[k][n]` (IEEE products commute) in the same K chunks of `R` as in
+//! WS, so IS's results equal WS's bit for bit.
+//!
 //! What the totals count: cycles from the first operand entering the array (WS: fold 0's first
 //! weight row, one cycle before its first activation) to the last accumulator write, inclusive.
 //! WS folds pipeline, so only the last fold's fill and drain show: with `M >= R` and full
@@ -58,7 +72,7 @@
 //! ```text
 //! OS: K + (R-1) + (C-1)        total = ceil(M/R)*ceil(N/C) * (K + R + C - 2) - 1
 //! WS: R + M + (R-1) + (C-1)    total = ceil(K/R)*ceil(N/C) * (M + 2R + C - 2) - 1
-//! IS: R + N + (R-1) + (C-1)    total = ceil(K/R)*ceil(M/C) * (N + 2R + C - 2) - 1   (no IS here)
+//! IS: R + N + (R-1) + (C-1)    total = ceil(K/R)*ceil(M/C) * (N + 2R + C - 2) - 1
 //! ```
 //!
 //! (OS: `systolic_compute_os.py` lines 224, 271, 316 and 341-370 (the `T-1` prefix before the
@@ -68,7 +82,7 @@
 //!
 //! | term | Faultline | SCALE-Sim |
 //! |---|---|---|
-//! | folds, streaming | WS `ceil(K/R)*ceil(N/C)` of `M`; OS `ceil(M/R)*ceil(N/C)` of `K` | same |
+//! | folds, streaming | WS `ceil(K/R)*ceil(N/C)` of `M`; OS `ceil(M/R)*ceil(N/C)` of `K`; IS `ceil(K/R)*ceil(M/C)` of `N` | same |
 //! | WS weight load | `R`/fold, double-buffered: exposed 1 before fold 0, `R - M`/fold if `M < R` | `R`/fold, serial |
 //! | fill/skew | WS once, `(R-1) + (nc_f-1)` of the fold ending last; OS `(R-1) + (C-1)`/fold | `(R-1) + (C-1)`/fold |
 //! | OS drain | `R`/fold after the last MAC | none: outputs are written within the fold's rows |
@@ -83,7 +97,9 @@
 //!
 //! Example, `M = K = N = 64` on 32x32 (`F = 4`): WS here `1 + 4*64 + 31 + 31 + 1 = 320`,
 //! SCALE-Sim `4 * 158 - 1 = 631`; OS here `4 * 158 = 632`, SCALE-Sim `4 * 126 - 1 = 503`
-//! (OS differs by `F*R + 1` for every non-empty shape).
+//! (OS differs by `F*R + 1` for every non-empty shape). IS is WS of the transposed shape in both
+//! simulators (here `max` of WS's formula over `N x K x M`, SCALE-Sim the IS line above): for
+//! `64^3` the same 320 and 631.
 //!
 //! Ragged folds use the physical array: unused rows/columns carry `valid = 0` and zero weights,
 //! so latencies are those of the full array. A PE whose incoming activation is not valid passes
@@ -112,7 +128,7 @@ use serde::{Deserialize, Serialize};
 pub struct GemmStats {
     /// Cycles from the first weight/activation entering the array to the last accumulator write.
     pub total_cycles: u64,
-    /// Cycles in which new operands are fed (WS: `M` per fold; OS: `K` per fold); the rest of
+    /// Cycles in which new operands are fed (WS: `M` per fold; OS: `K`; IS: `N`); the rest of
     /// `total_cycles` is fill, drain and weight-load stall.
     pub compute_cycles: u64,
     /// Number of folds (tiles).
@@ -126,7 +142,7 @@ pub struct GemmStats {
 /// One fold of the schedule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fold {
-    /// First output row (OS) or 0 (WS streams all rows).
+    /// First output row (OS, IS) or 0 (WS streams all rows).
     pub m0: usize,
     /// Output rows in this fold.
     pub mr: usize,
@@ -134,7 +150,7 @@ pub struct Fold {
     pub k0: usize,
     /// Reduction length in this fold.
     pub kr: usize,
-    /// First output column.
+    /// First output column (0 in IS, which streams all columns).
     pub n0: usize,
     /// Output columns in this fold.
     pub nc: usize,
@@ -752,7 +768,7 @@ fn twin<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, acc: Option<&Matrix>
     }
 }
 
-/// Functional twin: the same per-output operation sequence, without registers or clocks.
+/// Functional twin (WS and OS; IS through [`twin`]): the same per-output operation sequence, without registers or clocks.
 /// Compiled for AVX2 as well as the baseline and picked at run time: wider vectors, the same
 /// IEEE multiplies and adds in the same order (Rust never fuses them), so the same bits.
 #[multiversion::multiversion(targets("x86_64+avx2"))]
