@@ -19,6 +19,8 @@ pub enum DataflowArg {
     Ws,
     /// Output stationary.
     Os,
+    /// Input stationary (weight stationary on the transposed problem).
+    Is,
 }
 
 /// Execution mode on the command line.
@@ -89,6 +91,7 @@ pub fn run(args: GemmArgs, mem: &HostMemory) -> Result<()> {
         cfg.mxu.dataflow = match d {
             DataflowArg::Ws => Dataflow::WeightStationary,
             DataflowArg::Os => Dataflow::OutputStationary,
+            DataflowArg::Is => Dataflow::InputStationary,
         };
     }
     for (name, v) in [("--m", args.m), ("--k", args.k), ("--n", args.n)] {

@@ -11,7 +11,7 @@ fn gemm_json(extra: &[&str]) -> serde_json::Value {
 
 #[test]
 fn json_has_the_documented_fields_and_modes_agree() {
-    for df in ["ws", "os"] {
+    for df in ["ws", "os", "is"] {
         let c = gemm_json(&["--mode", "cycle", "--dataflow", df]);
         let f = gemm_json(&["--mode", "functional", "--dataflow", df]);
         for key in ["total_cycles", "compute_cycles", "folds", "utilization", "macs", "output_checksum"] {
@@ -31,6 +31,20 @@ fn a_fault_reports_the_corrupted_outputs() {
     let j = gemm_json(&["--fault", "flip:mxu.pe[7][2].psum[30]@0:14"]);
     assert_eq!(j["corrupted_outputs"], 1);
     assert_eq!(j["corrupted_positions"][0], serde_json::json!([4, 2]));
+}
+
+#[test]
+fn input_stationary_is_weight_stationary_to_the_bit_and_names_faulty_outputs() {
+    let (is, ws) = (gemm_json(&["--dataflow", "is"]), gemm_json(&["--dataflow", "ws"]));
+    assert_eq!(is["output_checksum"], ws["output_checksum"]);
+    assert_eq!(is["dataflow"], "is");
+    // 8x8 IS on 20x13x9: ceil(13/8) * ceil(20/8) = 6 folds of 9 streamed columns.
+    assert_eq!((is["folds"].as_u64(), is["compute_cycles"].as_u64()), (Some(6), Some(54)));
+    // PE (7, 2) of fold 0 holds A[2][7]; column nn of W passes it at 1 + nn + 7 + 2: a psum
+    // flip at cycle 14 hits out[2][4] only (the second k-fold adds to it).
+    let j = gemm_json(&["--dataflow", "is", "--fault", "flip:mxu.pe[7][2].psum[30]@0:14"]);
+    assert_eq!(j["corrupted_outputs"], 1);
+    assert_eq!(j["corrupted_positions"][0], serde_json::json!([2, 4]));
 }
 
 #[test]

@@ -21,15 +21,27 @@ pub enum Dataflow {
     /// Partial sums held in PEs; activations flow right, weights flow down; results drain
     /// down the columns after each tile.
     OutputStationary,
+    /// Inputs (activations) held in PEs: weight-stationary on the transposed problem
+    /// (`out^T = W^T * A^T`). A tile of `A` sits in the weight and shadow registers, the
+    /// columns of `W` flow right, partial sums flow down into the accumulators.
+    InputStationary,
 }
 
 impl Dataflow {
-    /// Short name used on the command line (`ws`, `os`).
+    /// Short name used on the command line (`ws`, `os`, `is`).
     pub const fn short(self) -> &'static str {
         match self {
             Dataflow::WeightStationary => "ws",
             Dataflow::OutputStationary => "os",
+            Dataflow::InputStationary => "is",
         }
+    }
+
+    /// Whether the array holds an operand in its (double-buffered) weight registers and passes
+    /// partial sums down into the accumulators: WS, and IS (which is WS on the transposed
+    /// problem). These dataflows have the `swap` and `weight_shadow` registers.
+    pub const fn stationary_operand(self) -> bool {
+        matches!(self, Dataflow::WeightStationary | Dataflow::InputStationary)
     }
 }
 
@@ -37,11 +49,12 @@ impl Dataflow {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MxuConfig {
-    /// PE rows (the reduction/K dimension in WS). Count, 1..=1024.
+    /// PE rows (the reduction/K dimension in WS and IS). Count, 1..=1024.
     pub rows: usize,
-    /// PE columns (the output/N dimension). Count, 1..=1024.
+    /// PE columns (the output/N dimension; in IS the output rows, M). Count, 1..=1024.
     pub cols: usize,
-    /// Dataflow the array implements: `WeightStationary` or `OutputStationary`.
+    /// Dataflow the array implements: `WeightStationary`, `OutputStationary` or
+    /// `InputStationary`.
     pub dataflow: Dataflow,
     /// Format of activation and weight registers: Bf16, Fp32 or Int8.
     pub input_format: NumFormat,

@@ -55,6 +55,11 @@ impl Matrix {
         self.data[r * self.cols + c] = v;
     }
 
+    /// The transpose (`cols x rows`).
+    pub fn transpose(&self) -> Matrix {
+        Matrix::from_fn(self.cols, self.rows, |i, j| self.get(j, i))
+    }
+
     /// A checksum of the shape and the raw bits ([`bits_checksum`]).
     pub fn checksum(&self) -> u64 {
         bits_checksum(&[self.rows, self.cols], self.data.iter().copied())

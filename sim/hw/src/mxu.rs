@@ -36,6 +36,20 @@
 //! S_f = f * (K + 2R + C - 2),   total_cycles = F * (K + 2R + C - 2)
 //! ```
 //!
+//! **Input stationary (IS).** The stationary operand is the input: IS is WS applied to the
+//! transposed problem `out^T[N][M] = W^T[N][K] * A^T[K][M]` (SCALE-Sim's
+//! `systolic_compute_is.py` mapping), run on the same registers by [`Schedule::as_ws`]: `A`
+//! and `W` are transposed, the WS path (stepped or functional) runs, the result is transposed
+//! back. A fold is `A[m0..m0+mr][k0..k0+kr]` (`kr <= R` rows along K, `mr <= C` columns along
+//! M; [`Fold`] keeps the IS coordinates, `n0 = 0`, `nc = N`); PE `(i, j)`'s `weight` and
+//! `weight_shadow` registers hold the input `A[m0+j][k0+i]` and its `act` register carries
+//! weights: column `nn` of `W` enters row `i` at `T_f + nn + i` and meets PE `(i, j)` at
+//! `T_f + nn + i + j`; column `j` of the accumulators captures `out[m0+j][nn]`. Folds run
+//! m-tile-major, k-tile-minor: `ceil(K/R) * ceil(M/C)` folds of `N` streamed rows, and every
+//! count is WS's for the shape `N x K x M` (`T_{f+1} = T_f + max(N, R)`). Each output gets the
+//! same products `A[m][k] * W[k][n]` (IEEE products commute) in the same K chunks of `R` as in
+//! WS, so IS's results equal WS's bit for bit.
+//!
 //! What the totals count: cycles from the first operand entering the array (WS: fold 0's first
 //! weight row, one cycle before its first activation) to the last accumulator write, inclusive.
 //! WS folds pipeline, so only the last fold's fill and drain show: with `M >= R` and full
@@ -58,7 +72,7 @@
 //! ```text
 //! OS: K + (R-1) + (C-1)        total = ceil(M/R)*ceil(N/C) * (K + R + C - 2) - 1
 //! WS: R + M + (R-1) + (C-1)    total = ceil(K/R)*ceil(N/C) * (M + 2R + C - 2) - 1
-//! IS: R + N + (R-1) + (C-1)    total = ceil(K/R)*ceil(M/C) * (N + 2R + C - 2) - 1   (no IS here)
+//! IS: R + N + (R-1) + (C-1)    total = ceil(K/R)*ceil(M/C) * (N + 2R + C - 2) - 1
 //! ```
 //!
 //! (OS: `systolic_compute_os.py` lines 224, 271, 316 and 341-370 (the `T-1` prefix before the
@@ -68,7 +82,7 @@
 //!
 //! | term | Faultline | SCALE-Sim |
 //! |---|---|---|
-//! | folds, streaming | WS `ceil(K/R)*ceil(N/C)` of `M`; OS `ceil(M/R)*ceil(N/C)` of `K` | same |
+//! | folds, streaming | WS `ceil(K/R)*ceil(N/C)` of `M`; OS `ceil(M/R)*ceil(N/C)` of `K`; IS `ceil(K/R)*ceil(M/C)` of `N` | same |
 //! | WS weight load | `R`/fold, double-buffered: exposed 1 before fold 0, `R - M`/fold if `M < R` | `R`/fold, serial |
 //! | fill/skew | WS once, `(R-1) + (nc_f-1)` of the fold ending last; OS `(R-1) + (C-1)`/fold | `(R-1) + (C-1)`/fold |
 //! | OS drain | `R`/fold after the last MAC | none: outputs are written within the fold's rows |
@@ -83,7 +97,9 @@
 //!
 //! Example, `M = K = N = 64` on 32x32 (`F = 4`): WS here `1 + 4*64 + 31 + 31 + 1 = 320`,
 //! SCALE-Sim `4 * 158 - 1 = 631`; OS here `4 * 158 = 632`, SCALE-Sim `4 * 126 - 1 = 503`
-//! (OS differs by `F*R + 1` for every non-empty shape).
+//! (OS differs by `F*R + 1` for every non-empty shape). IS is WS of the transposed shape in both
+//! simulators (here `max` of WS's formula over `N x K x M`, SCALE-Sim the IS line above): for
+//! `64^3` the same 320 and 631.
 //!
 //! Ragged folds use the physical array: unused rows/columns carry `valid = 0` and zero weights,
 //! so latencies are those of the full array. A PE whose incoming activation is not valid passes
@@ -112,7 +128,7 @@ use serde::{Deserialize, Serialize};
 pub struct GemmStats {
     /// Cycles from the first weight/activation entering the array to the last accumulator write.
     pub total_cycles: u64,
-    /// Cycles in which new operands are fed (WS: `M` per fold; OS: `K` per fold); the rest of
+    /// Cycles in which new operands are fed (WS: `M` per fold; OS: `K`; IS: `N`); the rest of
     /// `total_cycles` is fill, drain and weight-load stall.
     pub compute_cycles: u64,
     /// Number of folds (tiles).
@@ -126,7 +142,7 @@ pub struct GemmStats {
 /// One fold of the schedule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fold {
-    /// First output row (OS) or 0 (WS streams all rows).
+    /// First output row (OS, IS) or 0 (WS streams all rows).
     pub m0: usize,
     /// Output rows in this fold.
     pub mr: usize,
@@ -134,7 +150,7 @@ pub struct Fold {
     pub k0: usize,
     /// Reduction length in this fold.
     pub kr: usize,
-    /// First output column.
+    /// First output column (0 in IS, which streams all columns).
     pub n0: usize,
     /// Output columns in this fold.
     pub nc: usize,
@@ -194,6 +210,24 @@ impl Schedule {
                     }
                 }
             }
+            Dataflow::InputStationary => {
+                // WS on `out^T = W^T * A^T`: its n-tiles are tiles of M, its weight tiles are
+                // `A^T[k0..k0+kr][m0..m0+mc]`, and all N columns of W stream through each.
+                for m0 in (0..m).step_by(c) {
+                    for k0 in (0..k).step_by(r) {
+                        folds.push(Fold {
+                            m0,
+                            mr: c.min(m - m0),
+                            k0,
+                            kr: r.min(k - k0),
+                            n0: 0,
+                            nc: n,
+                            overwrite: k0 == 0,
+                            start: folds.len() as u64 * period,
+                        });
+                    }
+                }
+            }
             Dataflow::OutputStationary => {
                 for m0 in (0..m).step_by(r) {
                     for n0 in (0..n).step_by(c) {
@@ -230,6 +264,7 @@ impl Schedule {
         let per_fold = match self.dataflow {
             Dataflow::WeightStationary => self.m,
             Dataflow::OutputStationary => self.k,
+            Dataflow::InputStationary => self.n,
         } as u64;
         // `Schedule::new` checked that these products fit 64 bits.
         let macs = (self.m * self.k * self.n) as u64;
@@ -240,6 +275,22 @@ impl Schedule {
             macs,
             utilization: utilization(macs, self.total_cycles, self.rows, self.cols),
         }
+    }
+
+    /// The weight-stationary schedule of the transposed GEMM `out^T = W^T * A^T` that an IS
+    /// schedule runs on the array: the same folds in the same order at the same times, fold
+    /// `(m0, mr, k0, kr)` of IS being WS fold `(k0, kr, n0 = m0, nc = mr)` streaming all `N`
+    /// rows of `W^T`. Any other schedule is returned as it is.
+    pub fn as_ws(&self) -> Schedule {
+        if self.dataflow != Dataflow::InputStationary {
+            return self.clone();
+        }
+        let folds = self
+            .folds
+            .iter()
+            .map(|f| Fold { m0: 0, mr: self.n, k0: f.k0, kr: f.kr, n0: f.m0, nc: f.mr, ..*f })
+            .collect();
+        Schedule { dataflow: Dataflow::WeightStationary, m: self.n, n: self.m, folds, ..self.clone() }
     }
 
     /// The schedule of a GEMM that adds its result to what the accumulators hold (`out +=
@@ -285,26 +336,31 @@ fn closed_form(cfg: &MxuConfig, m: usize, k: usize, n: usize) -> Result<(GemmSta
     let cycles = || err("cycle count");
     let (mu, ku, nu) = (m as u64, k as u64, n as u64);
     let nt = nu.div_ceil(c);
+    // WS of an `m x k x n` GEMM: (folds, period, total, rows streamed per fold).
+    let ws = |mu: u64, ku: u64, nu: u64| -> Result<(u64, u64, u64, u64), HwError> {
+        let nt = nu.div_ceil(c);
+        let kt = ku.div_ceil(r);
+        let folds = kt.checked_mul(nt).ok_or_else(cycles)?;
+        let p = mu.max(r);
+        // Fold `i` (width `nc`) starts at `i * p` and ends at `i * p + M + R + nc`.
+        let end = |i: u64, nc: u64| i.checked_mul(p)?.checked_add(mu)?.checked_add(r + nc);
+        let total = if folds == 0 {
+            0
+        } else {
+            // Within an n-tile the last fold ends last; a narrower last n-tile can end before
+            // the last full-width fold (whose results take `c - nc` more cycles to leave).
+            let mut t = end(folds - 1, nu - (nt - 1) * c).ok_or_else(cycles)?;
+            if nt >= 2 {
+                t = t.max(end((nt - 1) * kt - 1, c).ok_or_else(cycles)?);
+            }
+            t
+        };
+        Ok((folds, p, total, mu))
+    };
     let (folds, period, total, per_fold) = match cfg.dataflow {
-        Dataflow::WeightStationary => {
-            let kt = ku.div_ceil(r);
-            let folds = kt.checked_mul(nt).ok_or_else(cycles)?;
-            let p = mu.max(r);
-            // Fold `i` (width `nc`) starts at `i * p` and ends at `i * p + M + R + nc`.
-            let end = |i: u64, nc: u64| i.checked_mul(p)?.checked_add(mu)?.checked_add(r + nc);
-            let total = if folds == 0 {
-                0
-            } else {
-                // Within an n-tile the last fold ends last; a narrower last n-tile can end before
-                // the last full-width fold (whose results take `c - nc` more cycles to leave).
-                let mut t = end(folds - 1, nu - (nt - 1) * c).ok_or_else(cycles)?;
-                if nt >= 2 {
-                    t = t.max(end((nt - 1) * kt - 1, c).ok_or_else(cycles)?);
-                }
-                t
-            };
-            (folds, p, total, mu)
-        }
+        Dataflow::WeightStationary => ws(mu, ku, nu)?,
+        // WS on the transposed problem: `N x K x M`.
+        Dataflow::InputStationary => ws(nu, ku, mu)?,
         Dataflow::OutputStationary => {
             let folds = mu.div_ceil(r).checked_mul(nt).ok_or_else(cycles)?;
             let p = ku.checked_add(2 * r + c - 2).ok_or_else(cycles)?;
@@ -352,8 +408,15 @@ pub fn gemm_host_bytes(cfg: &HwConfig, m: usize, k: usize, n: usize, mode: ExecM
     let folds = match cfg.mxu.dataflow {
         Dataflow::WeightStationary => product(&[k.div_ceil(r), n.div_ceil(c)]),
         Dataflow::OutputStationary => product(&[m.div_ceil(r), n.div_ceil(c)]),
+        Dataflow::InputStationary => product(&[k.div_ceil(r), m.div_ceil(c)]),
     };
+    let is = cfg.mxu.dataflow == Dataflow::InputStationary;
+    // IS runs WS on the transposed problem (`n x k x m`), on transposed copies of the operands
+    // and the accumulators, and transposes the result back.
+    let (m, n) = if is { (n, m) } else { (m, n) };
     let word = size_of::<u32>();
+    let transposes =
+        if is { sum(&[product(&[m, k, word]), product(&[k, n, word]), product(&[2, m, n, word])]) } else { Some(0) };
     // Every format's decoded value (f32 or i32) is 4 bytes today; take the real size anyway.
     let value = match Precision::from_formats(cfg.mxu.input_format, cfg.mxu.acc_format) {
         Some(p) => with_precision!(p, F => size_of::<<F as MacFormat>::Value>()),
@@ -374,10 +437,13 @@ pub fn gemm_host_bytes(cfg: &HwConfig, m: usize, k: usize, n: usize, mode: ExecM
     // twin's result and lists at most one changed capture per output (then steps the whole GEMM).
     let changed = size_of::<ChangedCapture>();
     let windowed = sum(&[stepped, product(&[2, r, c, pe]), twin, product(&[2, m, n, changed])]);
-    let run = |mode: ExecMode| match mode {
-        ExecMode::Functional => sum(&[schedule, twin]),
-        ExecMode::CycleLevel if compare && cfg.mxu.dataflow == Dataflow::WeightStationary => sum(&[schedule, windowed]),
-        ExecMode::CycleLevel => sum(&[schedule, stepped]),
+    let run = |mode: ExecMode| {
+        match mode {
+            ExecMode::Functional => sum(&[schedule, twin]),
+            ExecMode::CycleLevel if compare && cfg.mxu.dataflow.stationary_operand() => sum(&[schedule, windowed]),
+            ExecMode::CycleLevel => sum(&[schedule, stepped]),
+        }
+        .and_then(|x| x.checked_add(transposes?))
     };
     let golden = if compare {
         sum(&[run(ExecMode::Functional), product(&[m, n, size_of::<(usize, usize)>()])])
@@ -530,19 +596,40 @@ pub fn gemm_into(
     faults: &FaultSchedule,
 ) -> Result<GemmOutput, HwError> {
     let sched = checked_schedule(cfg, a, w, acc, mode, faults)?;
-    let (out, golden) = match mode {
-        ExecMode::Functional => (with_precision!(cfg.mxu.precision(), F => functional::<F>(&sched, a, w, acc)), None),
+    let (out, golden) = if sched.dataflow == Dataflow::InputStationary {
+        // WS on `out^T = W^T * A^T` (accumulators transposed alike), the result transposed back.
+        let (at, wt, acct) = (w.transpose(), a.transpose(), acc.map(Matrix::transpose));
+        let (out, golden) = run_gemm(cfg, &sched.as_ws(), &at, &wt, acct.as_ref(), mode, faults);
+        (out.transpose(), golden.map(|g| g.transpose()))
+    } else {
+        run_gemm(cfg, &sched, a, w, acc, mode, faults)
+    };
+    Ok(GemmOutput { out, stats: sched.stats(), golden })
+}
+
+/// The result of a checked WS or OS schedule `sched` in `mode`, and the fault-free result if
+/// the run computed it on the way.
+fn run_gemm(
+    cfg: &HwConfig,
+    sched: &Schedule,
+    a: &Matrix,
+    w: &Matrix,
+    acc: Option<&Matrix>,
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> (Matrix, Option<Matrix>) {
+    match mode {
+        ExecMode::Functional => (with_precision!(cfg.mxu.precision(), F => functional::<F>(sched, a, w, acc)), None),
         ExecMode::CycleLevel => with_precision!(cfg.mxu.precision(), F => {
             if !faults.is_empty() && sched.dataflow == Dataflow::WeightStationary {
-                let (out, fault_free) = windowed_ws::<F>(&sched, a, w, acc, faults);
+                let (out, fault_free) = windowed_ws::<F>(sched, a, w, acc, faults);
                 (out, Some(fault_free))
             } else {
                 let mut st = PeArrayState::new(cfg.mxu.rows, cfg.mxu.cols);
-                (cycle_level::<F>(&sched, a, w, acc, faults, &mut st).0, None)
+                (cycle_level::<F>(sched, a, w, acc, faults, &mut st).0, None)
             }
         }),
-    };
-    Ok(GemmOutput { out, stats: sched.stats(), golden })
+    }
 }
 
 /// The schedule of `out (+)= a * w` (accumulating into `acc` if given) after checking the
@@ -637,7 +724,7 @@ fn fold_psums_typed<F: MacFormat>(
     for f in &s.folds {
         let fa = Matrix::from_fn(f.mr, f.kr, |i, j| a.get(f.m0 + i, f.k0 + j));
         let fw = Matrix::from_fn(f.kr, f.nc, |i, j| w.get(f.k0 + i, f.n0 + j));
-        psums.push(functional::<F>(&Schedule::new(&cfg.mxu, f.mr, f.kr, f.nc)?, &fa, &fw, None));
+        psums.push(twin::<F>(&Schedule::new(&cfg.mxu, f.mr, f.kr, f.nc)?, &fa, &fw, None));
     }
     if faults.is_empty() {
         return Ok(psums);
@@ -647,6 +734,15 @@ fn fold_psums_typed<F: MacFormat>(
             let changed = ws_changed_captures::<F>(s, a, w, faults, usize::MAX).expect("no budget");
             for ((f, m, col), v) in changed {
                 psums[f].set(m, col - s.folds[f].n0, v);
+            }
+        }
+        Dataflow::InputStationary => {
+            // The WS view's captures: row `nn` of its fold `f` is column `nn` of IS fold `f`,
+            // its column `m0 + j` the fold's row `j`.
+            let (ws, at, wt) = (s.as_ws(), w.transpose(), a.transpose());
+            let changed = ws_changed_captures::<F>(&ws, &at, &wt, faults, usize::MAX).expect("no budget");
+            for ((f, nn, m), v) in changed {
+                psums[f].set(m - s.folds[f].m0, nn, v);
             }
         }
         Dataflow::OutputStationary => {
@@ -660,7 +756,19 @@ fn fold_psums_typed<F: MacFormat>(
     Ok(psums)
 }
 
-/// Functional twin: the same per-output operation sequence, without registers or clocks.
+/// Functional twin of any schedule: [`functional`], an IS schedule through its WS view on the
+/// transposed operands (so the MACs see their operands in the array's order), the result
+/// transposed back.
+fn twin<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, acc: Option<&Matrix>) -> Matrix {
+    if s.dataflow == Dataflow::InputStationary {
+        let acct = acc.map(Matrix::transpose);
+        functional::<F>(&s.as_ws(), &w.transpose(), &a.transpose(), acct.as_ref()).transpose()
+    } else {
+        functional::<F>(s, a, w, acc)
+    }
+}
+
+/// Functional twin (WS and OS; IS through [`twin`]): the same per-output operation sequence, without registers or clocks.
 /// Compiled for AVX2 as well as the baseline and picked at run time: wider vectors, the same
 /// IEEE multiplies and adds in the same order (Rust never fuses them), so the same bits.
 #[multiversion::multiversion(targets("x86_64+avx2"))]
@@ -690,9 +798,10 @@ fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, acc: Option<&M
     }
     // Whether the first K fold overwrites the accumulators (else every fold adds).
     let overwrite = s.folds.first().is_some_and(|f| f.overwrite);
-    // K is reduced in chunks of R in WS (one chunk per fold) and in one piece in OS.
+    // K is reduced in chunks of R in WS (one chunk per fold) and in one piece in OS (IS comes
+    // here as its WS view, see [`twin`]).
     let chunk = match s.dataflow {
-        Dataflow::WeightStationary => s.rows,
+        Dataflow::WeightStationary | Dataflow::InputStationary => s.rows,
         Dataflow::OutputStationary => k,
     }
     .max(1);
@@ -799,6 +908,14 @@ pub fn cycle_level_observed<F: MacFormat>(
     st: &mut PeArrayState,
     mut observe: impl FnMut(u64, &PeArrayState),
 ) -> (Matrix, CycleReport) {
+    if s.dataflow == Dataflow::InputStationary {
+        // The array runs the WS view on the transposed operands; the accumulators hold the
+        // transposed result, read back as `M x N`.
+        let acct = acc.map(Matrix::transpose);
+        let (out, report) =
+            cycle_level_observed::<F>(&s.as_ws(), &w.transpose(), &a.transpose(), acct.as_ref(), faults, st, observe);
+        return (out.transpose(), report);
+    }
     let faults = s.active(faults);
     let mut out = acc.cloned().unwrap_or_else(|| Matrix::zeros(s.m, s.n));
     let mut next = st.clone();
@@ -810,7 +927,8 @@ pub fn cycle_level_observed<F: MacFormat>(
     let limit = s.total_cycles.saturating_mul(2).saturating_add(16);
     while captures < expected && t < limit {
         match s.dataflow {
-            Dataflow::WeightStationary => {
+            // IS was turned into its WS view above.
+            Dataflow::WeightStationary | Dataflow::InputStationary => {
                 captures += capture_ws::<F>(s, t, st, &mut out);
                 edge.drive_ws(s, a, w, t);
                 step_ws::<F>(st, &mut next, &edge);

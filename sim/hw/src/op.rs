@@ -431,6 +431,8 @@ fn geometry(cfg: &HwConfig, kind: &OpKind) -> Result<Geometry, HwError> {
         let slot_words = match cfg.mxu.dataflow {
             Dataflow::WeightStationary => (r * c) as u64,
             Dataflow::OutputStationary => (kk * c) as u64,
+            // IS streams the fold's `kr x N` rows of W (the stationary A tile comes from the UB).
+            Dataflow::InputStationary => (r * nn) as u64,
         };
         let buffers = (wb.words() / slot_words).min(nb as u64) as usize;
         if buffers == 0 {
@@ -446,6 +448,7 @@ fn geometry(cfg: &HwConfig, kind: &OpKind) -> Result<Geometry, HwError> {
         let count = match cfg.mxu.dataflow {
             Dataflow::WeightStationary => kk.div_ceil(r) * nn.div_ceil(c),
             Dataflow::OutputStationary => mm.div_ceil(r) * nn.div_ceil(c),
+            Dataflow::InputStationary => kk.div_ceil(r) * mm.div_ceil(c),
         };
         return Ok(Geometry { count, buffers, chunk: 0, unit: 0, slot_words, dram_words });
     }
@@ -503,13 +506,15 @@ fn build_plan(cfg: &HwConfig, kind: &OpKind) -> Result<Plan, HwError> {
                     loads.push((lens[0] as u64 * eb, ub.clone()));
                 }
                 let wrows = match cfg.mxu.dataflow {
-                    Dataflow::WeightStationary => fold.kr,
+                    Dataflow::WeightStationary | Dataflow::InputStationary => fold.kr,
                     Dataflow::OutputStationary => kk,
                 };
                 loads.push(((wrows * fold.nc) as u64 * eb, wb.clone()));
                 let (latency, release) = match cfg.mxu.dataflow {
                     Dataflow::WeightStationary => ((mm + r + fold.nc) as u64, (r + c - 1) as u64),
                     Dataflow::OutputStationary => (sched.period, (kk + c - 1) as u64),
+                    // The last row of W enters the array's last row at `N + R - 1`.
+                    Dataflow::InputStationary => ((nn + r + fold.mr) as u64, (nn + r) as u64),
                 };
                 let stores = match store_rows(cfg, &sched, f) {
                     Some(rows) => vec![((rows * fold.nc) as u64 * acc.word_bytes(), acc.clone())],
@@ -550,12 +555,14 @@ fn build_plan(cfg: &HwConfig, kind: &OpKind) -> Result<Plan, HwError> {
     Ok(Plan { tiles, buffers: g.buffers, sched: None, slot_words: 0, chunk, count: g.count })
 }
 
-/// Rows stored after fold `f` if its output tile is complete (WS: last K fold of an N tile).
+/// Rows stored after fold `f` if its output tile is complete (WS: last K fold of an N tile;
+/// IS: last K fold of an M tile).
 fn store_rows(cfg: &HwConfig, s: &Schedule, f: usize) -> Option<usize> {
     let fold = &s.folds[f];
     match cfg.mxu.dataflow {
         Dataflow::WeightStationary => (fold.k0 + fold.kr == s.k).then_some(s.m),
         Dataflow::OutputStationary => Some(fold.mr),
+        Dataflow::InputStationary => (fold.k0 + fold.kr == s.k).then_some(fold.mr),
     }
 }
 
@@ -623,15 +630,16 @@ pub fn host_bytes(cfg: &HwConfig, kind: &OpKind, mode: ExecMode) -> Result<Optio
             let tile = match gemm {
                 Some((mm, kk, nn)) => {
                     let (r, c) = (cfg.mxu.rows, cfg.mxu.cols);
-                    let (fm, fk) = match cfg.mxu.dataflow {
-                        Dataflow::WeightStationary => (mm, kk.min(r)),
-                        Dataflow::OutputStationary => (mm.min(r), kk),
+                    let (fm, fk, fnn) = match cfg.mxu.dataflow {
+                        Dataflow::WeightStationary => (mm, kk.min(r), nn.min(c)),
+                        Dataflow::OutputStationary => (mm.min(r), kk, nn.min(c)),
+                        Dataflow::InputStationary => (mm.min(c), kk.min(r), nn),
                     };
-                    let fold = mxu::gemm_host_bytes(cfg, fm, fk, nn.min(c), ExecMode::Functional, false);
+                    let fold = mxu::gemm_host_bytes(cfg, fm, fk, fnn, ExecMode::Functional, false);
                     // With MXU faults: the whole GEMM's operands, every fold's partial sums (at
                     // most `M x N` per K fold) and the faulty array run ([`mxu::fold_psums`]).
                     let k_folds = match cfg.mxu.dataflow {
-                        Dataflow::WeightStationary => kk.div_ceil(r),
+                        Dataflow::WeightStationary | Dataflow::InputStationary => kk.div_ceil(r),
                         Dataflow::OutputStationary => 1,
                     };
                     let faulty = sum(&[
@@ -1028,9 +1036,11 @@ impl<'a> Machine<'a> {
             }
             Direction::Load => {
                 let slot = (tr.tile % self.plan.buffers) as u64 * self.plan.slot_words;
-                let (k0, rows) = match self.cfg.mxu.dataflow {
-                    Dataflow::WeightStationary => (fold.k0, fold.kr),
-                    Dataflow::OutputStationary => (0, k),
+                let (k0, rows, stride) = match self.cfg.mxu.dataflow {
+                    Dataflow::WeightStationary => (fold.k0, fold.kr, c),
+                    Dataflow::OutputStationary => (0, k, c),
+                    // All N columns of the fold's rows of W, `N` words apart.
+                    Dataflow::InputStationary => (fold.k0, fold.kr, n),
                 };
                 Block {
                     dir: tr.dir,
@@ -1038,7 +1048,7 @@ impl<'a> Machine<'a> {
                     dram_base: self.in_base[1] + (k0 * n + fold.n0) as u64,
                     dram_stride: n as u64,
                     sram_base: slot,
-                    sram_stride: c as u64,
+                    sram_stride: stride as u64,
                     rows,
                     cols: fold.nc,
                     eb,
@@ -1047,7 +1057,7 @@ impl<'a> Machine<'a> {
             Direction::Store => {
                 let (m0, rows) = match self.cfg.mxu.dataflow {
                     Dataflow::WeightStationary => (0, m),
-                    Dataflow::OutputStationary => (fold.m0, fold.mr),
+                    Dataflow::OutputStationary | Dataflow::InputStationary => (fold.m0, fold.mr),
                 };
                 let off = (m0 * n + fold.n0) as u64;
                 Block {
@@ -1136,41 +1146,66 @@ impl<'a> Machine<'a> {
             };
             addr.map_or(0, |a| ub.read(a, t) & mask)
         };
-        let ws = cfg.mxu.dataflow == Dataflow::WeightStationary;
+        let df = cfg.mxu.dataflow;
         let ps = match &self.psums {
             Some(p) => p[c].clone(),
             None => {
-                let (a, w) = if ws {
-                    let a = Matrix::from_fn(m, fold.kr, |mi, i| a_at(mi, fold.k0 + i, cs + 1 + (mi + i) as u64));
-                    let w = Matrix::from_fn(fold.kr, fold.nc, |i, j| {
-                        self.wbuf.read(slot + (i * cc + j) as u64, cs + (i + j) as u64) & mask
-                    });
-                    (a, w)
-                } else {
-                    let a = Matrix::from_fn(fold.mr, k, |i, ki| a_at(fold.m0 + i, ki, cs + (ki + i) as u64));
-                    let w = Matrix::from_fn(k, fold.nc, |ki, j| {
-                        self.wbuf.read(slot + (ki * cc + j) as u64, cs + (ki + j) as u64) & mask
-                    });
-                    (a, w)
+                let (a, w) = match df {
+                    Dataflow::WeightStationary => {
+                        let a = Matrix::from_fn(m, fold.kr, |mi, i| a_at(mi, fold.k0 + i, cs + 1 + (mi + i) as u64));
+                        let w = Matrix::from_fn(fold.kr, fold.nc, |i, j| {
+                            self.wbuf.read(slot + (i * cc + j) as u64, cs + (i + j) as u64) & mask
+                        });
+                        (a, w)
+                    }
+                    Dataflow::OutputStationary => {
+                        let a = Matrix::from_fn(fold.mr, k, |i, ki| a_at(fold.m0 + i, ki, cs + (ki + i) as u64));
+                        let w = Matrix::from_fn(k, fold.nc, |ki, j| {
+                            self.wbuf.read(slot + (ki * cc + j) as u64, cs + (ki + j) as u64) & mask
+                        });
+                        (a, w)
+                    }
+                    // WS on the transpose: PE (i, j)'s shadow register takes `A[m0+j][k0+i]` at
+                    // `cs + i + j`; row `i` streams `W[k0+i][nn]` at `cs + 1 + nn + i`.
+                    Dataflow::InputStationary => {
+                        let a = Matrix::from_fn(fold.mr, fold.kr, |j, i| {
+                            a_at(fold.m0 + j, fold.k0 + i, cs + (i + j) as u64)
+                        });
+                        let w = Matrix::from_fn(fold.kr, n, |i, nn| {
+                            self.wbuf.read(slot + (i * n + nn) as u64, cs + 1 + (nn + i) as u64) & mask
+                        });
+                        (a, w)
+                    }
                 };
                 mxu::gemm(cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none())?.out
             }
         };
-        // Accumulator writes, in time order, through seq.acc_addr.
-        let rows: Vec<(usize, u64)> = if ws {
-            (0..m).map(|mi| (mi, cs + (mi + r + fold.nc) as u64)).collect()
-        } else {
-            (0..fold.mr).rev().map(|i| (i, cs + s.period - 1 - i as u64)).collect()
+        // Accumulator writes, in time order, through seq.acc_addr: per write, the row (WS, OS)
+        // or column (IS) of the fold's partial sums, its cycle; `golden(row)` is the address of
+        // its first word, `width` words `stride` apart.
+        let (rows, width, stride): (Vec<(usize, u64)>, usize, usize) = match df {
+            Dataflow::WeightStationary => ((0..m).map(|mi| (mi, cs + (mi + r + fold.nc) as u64)).collect(), fold.nc, 1),
+            Dataflow::OutputStationary => {
+                ((0..fold.mr).rev().map(|i| (i, cs + s.period - 1 - i as u64)).collect(), fold.nc, 1)
+            }
+            // Column `nn` of the output tile `out[m0..m0+mr][..]` leaves the array as row `nn`
+            // of the WS view: `mr` words `N` apart.
+            Dataflow::InputStationary => ((0..n).map(|nn| (nn, cs + (nn + r + fold.mr) as u64)).collect(), fold.mr, n),
         };
-        let m0 = if ws { 0 } else { fold.m0 };
-        let golden = |row: usize| ((m0 + row) * n + fold.n0) as u64;
-        let width = addr_bits(cfg.memory.accumulator.words());
-        let mut reg = AddrReg::new(golden(rows[0].0), width, rows[0].1, &self.acc_addr_faults);
+        let golden = |row: usize| match df {
+            Dataflow::WeightStationary => (row * n + fold.n0) as u64,
+            Dataflow::OutputStationary => ((fold.m0 + row) * n + fold.n0) as u64,
+            Dataflow::InputStationary => (fold.m0 * n + row) as u64,
+        };
+        let value =
+            |row: usize, j: usize| if df == Dataflow::InputStationary { ps.get(j, row) } else { ps.get(row, j) };
+        let bits = addr_bits(cfg.memory.accumulator.words());
+        let mut reg = AddrReg::new(golden(rows[0].0), bits, rows[0].1, &self.acc_addr_faults);
         for (idx, &(row, t)) in rows.iter().enumerate() {
             let base = reg.use_at(t);
-            for j in 0..fold.nc {
-                let addr = base + j as u64;
-                let p = ps.get(row, j);
+            for j in 0..width {
+                let addr = base + (j * stride) as u64;
+                let p = value(row, j);
                 let v = if fold.overwrite { p } else { F::add(self.acc.read(addr, t), p) };
                 self.acc.write(addr, v, t);
             }

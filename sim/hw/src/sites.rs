@@ -9,7 +9,7 @@
 //! dimensions and bit width for a given [`HwConfig`], so campaigns can count bits per class (for
 //! AVF/FIT) and sample sites uniformly by bit index.
 
-use crate::config::{Dataflow, HwConfig};
+use crate::config::HwConfig;
 use crate::error::{one_line, HwError};
 use faultline_num::NumFormat;
 use serde::{Deserialize, Serialize};
@@ -61,15 +61,19 @@ impl Unit {
 /// A register (or memory word) kind within a unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Register {
-    /// PE activation register (input format; passed right).
+    /// PE activation register (input format; passed right). In IS it carries weight values
+    /// (the streaming operand).
     Act,
     /// PE activation-valid bit (gates the MAC).
     Valid,
-    /// WS only: weight-swap strobe riding with the first activation of a tile.
+    /// WS and IS only: weight-swap strobe riding with the first activation of a tile.
     Swap,
-    /// PE weight register (stationary in WS, passed down in OS).
+    /// PE weight register (stationary in WS, passed down in OS). In IS it holds an input
+    /// (activation) value `A[m][k]`, the stationary operand, and [`Register::Act`] holds the
+    /// weight values streaming through.
     Weight,
-    /// WS only: shadow weight register, loaded while the current tile computes.
+    /// WS and IS only: shadow weight register, loaded while the current tile computes (in IS
+    /// with the next tile's input values).
     WeightShadow,
     /// OS only: weight-valid bit travelling down with the weight.
     WeightValid,
@@ -215,7 +219,8 @@ impl SiteClass {
 
     /// Whether this class is physically present on `cfg`.
     pub fn exists(self, cfg: &HwConfig) -> bool {
-        let ws = cfg.mxu.dataflow == Dataflow::WeightStationary;
+        // IS is WS on the transposed problem: the same registers.
+        let ws = cfg.mxu.dataflow.stationary_operand();
         match (self.unit, self.register) {
             (Unit::Mxu, Register::Swap | Register::WeightShadow) => ws,
             (Unit::Mxu, Register::WeightValid) => !ws,
@@ -540,6 +545,7 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Dataflow;
     use faultline_num::Precision;
     use proptest::prelude::*;
 
@@ -589,6 +595,8 @@ mod tests {
         assert_eq!(count(Register::WeightValid), 0, "wvalid exists only in OS");
         let os = cfg(Dataflow::OutputStationary);
         assert!(!SiteClass::all(&os).iter().any(|c| c.register == Register::WeightShadow));
+        // IS is WS on the transposed problem: the same register classes.
+        assert_eq!(SiteClass::all(&cfg(Dataflow::InputStationary)), SiteClass::all(&ws));
         let total: u64 = SiteClass::all(&ws).iter().filter(|c| c.unit == Unit::Mxu).map(|c| c.bit_count(&ws)).sum();
         assert_eq!(total, n * (16 + 1 + 1 + 16 + 16 + 32));
     }
@@ -646,7 +654,7 @@ mod tests {
     proptest! {
         #[test]
         fn every_site_roundtrips_through_text(idx in any::<u64>()) {
-            for df in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
+            for df in [Dataflow::WeightStationary, Dataflow::OutputStationary, Dataflow::InputStationary] {
                 let mut c = cfg(df);
                 c.dram.fault_sites = df == Dataflow::OutputStationary;
                 for class in SiteClass::all(&c) {

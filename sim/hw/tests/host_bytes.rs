@@ -92,7 +92,7 @@ fn check(what: &str, estimate: u64, used: u64) {
 
 #[test]
 fn estimates_bound_the_peak_of_real_runs() {
-    for df in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
+    for df in [Dataflow::WeightStationary, Dataflow::OutputStationary, Dataflow::InputStationary] {
         let cfg = HwConfig::test_config(8, 8, df, Precision::Bf16Fp32);
         for (m, k, n) in [(2000, 16, 8), (8, 16, 3000), (64, 300, 64), (1, 1, 1)] {
             for (mode, fault) in

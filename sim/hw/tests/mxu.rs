@@ -30,7 +30,7 @@ fn run(cfg: &HwConfig, a: &Matrix, w: &Matrix, mode: ExecMode, faults: &FaultSch
 }
 
 fn dataflows() -> impl Strategy<Value = Dataflow> {
-    prop_oneof![Just(Dataflow::WeightStationary), Just(Dataflow::OutputStationary)]
+    prop_oneof![Just(Dataflow::WeightStationary), Just(Dataflow::OutputStationary), Just(Dataflow::InputStationary)]
 }
 
 fn precisions() -> impl Strategy<Value = Precision> {
@@ -59,13 +59,15 @@ proptest! {
     /// A faulty weight-stationary GEMM (which [`gemm`] steps only from shortly before the
     /// first fault until the faulty array state rejoins the fault-free one) equals stepping the
     /// whole GEMM from the reset state, for one or two faults on any PE register, flips and
-    /// stuck-ats, at any time, accumulating or not.
+    /// stuck-ats, at any time, accumulating or not; in IS too (WS on the transposed problem).
     #[test]
     fn a_windowed_faulty_gemm_equals_stepping_all_of_it(
         rows in 1usize..=8, cols in 1usize..=8, m in 1usize..=20, k in 1usize..=20, n in 1usize..=20,
         prec in precisions(), accumulate in any::<bool>(), two in any::<bool>(), seed in any::<u64>(),
+        is in any::<bool>(),
     ) {
-        let cfg = HwConfig::test_config(rows, cols, Dataflow::WeightStationary, prec);
+        let df = if is { Dataflow::InputStationary } else { Dataflow::WeightStationary };
+        let cfg = HwConfig::test_config(rows, cols, df, prec);
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let a = operand(&mut rng, prec, m, k, true);
         let w = operand(&mut rng, prec, k, n, true);
@@ -118,7 +120,7 @@ proptest! {
         let add = |mode| mxu::gemm_into(&cfg, &a2, &w2, Some(&first), mode, &FaultSchedule::none()).unwrap().out;
         let (f, c) = (add(ExecMode::Functional), add(ExecMode::CycleLevel));
         prop_assert_eq!(f.diff(&c), vec![]);
-        if df == Dataflow::WeightStationary {
+        if df.stationary_operand() {
             prop_assert_eq!(f.diff(&run(&cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none())), vec![]);
         }
     }
@@ -136,8 +138,8 @@ proptest! {
         let mut st = PeArrayState::new(rows, cols);
         let (_, rep) = cycle_level::<faultline_num::Int8Int32>(&s, &a, &w, None, &FaultSchedule::none(), &mut st);
         prop_assert_eq!(rep.measured_cycles, s.total_cycles);
-        // WS writes every output once per k-tile (overwrite, then accumulate); OS once.
-        let writes_per_output = if df == Dataflow::WeightStationary { k.div_ceil(rows) } else { 1 };
+        // WS and IS write every output once per k-tile (overwrite, then accumulate); OS once.
+        let writes_per_output = if df.stationary_operand() { k.div_ceil(rows) } else { 1 };
         prop_assert_eq!(rep.captures, (m * n * writes_per_output) as u64);
     }
 }
@@ -161,6 +163,12 @@ fn closed_form_examples() {
     let t = mxu::gemm_timing(&os.mxu, 10, 8, 5);
     assert_eq!((t.folds, t.total_cycles), (6, 102));
     assert!((t.utilization - 400.0 / (102.0 * 12.0)).abs() < 1e-12);
+    let is = HwConfig::test_config(4, 3, Dataflow::InputStationary, Precision::Bf16Fp32);
+    // IS: WS on 5x8x10: folds = ceil(8/4)*ceil(10/3) = 8, period max(N=5, R=4) = 5; the last
+    // fold (width 10 - 9 = 1) starts at 1 + 7*5 = 36 and ends at 36 + 5 + 4 + 1 - 1 = 45.
+    let t = mxu::gemm_timing(&is.mxu, 10, 8, 5);
+    assert_eq!((t.folds, t.total_cycles, t.compute_cycles, t.macs), (8, 45, 40, 400));
+    assert_eq!(t, mxu::gemm_timing(&ws.mxu, 5, 8, 10), "IS is WS on the transposed shape");
 }
 
 /// Functional results vs an f64 reference on the same (already rounded) inputs.
@@ -175,6 +183,8 @@ fn functional_matches_f64_reference_within_bound() {
         (Precision::Bf16Fp32, Dataflow::WeightStationary),
         (Precision::Bf16Fp32, Dataflow::OutputStationary),
         (Precision::Fp32Fp32, Dataflow::WeightStationary),
+        (Precision::Bf16Fp32, Dataflow::InputStationary),
+        (Precision::Fp32Fp32, Dataflow::InputStationary),
     ] {
         let cfg = HwConfig::test_config(8, 8, df, prec);
         let mut rng = ChaCha8Rng::seed_from_u64(11);
@@ -424,7 +434,7 @@ fn shapes_past_64_bits_are_errors_not_wrapped_counts() {
 /// accepted from every fold.
 #[test]
 fn a_fault_after_the_gemm_is_an_error_and_its_last_cycle_is_not() {
-    for df in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
+    for df in [Dataflow::WeightStationary, Dataflow::OutputStationary, Dataflow::InputStationary] {
         let cfg = HwConfig::test_config(4, 3, df, Precision::Int8Int32);
         let (m, k, n) = (9, 10, 7);
         let (a, w) = (nonzero_int8(m, k, 1), nonzero_int8(k, n, 2));
@@ -440,5 +450,132 @@ fn a_fault_after_the_gemm_is_an_error_and_its_last_cycle_is_not() {
             assert!(e.contains("mxu.pe[3][2].psum[30]") && e.contains(&want), "{e}");
             assert!(e.contains(&format!("is after the GEMM ends at cycle {}", s.total_cycles)), "{e}");
         }
+    }
+}
+
+// ---------------------------------------------------------------- input stationary
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// IS (WS on the transposed problem) at cycle level equals its functional twin, and both
+    /// equal WS, bit for bit: out[m][n] accumulates the same products `A[m][k] * W[k][n]`
+    /// (IEEE products commute) in the same K chunks of R, `k` ascending, chunks added in order.
+    /// Ragged shapes, M below the columns, N below the rows, specials, every precision; the
+    /// schedule has ceil(K/R) * ceil(M/C) folds of N streamed rows each.
+    #[test]
+    fn input_stationary_equals_its_twin_and_weight_stationary(
+        rows in 1usize..=9, cols in 1usize..=9,
+        m in 1usize..=30, k in 1usize..=30, n in 1usize..=30,
+        prec in precisions(), specials in any::<bool>(), accumulate in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let is = HwConfig::test_config(rows, cols, Dataflow::InputStationary, prec);
+        let ws = HwConfig::test_config(rows, cols, Dataflow::WeightStationary, prec);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let a = operand(&mut rng, prec, m, k, specials);
+        let w = operand(&mut rng, prec, k, n, specials);
+        let acc = accumulate.then(|| operand(&mut rng, Precision::Fp32Fp32, m, n, false));
+        let acc = acc.map(|c| if prec == Precision::Int8Int32 { Matrix::from_fn(m, n, |i, j| c.get(i, j) >> 7) } else { c });
+        let go = |cfg: &HwConfig, mode| mxu::gemm_into(cfg, &a, &w, acc.as_ref(), mode, &FaultSchedule::none()).unwrap();
+        let (f, c) = (go(&is, ExecMode::Functional), go(&is, ExecMode::CycleLevel));
+        prop_assert_eq!(f.out.diff(&c.out), vec![]);
+        prop_assert_eq!(f.out.diff(&go(&ws, ExecMode::CycleLevel).out), vec![]);
+        let folds = (k.div_ceil(rows) * m.div_ceil(cols)) as u64;
+        prop_assert_eq!((c.stats.folds, c.stats.compute_cycles), (folds, folds * n as u64));
+        let s = Schedule::new(&is.mxu, m, k, n).unwrap();
+        prop_assert_eq!(s.folds.len() as u64, folds);
+        for fold in &s.folds {
+            prop_assert!(fold.kr <= rows && fold.mr <= cols && (fold.n0, fold.nc) == (0, n), "{:?}", fold);
+        }
+        // The cycle counts are those of WS on the transposed shape.
+        let t = mxu::gemm_timing(&ws.mxu, n, k, m);
+        prop_assert_eq!((c.stats.total_cycles, c.stats.folds), (t.total_cycles, t.folds));
+        let mut st = PeArrayState::new(rows, cols);
+        let (_, rep) = with_precision!(prec, F => cycle_level::<F>(&s, &a, &w, acc.as_ref(), &FaultSchedule::none(), &mut st));
+        prop_assert_eq!(rep.measured_cycles, s.total_cycles);
+    }
+}
+
+/// An IS fold holds `A[m0+j][k0+i]` in PE (i, j)'s weight register and streams column `nn` of
+/// W through row `i` at `T_f + nn + i` (`T_f = start + 1`), reaching PE (i, j) at
+/// `T_f + nn + i + j`. A weight flip there after the swap corrupts out[m0 + j][nn] for every
+/// `nn` that passes the PE after the flip, and nothing else (the next fold's swap replaces it).
+#[test]
+fn is_weight_flip_corrupts_one_output_row_from_the_flip_on() {
+    let cfg = HwConfig::test_config(4, 3, Dataflow::InputStationary, Precision::Int8Int32);
+    let (m, k, n) = (7, 10, 9); // on a 4x3 array: 3 k-tiles x 3 m-tiles (3, 3, 1 rows), 9 streamed
+    let (a, w) = (nonzero_int8(m, k, 1), nonzero_int8(k, n, 2));
+    let s = Schedule::new(&cfg.mxu, m, k, n).unwrap();
+    assert_eq!(s.folds.len(), 9);
+    for (f, i, j, off, bit) in [(0, 0, 0, 1, 2), (0, 3, 2, 8, 6), (4, 2, 1, 6, 6), (7, 1, 0, 4, 0), (8, 1, 0, 5, 4)] {
+        let fold = s.folds[f];
+        let t_f = fold.start + 1;
+        let abs = fold.start + off;
+        assert!(abs >= t_f + (i + j) as u64, "test flips after the swap");
+        let e = FaultEvent::flip(FaultSite::pe(i, j, Register::Weight, bit), f, off);
+        let want: BTreeSet<_> = if i < fold.kr && j < fold.mr {
+            (0..n).filter(|&nn| t_f + (nn + i + j) as u64 > abs).map(|nn| (fold.m0 + j, nn)).collect()
+        } else {
+            BTreeSet::new()
+        };
+        assert!(!want.is_empty() || i >= fold.kr || j >= fold.mr, "fold {f}: the flip should matter");
+        assert_eq!(faulty_diff(&cfg, &a, &w, e), want, "fold {f} pe[{i}][{j}] bit {bit}");
+    }
+    // Fold 0, PE (0, 0) flipped in its swap cycle (the flip lands after that cycle's MAC, on
+    // column 0): every later column of output row 0 is corrupted.
+    let e = FaultEvent::flip(FaultSite::pe(0, 0, Register::Weight, 3), 0, 1);
+    assert_eq!(faulty_diff(&cfg, &a, &w, e), (1..n).map(|nn| (0, nn)).collect());
+}
+
+/// An IS psum flip at PE (i, j) at `T_f + nn + i + j` hits the one partial sum in flight
+/// there: out[m0 + j][nn]; the IS observer sees the physical array (the flip at its cycle).
+#[test]
+fn is_psum_flip_corrupts_one_output_and_is_observed() {
+    let cfg = HwConfig::test_config(4, 3, Dataflow::InputStationary, Precision::Int8Int32);
+    let (m, k, n) = (7, 10, 9);
+    let (a, w) = (nonzero_int8(m, k, 3), nonzero_int8(k, n, 4));
+    let s = Schedule::new(&cfg.mxu, m, k, n).unwrap();
+    for (f, i, j, nn, bit) in [(0, 0, 0, 0, 0), (2, 1, 2, 8, 31), (5, 3, 1, 4, 17), (8, 1, 0, 6, 9)] {
+        let fold = s.folds[f];
+        let off = 1 + (nn + i + j) as u64;
+        let e = FaultEvent::flip(FaultSite::pe(i, j, Register::Psum, bit), f, off);
+        let want: BTreeSet<_> = if j < fold.mr && i < s.rows { [(fold.m0 + j, nn)].into() } else { BTreeSet::new() };
+        assert_eq!(faulty_diff(&cfg, &a, &w, e), want, "fold {f} pe[{i}][{j}] nn {nn}");
+        let site = e.site;
+        let mut seen = Vec::new();
+        let faulty = mxu::gemm_observed(&cfg, &a, &w, None, &FaultSchedule::one(e), |_, st| seen.push(st.read(&site)));
+        let mut clean = Vec::new();
+        mxu::gemm_observed(&cfg, &a, &w, None, &FaultSchedule::none(), |_, st| clean.push(st.read(&site))).unwrap();
+        let t = (fold.start + off) as usize;
+        assert_eq!(faulty.unwrap().0, run(&cfg, &a, &w, ExecMode::CycleLevel, &FaultSchedule::one(e)));
+        assert_eq!(seen[..t], clean[..t]);
+        assert_eq!(seen[t] ^ clean[t], 1 << bit);
+    }
+}
+
+/// `fold_psums` in IS: fold `f`'s `mr x N` sums, fault-free each the fold's own GEMM, and with
+/// a fault the stepped array's (the fold the fault strikes alone differs).
+#[test]
+fn is_fold_psums_are_the_folds_sums() {
+    let cfg = HwConfig::test_config(4, 3, Dataflow::InputStationary, Precision::Int8Int32);
+    let (m, k, n) = (7, 10, 9);
+    let (a, w) = (nonzero_int8(m, k, 5), nonzero_int8(k, n, 6));
+    let s = Schedule::new(&cfg.mxu, m, k, n).unwrap();
+    let clean = mxu::fold_psums(&cfg, &a, &w, ExecMode::CycleLevel, &FaultSchedule::none()).unwrap();
+    for (p, f) in clean.iter().zip(&s.folds) {
+        assert_eq!((p.rows, p.cols), (f.mr, n));
+        for (j, nn) in [(0, 0), (f.mr - 1, n - 1)] {
+            let want: i32 = (f.k0..f.k0 + f.kr)
+                .map(|x| (a.get(f.m0 + j, x) as u8 as i8 as i32) * (w.get(x, nn) as u8 as i8 as i32))
+                .sum();
+            assert_eq!(p.get(j, nn) as i32, want);
+        }
+    }
+    // Fold 4 (m-tile 1, k-tile 1), PE (2, 1) psum at nn = 3: out[3 + 1][3] of that fold only.
+    let e = FaultEvent::flip(FaultSite::pe(2, 1, Register::Psum, 12), 4, 1 + 3 + 2 + 1);
+    let faulty = mxu::fold_psums(&cfg, &a, &w, ExecMode::CycleLevel, &FaultSchedule::one(e)).unwrap();
+    for (f, (x, y)) in faulty.iter().zip(&clean).enumerate() {
+        let want = if f == 4 { vec![(1, 3)] } else { vec![] };
+        assert_eq!(x.diff(y), want, "fold {f}");
     }
 }

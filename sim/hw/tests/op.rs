@@ -102,14 +102,17 @@ fn any_kind() -> impl Strategy<Value = OpKind> {
     ]
 }
 
+/// Every dataflow.
+const DATAFLOWS: [Dataflow; 3] = [Dataflow::WeightStationary, Dataflow::OutputStationary, Dataflow::InputStationary];
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     /// Results through the full memory path equal the functional twin, bit for bit, for any
     /// dataflow, bandwidth and buffering; and the timing is the same in both modes.
     #[test]
-    fn memory_path_equals_functional_twin(kind in any_kind(), os in any::<bool>(), prec in 0usize..3, bw in prop_oneof![Just(f64::INFINITY), Just(3.0), Just(64.0)],
+    fn memory_path_equals_functional_twin(kind in any_kind(), df in 0usize..3, prec in 0usize..3, bw in prop_oneof![Just(f64::INFINITY), Just(3.0), Just(64.0)],
                                           buffers in 1usize..3, seed in any::<u64>()) {
-        let df = if os { Dataflow::OutputStationary } else { Dataflow::WeightStationary };
+        let df = DATAFLOWS[df];
         let prec = Precision::ALL[prec];
         let mut c = slow(HwConfig::test_config(3, 4, df, prec), bw, 5);
         c.dma.buffers = buffers;
@@ -293,7 +296,7 @@ fn vpu_op_ub_flip_and_lane_fault() {
 
 #[test]
 fn infinite_bandwidth_op_time_is_mxu_time() {
-    for df in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
+    for df in DATAFLOWS {
         let c = cfg(4, 5, df);
         for (m, k, n) in [(7, 9, 11), (1, 1, 1), (16, 4, 5)] {
             let t = op::timing(&c, &OpKind::Matmul { m, k, n }).unwrap();
@@ -591,11 +594,11 @@ proptest! {
     /// dataflows; among them faults that reach the next fold through the shadow registers.
     #[test]
     fn an_mxu_fault_means_the_same_in_an_op_and_a_gemm(
-        m in 1usize..9, k in 1usize..12, n in 1usize..9, os in any::<bool>(), stalls in any::<bool>(),
+        m in 1usize..9, k in 1usize..12, n in 1usize..9, df in 0usize..3, stalls in any::<bool>(),
         reg in 0usize..6, row in 0usize..3, col in 0usize..4, bit in 0u32..16, tile in any::<usize>(),
         at in any::<u64>(), stuck in any::<bool>(), seed in any::<u64>(),
     ) {
-        let df = if os { Dataflow::OutputStationary } else { Dataflow::WeightStationary };
+        let df = DATAFLOWS[df];
         let c = if stalls { slow(cfg(3, 4, df), 4.0, 9) } else { cfg(3, 4, df) };
         let kind = OpKind::Matmul { m, k, n };
         let ins = inputs_for(&kind, seed);

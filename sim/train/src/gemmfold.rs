@@ -18,7 +18,7 @@
 //! word as the fold read it); every other output is the fault-free GEMM's, which the same
 //! recomputation gives when no read is changed.
 
-use crate::error::Result;
+use crate::error::{Result, TrainError};
 use crate::memfault::{self, tile_written, WordHit};
 use faultline_hw::isa::{self, Instr, MatOperand};
 use faultline_hw::matrix::Matrix;
@@ -26,6 +26,15 @@ use faultline_hw::mxu::{self, Schedule};
 use faultline_hw::{Dataflow, ExecMode, FaultSchedule, HwConfig};
 use faultline_num::{with_precision, MacFormat};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// The error for memory and sequencer faults in a training GEMM on an input-stationary array.
+pub fn unsupported_is() -> TrainError {
+    TrainError::Config(
+        "memory and sequencer faults in training GEMMs are mapped for mxu.dataflow WeightStationary or \
+         OutputStationary, not InputStationary (MXU register faults and fault-free runs support all three)"
+            .into(),
+    )
+}
 
 /// When fold `c` of `s`, run from cycle `at`, writes its result rows: (row within the fold,
 /// cycle), in write order.
@@ -67,9 +76,14 @@ pub struct GemmMap<'a> {
 }
 
 impl<'a> GemmMap<'a> {
-    /// The map of `ins` issued at `start` (`None` if it is not a GEMM).
+    /// The map of `ins` issued at `start` (`None` if it is not a GEMM). An error for
+    /// `InputStationary`: this fold-by-fold map of SRAM and sequencer accesses models the WS
+    /// and OS folds only (IS's MXU register faults run through [`mxu`] like the others').
     pub fn new(hw: &HwConfig, ins: &'a Instr, start: u64) -> Result<Option<GemmMap<'a>>> {
         let Instr::Gemm { m, k, n, acc, .. } = *ins else { return Ok(None) };
+        if hw.mxu.dataflow == Dataflow::InputStationary {
+            return Err(unsupported_is());
+        }
         let s = Schedule::new(&hw.mxu, m, k, n)?;
         Ok(Some(GemmMap { ins, s: if acc { s.accumulating() } else { s }, start }))
     }

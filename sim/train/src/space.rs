@@ -72,7 +72,16 @@ pub fn windows(exec: &Executor, sched: &StepSchedule) -> Vec<LiveWindow> {
             Unit::Dma => on(ExecUnit::Dma).for_each(|i| push(all.clone(), span(i).start + p.dma_overhead..span(i).end)),
             Unit::Seq | Unit::Wbuf => {
                 for g in on(ExecUnit::Mxu) {
-                    let Ok(Some(map)) = GemmMap::new(hw, &p.instrs[g], sched.instrs[g].start) else { continue };
+                    let map = match GemmMap::new(hw, &p.instrs[g], sched.instrs[g].start) {
+                        Ok(Some(map)) => map,
+                        Ok(None) => continue,
+                        // No fold map (input stationary): possibly live for the whole GEMM
+                        // (injecting there is refused with the reason).
+                        Err(_) => {
+                            push(all.clone(), span(g));
+                            continue;
+                        }
+                    };
                     // The sequencer's windows count from the GEMM's issue.
                     let from_issue = |r: Range<u64>| map.start + r.start..map.start + r.end;
                     match (class.unit, class.register) {

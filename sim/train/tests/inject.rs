@@ -57,7 +57,7 @@ fn bit(class: SiteClass, cfg: &HwConfig) -> u32 {
 
 #[test]
 fn every_mxu_and_vpu_class_is_live_in_a_step_and_masked_when_its_unit_is_idle() {
-    for dataflow in [Dataflow::WeightStationary, Dataflow::OutputStationary] {
+    for dataflow in [Dataflow::WeightStationary, Dataflow::OutputStationary, Dataflow::InputStationary] {
         let t = trainer(dataflow);
         let hw = &t.exec.hw;
         let p = t.exec.program();
@@ -337,6 +337,32 @@ fn sequencer_classes_are_live_while_a_gemm_loops_and_masked_otherwise() {
         let (rep, s) = faulty_step(&t, &fault(dead), &x, &y);
         assert!(rep.masked() && s == golden && rep.instr == g, "{class}@{dead}: {rep}");
     }
+}
+
+/// Input stationary trains like the others, to the bit of weight stationary (its GEMMs give
+/// WS's bits); memory and sequencer faults, whose fold map covers WS and OS only, are refused
+/// with a reason naming `mxu.dataflow`, not a panic.
+#[test]
+fn input_stationary_trains_like_ws_and_refuses_sequencer_faults_with_a_reason() {
+    let ws = small_trainer("mlp-digits", 4, |hw| hw.mxu.dataflow = Dataflow::WeightStationary);
+    let is = small_trainer("mlp-digits", 4, |hw| hw.mxu.dataflow = Dataflow::InputStationary);
+    let (x, y) = is.data.train.gather(&is.batcher.clone().next_indices());
+    let (mut s_ws, mut s_is) = (ws.state.clone(), is.state.clone());
+    let l_ws = ws.exec.step(&mut s_ws, &x, &y).unwrap().loss.to_bits();
+    let l_is = is.exec.step(&mut s_is, &x, &y).unwrap().loss.to_bits();
+    assert!(l_ws == l_is && s_ws == s_is, "IS and WS steps differ");
+    let p = is.exec.program();
+    let g = (0..p.instrs.len()).find(|&i| matches!(p.instrs[i], Instr::Gemm { .. })).unwrap();
+    let event = faultline_hw::FaultEvent {
+        site: FaultSite::control(Unit::Seq, Register::TileCounter, 0),
+        kind: faultline_num::BitFault::Flip,
+        at: faultline_hw::fault::FaultTime { tile: 0, cycle: is.schedule.instrs[g].start },
+        duration: 1,
+    };
+    let inj = faultline_train::exec::Injection::sequencer(g, event.activate(0));
+    let mut s = is.state.clone();
+    let e = is.exec.step_with_fault(&mut s, &x, &y, Some(&inj)).unwrap_err().to_string();
+    assert!(e.contains("mxu.dataflow") && e.contains("InputStationary"), "{e}");
 }
 
 /// The sequencer's fault-free fold loop (each fold's partial sums from its own weight tile,
