@@ -15,6 +15,7 @@ mod gemm;
 mod op;
 mod program;
 mod report;
+mod scalesim;
 mod sites;
 mod train;
 mod vcd;
@@ -81,6 +82,10 @@ enum Command {
     /// Replay one trial of a campaign at cycle level and write a VCD waveform (GTKWave, Surfer)
     /// of the faulted instruction: golden and faulty registers side by side, the fault marked.
     Vcd(vcd::VcdArgs),
+    /// Run a SCALE-Sim config and topology (its .cfg and CSV, as they are) on the array, and
+    /// write its COMPUTE, BANDWIDTH and DETAILED_ACCESS reports, counted as SCALE-Sim counts or
+    /// as Faultline does, with Faultline's own columns beside them.
+    Scalesim(scalesim::ScaleSimArgs),
 }
 
 /// Prints an error as one line with its causes (`error: a: b`) and exits with status 2, instead
@@ -169,5 +174,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Diff(a) => report::run_diff(a),
         Command::Explore(a) => explore::run(a, &mem),
         Command::Vcd(a) => vcd::run(a, &mem),
+        Command::Scalesim(a) => scalesim::run(a, &mem),
     }
 }
