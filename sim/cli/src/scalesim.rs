@@ -2,6 +2,7 @@
 //! run on the register-level array; SCALE-Sim's three reports written with its column names,
 //! plus Faultline's own columns.
 
+use crate::gemm::random;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use faultline_hw::budget::HostMemory;
@@ -10,10 +11,9 @@ use faultline_hw::mxu::{gemm, gemm_host_bytes, Schedule};
 use faultline_hw::op::{self, OpKind};
 use faultline_hw::scalesim::{self, Layer, ScaleSimConfig, ScaleSimCounts};
 use faultline_hw::timing::OpTiming;
-use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
-use faultline_num::NumFormat;
+use faultline_hw::{ExecMode, HwConfig};
 use indicatif::{ProgressBar, ProgressStyle};
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -90,20 +90,15 @@ struct Access {
     acc_reads: u64,
 }
 
-/// Accesses of schedule `s`: each fold reads its stationary tile once and streams the other
-/// operand through it; the accumulators are written once per fold and read back when a fold
-/// adds to them. (IS runs as WS of the transposed problem: its streamed operand is the filter.)
-fn access(s: &Schedule, df: Dataflow) -> Access {
+/// Accesses of schedule `s`: each fold reads its `mr x kr` tile of the input and its `kr x nc`
+/// tile of the weights once (whichever of them stays in the PEs and whichever streams), writes
+/// its `mr x nc` outputs to the accumulators, and reads them back first when it adds to them.
+fn access(s: &Schedule) -> Access {
     let mut a = Access::default();
     for f in &s.folds {
-        let (streamed, stationary, outs) = match s.dataflow {
-            Dataflow::OutputStationary => ((f.mr * s.k) as u64, (s.k * f.nc) as u64, (f.mr * f.nc) as u64),
-            _ => ((s.m * f.kr) as u64, (f.kr * f.nc) as u64, (s.m * f.nc) as u64),
-        };
-        let (ifmap, filter) =
-            if df == Dataflow::InputStationary { (stationary, streamed) } else { (streamed, stationary) };
-        a.ifmap_reads += ifmap;
-        a.filter_reads += filter;
+        let outs = (f.mr * f.nc) as u64;
+        a.ifmap_reads += (f.mr * f.kr) as u64;
+        a.filter_reads += (f.kr * f.nc) as u64;
         a.acc_writes += outs;
         if !f.overwrite {
             a.acc_reads += outs;
@@ -139,13 +134,6 @@ fn grown(hw: &HwConfig) -> HwConfig {
         s.bytes = 1 << 30;
     }
     g
-}
-
-fn random(rng: &mut ChaCha8Rng, f: NumFormat, rows: usize, cols: usize) -> Matrix {
-    Matrix::from_fn(rows, cols, |_, _| match f {
-        NumFormat::Int8 => rng.gen_range(-128i32..=127) as u8 as u32,
-        _ => f.f64_to_bits(rng.gen_range(-1.0..1.0)),
-    })
 }
 
 /// Runs the command.
@@ -190,7 +178,7 @@ pub fn run(args: ScaleSimArgs, mem: &HostMemory) -> Result<()> {
             feed_cycles: out.stats.compute_cycles,
             dma,
             fits,
-            access: access(&sched, cfg.dataflow),
+            access: access(&sched),
             layer,
         });
         bar.inc(1);
