@@ -30,7 +30,8 @@ pub struct ProgramArgs {
     #[arg(long, default_value = "sgd")]
     pub optimizer: String,
     /// Lower the step with this protection plan's checks (configs/protect-*.ron): ABFT
-    /// checksums, range checks and duplicates appear as the instructions they are.
+    /// checksums, range checks, duplicates and Ranger's clamps appear as the instructions they
+    /// are (a clamp's bound is learned by a campaign's golden run; here it is still wide open).
     #[arg(long, value_name = "PLAN")]
     pub protect: Option<PathBuf>,
     /// Print one JSON object (instructions, schedule, injection space) instead of tables.
