@@ -5,7 +5,7 @@ SCALE-Sim's Total Cycles must equal Faultline's exactly, its utilisation columns
 (relative), and its SRAM IFMAP reads, Filter reads and OFMAP writes exactly (tolerance 0).
 
 --full: ResNet-18 and a BERT-base encoder layer on a 32x32 array, both tools timed side by side
-(Faultline at cycle level); writes reports/examples/scalesim/comparison.md and the README's table
+(Faultline at cycle level); rows of dataflows not run keep their last values; writes reports/examples/scalesim/comparison.md and the README's table
 between its markers. Slow (SCALE-Sim takes minutes per network).
 
 Usage: scalesim_check.py --faultline BIN [--full [--dataflows ws,os,is]] [--root DIR]
@@ -196,9 +196,18 @@ def full(faultline, root, dataflows):
                 lines.append(f"| {label} | {df} | {len(ours)} | {ss:,} | {arr:,} | {100.0 * (arr / ss - 1):+.1f}% "
                              f"| {dma:,} | {ss_wall:.1f} s | {fl_wall:.1f} s | {ss_wall / fl_wall:.0f}x |")
                 print(lines[-1], flush=True)
-    table = "\n".join(lines) + "\n"
     out = os.path.join(root, "reports", "examples", "scalesim")
     os.makedirs(out, exist_ok=True)
+    # Rows of dataflows not run this time are kept from the last table, in a fixed order.
+    key = lambda row: tuple(c.strip() for c in row.split("|")[1:3])
+    rows = {key(r): r for r in lines[2:]}
+    old = os.path.join(out, "comparison.md")
+    if os.path.exists(old):
+        with open(old) as f:
+            for r in f.read().splitlines()[2:]:
+                rows.setdefault(key(r), r)
+    order = [(label, df) for label, _ in FULL for df in DATAFLOWS]
+    table = "\n".join(lines[:2] + [rows[k] for k in order if k in rows]) + "\n"
     with open(os.path.join(out, "comparison.md"), "w") as f:
         f.write(table)
     readme = os.path.join(root, "README.md")
