@@ -19,6 +19,16 @@ pub enum ConfigError {
         /// Underlying I/O error.
         source: std::io::Error,
     },
+    /// Another input file (a SCALE-Sim config or topology) could not be read.
+    #[error("{file}: cannot read {what}")]
+    Read {
+        /// Path of the file.
+        file: PathBuf,
+        /// What the file was to be, e.g. `SCALE-Sim config`.
+        what: &'static str,
+        /// Underlying I/O error.
+        source: std::io::Error,
+    },
     /// RON syntax error, unknown field, missing field or wrong type.
     #[error("{file}:{line}:{col}: {}", one_line(message))]
     Parse {

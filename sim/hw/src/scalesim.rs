@@ -71,8 +71,11 @@ impl ScaleSimConfig {
     /// Reads and parses a SCALE-Sim config; errors name the file, the `section.Key` and what
     /// is allowed.
     pub fn load(path: &Path) -> Result<ScaleSimConfig, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Io { file: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: path.to_path_buf(),
+            what: "SCALE-Sim config",
+            source,
+        })?;
         Self::parse(&text, path)
     }
 
@@ -216,7 +219,11 @@ const MAX_DIM: usize = 1 << 24;
 /// told apart by the header's field count; each row's trailing comma is optional here, and an
 /// `N:M` sparsity column is refused. Errors name the file, the line and the column.
 pub fn load_topology(path: &Path) -> Result<Vec<Layer>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io { file: path.to_path_buf(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        file: path.to_path_buf(),
+        what: "SCALE-Sim topology",
+        source,
+    })?;
     parse_topology(&text, path)
 }
 
