@@ -15,6 +15,7 @@ use faultline_hw::{ExecMode, HwConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -148,12 +149,11 @@ pub fn run(args: ScaleSimArgs, mem: &HostMemory) -> Result<()> {
         ModeArg::Cycle => ExecMode::CycleLevel,
         ModeArg::Functional => ExecMode::Functional,
     };
-    let bar = ProgressBar::new(layers.len() as u64).with_style(
+    let bar =
+        if std::io::stderr().is_terminal() { ProgressBar::new(layers.len() as u64) } else { ProgressBar::hidden() };
+    bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} layers, {elapsed} {msg}").expect("a valid template"),
     );
-    if !console_visible() {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let start = Instant::now();
     let mut rows = Vec::with_capacity(layers.len());
@@ -191,11 +191,6 @@ pub fn run(args: ScaleSimArgs, mem: &HostMemory) -> Result<()> {
         println!("reports: {}", dir.display());
     }
     Ok(())
-}
-
-fn console_visible() -> bool {
-    use std::io::IsTerminal;
-    std::io::stderr().is_terminal()
 }
 
 fn pct(a: u64, b: u64) -> String {

@@ -212,6 +212,9 @@ impl Layer {
     }
 }
 
+/// Most channels of a depth-wise row, which becomes one layer per channel.
+const MAX_DP_CHANNELS: usize = 1 << 16;
+
 /// Largest layer dimension accepted (keeps `M*K*N` and the cycle counts far inside `u64`).
 const MAX_DIM: usize = 1 << 24;
 
@@ -265,7 +268,6 @@ pub fn parse_topology(text: &str, file: &Path) -> Result<Vec<Layer>, ConfigError
             ))
         }
     };
-    let names: Vec<String> = header.clone();
     let mut layers = Vec::new();
     for r in records {
         let r = r.map_err(|e| csv_error(file, e))?;
@@ -284,54 +286,47 @@ pub fn parse_topology(text: &str, file: &Path) -> Result<Vec<Layer>, ConfigError
         }
         let num = |i: usize| -> Result<usize, ConfigError> {
             v[i].parse::<usize>().ok().filter(|n| (1..=MAX_DIM).contains(n)).ok_or_else(|| {
-                bad(line, &format!("column `{}`", names[i]), &v[i], &format!("an integer in 1..={MAX_DIM}"))
+                bad(line, &format!("column `{}`", header[i]), &v[i], &format!("an integer in 1..={MAX_DIM}"))
             })
         };
         let name = v[0].clone();
-        let shape = if gemm {
-            LayerShape::Gemm { m: num(1)?, n: num(2)?, k: num(3)? }
+        let shapes: Vec<(String, LayerShape)> = if gemm {
+            vec![(name, LayerShape::Gemm { m: num(1)?, n: num(2)?, k: num(3)? })]
         } else {
-            let s = LayerShape::Conv {
-                ifmap_h: num(1)?,
-                ifmap_w: num(2)?,
-                filt_h: num(3)?,
-                filt_w: num(4)?,
-                channels: num(5)?,
-                filters: num(6)?,
-                stride: num(7)?,
-            };
-            if let LayerShape::Conv { ifmap_h, ifmap_w, filt_h, filt_w, .. } = s {
-                if filt_h > ifmap_h || filt_w > ifmap_w {
-                    return Err(bad(
-                        line,
-                        "filter",
-                        &format!("{filt_h}x{filt_w} on a {ifmap_h}x{ifmap_w} IFMAP"),
-                        "a filter no larger than the IFMAP (SCALE-Sim asserts the same)",
-                    ));
-                }
+            let (ifmap_h, ifmap_w, filt_h, filt_w) = (num(1)?, num(2)?, num(3)?, num(4)?);
+            let (channels, filters, stride) = (num(5)?, num(6)?, num(7)?);
+            if filt_h > ifmap_h || filt_w > ifmap_w {
+                return Err(bad(
+                    line,
+                    "filter",
+                    &format!("{filt_h}x{filt_w} on a {ifmap_h}x{ifmap_w} IFMAP"),
+                    "a filter no larger than the IFMAP (SCALE-Sim asserts the same)",
+                ));
             }
-            s
-        };
-        if let (false, LayerShape::Conv { channels, .. }) = (gemm, &shape) {
+            let conv = |channels| LayerShape::Conv { ifmap_h, ifmap_w, filt_h, filt_w, channels, filters, stride };
             if name.contains("DP") {
                 // Depth-wise: SCALE-Sim runs one single-channel layer per channel.
-                for c in 0..*channels {
-                    let mut s = shape.clone();
-                    if let LayerShape::Conv { channels, filters, .. } = &mut s {
-                        *channels = 1;
-                        let _ = filters;
-                    }
-                    layers.push(Layer { name: format!("{name}Channel_{c}"), shape: s });
+                if channels > MAX_DP_CHANNELS {
+                    return Err(bad(
+                        line,
+                        "column `Channels`",
+                        &channels.to_string(),
+                        &format!("at most {MAX_DP_CHANNELS} for a depth-wise (`DP`) row: one layer per channel"),
+                    ));
                 }
-                continue;
+                (0..channels).map(|c| (format!("{name}Channel_{c}"), conv(1))).collect()
+            } else {
+                vec![(name, conv(channels))]
             }
+        };
+        for (name, shape) in shapes {
+            let l = Layer { name, shape };
+            let [m, k, n] = l.gemm();
+            if m.checked_mul(k).and_then(|x| x.checked_mul(n)).is_none_or(|x| x > 1 << 50) {
+                return Err(bad(line, "row", &v.join(", "), "a layer of at most 2^50 MACs"));
+            }
+            layers.push(l);
         }
-        let l = Layer { name, shape };
-        let [m, k, n] = l.gemm();
-        if m.checked_mul(k).and_then(|x| x.checked_mul(n)).is_none_or(|x| x > 1 << 50) {
-            return Err(bad(line, "row", &v.join(", "), "a layer of at most 2^50 MACs"));
-        }
-        layers.push(l);
     }
     if layers.is_empty() {
         return Err(bad(1, "rows", "(none)", "at least one layer row after the header"));
