@@ -4,7 +4,7 @@
 
 use crate::error::{FaultError, Result};
 use crate::outcome::Thresholds;
-use faultline_hw::budget::{read_text_capped, TEXT_FILE_LIMIT};
+use faultline_hw::files::{read_text_capped, TEXT_FILE_LIMIT};
 use faultline_train::{MxuFormat, OptimizerKind, MAX_STEPS};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

@@ -141,7 +141,7 @@ impl ModelSpec {
     /// Reads and parses a model file; errors carry `file:line:col`.
     pub fn load(path: impl AsRef<Path>) -> Result<ModelSpec, GraphError> {
         let path = path.as_ref();
-        let text = faultline_hw::budget::read_text_capped(path, faultline_hw::budget::TEXT_FILE_LIMIT)
+        let text = faultline_hw::files::read_text_capped(path, faultline_hw::files::TEXT_FILE_LIMIT)
             .map_err(|source| GraphError::Io { file: path.to_path_buf(), source })?;
         Self::from_ron(&text, path)
     }

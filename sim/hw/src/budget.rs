@@ -1,14 +1,11 @@
-//! Host resources a command may use: a memory limit checked against an estimate *before*
-//! anything large is allocated, and capped file reads.
+//! Host memory a command may use: a limit checked against an estimate *before* anything large
+//! is allocated (file reads are bounded by [`crate::files`]).
 //!
 //! Every command estimates what it will allocate from its arguments alone (with checked
 //! arithmetic: an estimate that overflows `u64` is "more than any limit") and refuses, with an
-//! error naming the work and the limit, what exceeds [`HostMemory::limit`]. Files are read with
-//! [`read_capped`], so `--config /dev/zero` is an error after the cap, not a 4 GB read.
+//! error naming the work and the limit, what exceeds [`HostMemory::limit`].
 
 use crate::error::HwError;
-use std::io::Read;
-use std::path::Path;
 
 /// The host-memory limit of one command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,10 +46,6 @@ impl Default for HostMemory {
     }
 }
 
-/// Cap on text files (hardware configs, models, checkpoint manifests, run descriptions): 16 MiB,
-/// hundreds of times the largest real one.
-pub const TEXT_FILE_LIMIT: u64 = 16 << 20;
-
 /// `a * b * ...` of element counts, `None` on overflow.
 pub fn product(dims: &[usize]) -> Option<u64> {
     dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
@@ -78,27 +71,6 @@ pub fn human_bytes(bytes: u64) -> String {
     format!("{v:.1} {}", UNITS[u])
 }
 
-/// Reads at most `limit` bytes of `path`; a longer file (or an endless one like `/dev/zero`)
-/// is an `InvalidData` error saying so, after reading `limit + 1` bytes at most.
-pub fn read_capped(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    let f = std::fs::File::open(path)?;
-    let mut buf = Vec::new();
-    f.take(limit.saturating_add(1)).read_to_end(&mut buf)?;
-    if buf.len() as u64 > limit {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("file is larger than {}, the limit for this kind of file", human_bytes(limit)),
-        ));
-    }
-    Ok(buf)
-}
-
-/// [`read_capped`] for UTF-8 text.
-pub fn read_text_capped(path: &Path, limit: u64) -> std::io::Result<String> {
-    String::from_utf8(read_capped(path, limit)?)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8 text ({e})")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,16 +87,5 @@ mod tests {
         assert_eq!(sum(&[Some(u64::MAX), Some(1)]), None);
         assert_eq!(human_bytes(4 << 30), "4.0 GiB");
         assert_eq!(human_bytes(1000), "1000 B");
-    }
-
-    #[test]
-    fn reads_are_capped() {
-        let e = read_capped(Path::new("/dev/zero"), 1000).unwrap_err().to_string();
-        assert!(e.contains("larger than 1000 B"), "{e}");
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x");
-        std::fs::write(&p, [0xff, 0xfe]).unwrap();
-        assert_eq!(read_capped(&p, 2).unwrap(), [0xff, 0xfe]);
-        assert!(read_text_capped(&p, 2).unwrap_err().to_string().contains("UTF-8"));
     }
 }

@@ -4,10 +4,10 @@
 //! [`HwConfig::validate`] enforces (naming file, field, value and range), so that every cycle and
 //! byte count the machine derives from a valid config fits 64 bits. Unknown fields are rejected
 //! so that a typo never silently falls back to a default. Files are read with a size cap
-//! ([`crate::budget::TEXT_FILE_LIMIT`]).
+//! ([`crate::files::TEXT_FILE_LIMIT`]).
 
-use crate::budget::{read_text_capped, TEXT_FILE_LIMIT};
 use crate::error::{one_line, ConfigError};
+use crate::files::{read_text_capped, TEXT_FILE_LIMIT};
 use faultline_num::{NumFormat, Precision};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

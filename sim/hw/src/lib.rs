@@ -2,7 +2,8 @@
 //!
 //! * [`abft`]: exact-checksum ABFT for int8 GEMMs (Li et al. 2021): fused weight checksum
 //!   columns and integer residuals.
-//! * [`budget`]: host-memory limits checked before allocating, capped file reads.
+//! * [`budget`]: host-memory limits checked before allocating.
+//! * [`files`]: reads of regular files only, each bounded; one writer per output directory.
 //! * [`config`]: the hardware description (RON), validated on load.
 //! * [`sites`]: every injectable bit, addressable as a [`sites::FaultSite`] with a stable text form.
 //! * [`mxu`]: the systolic matrix unit, stepped clock by clock, plus its bit-exact functional twin.
@@ -31,6 +32,7 @@ pub mod dma;
 pub mod ecc;
 pub mod error;
 pub mod fault;
+pub mod files;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
 pub mod isa;

@@ -28,7 +28,7 @@ use crate::npy;
 use crate::state::{ModelState, Tensor32};
 use crate::trainer::MAX_STEPS;
 use faultline_graph::OptimizerSpec;
-use faultline_hw::budget::{read_text_capped, TEXT_FILE_LIMIT};
+use faultline_hw::files::{read_text_capped, TEXT_FILE_LIMIT};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

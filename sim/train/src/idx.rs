@@ -4,7 +4,8 @@
 
 use crate::dataset::{Dataset, Split};
 use crate::error::{io_err, Result, TrainError};
-use faultline_hw::budget::{read_capped, HostMemory};
+use faultline_hw::budget::HostMemory;
+use faultline_hw::files::read_capped;
 use std::path::{Path, PathBuf};
 
 /// A parsed IDX file of unsigned bytes.

@@ -15,7 +15,7 @@ use crate::checkpoint::RunIdentity;
 use crate::error::{io_err, Result, TrainError};
 use crate::trainer::{StepRecord, Trainer};
 use faultline_graph::ModelSpec;
-use faultline_hw::budget::{read_text_capped, TEXT_FILE_LIMIT};
+use faultline_hw::files::{read_text_capped, TEXT_FILE_LIMIT};
 use faultline_hw::{ExecMode, HwConfig};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
