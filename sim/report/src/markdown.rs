@@ -2,9 +2,34 @@
 
 use crate::document::Block;
 
-/// A table cell: pipes escaped, so a cell never splits.
+/// Text with every `<` that could open an HTML tag, comment or declaration (`<` before a
+/// letter, `/`, `!` or `?`) escaped outside `code` spans: names from a campaign file (a
+/// campaign called `<script>`) are shown, never interpreted, by a Markdown renderer, while
+/// prose such as `<20%` stays as written; inside backticks text is shown as it is already.
+fn text(s: &str) -> String {
+    let escape = |part: &str| {
+        let mut out = String::with_capacity(part.len());
+        let mut chars = part.chars().peekable();
+        while let Some(c) = chars.next() {
+            let opens = c == '<' && chars.peek().is_some_and(|n| n.is_ascii_alphabetic() || "/!?".contains(*n));
+            if opens {
+                out.push_str("&lt;");
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    };
+    s.split('`')
+        .enumerate()
+        .map(|(i, part)| if i % 2 == 1 { part.to_string() } else { escape(part) })
+        .collect::<Vec<_>>()
+        .join("`")
+}
+
+/// A table cell: text escaped and pipes too, so a cell never splits.
 fn cell(s: &str) -> String {
-    s.replace('|', "\\|")
+    text(s).replace('|', "\\|")
 }
 
 /// Renders `blocks` as Markdown.
@@ -12,11 +37,11 @@ pub fn render(blocks: &[Block]) -> String {
     let mut out = String::new();
     for b in blocks {
         match b {
-            Block::Heading(level, text) => out.push_str(&format!("{} {text}\n\n", "#".repeat(*level as usize))),
-            Block::Para(text) => out.push_str(&format!("{text}\n\n")),
+            Block::Heading(level, t) => out.push_str(&format!("{} {}\n\n", "#".repeat(*level as usize), text(t))),
+            Block::Para(t) => out.push_str(&format!("{}\n\n", text(t))),
             Block::List(items) => {
                 for i in items {
-                    out.push_str(&format!("- {i}\n"));
+                    out.push_str(&format!("- {}\n", text(i)));
                 }
                 out.push('\n');
             }
@@ -33,8 +58,8 @@ pub fn render(blocks: &[Block]) -> String {
                 }
                 out.push('\n');
             }
-            Block::Figure(f) => out.push_str(&format!("![{}](figures/{}.svg)\n\n", f.title, f.name)),
-            Block::Grid(_, Some(f)) => out.push_str(&format!("![{}](figures/{}.svg)\n\n", f.title, f.name)),
+            Block::Figure(f) => out.push_str(&format!("![{}](figures/{}.svg)\n\n", text(&f.title), f.name)),
+            Block::Grid(_, Some(f)) => out.push_str(&format!("![{}](figures/{}.svg)\n\n", text(&f.title), f.name)),
             Block::Grid(_, None) => {}
         }
     }
