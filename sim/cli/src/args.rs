@@ -2,6 +2,14 @@
 
 use anyhow::{Context, Result};
 use faultline_hw::fault::FaultEvent;
+use faultline_hw::files::DirLock;
+use std::path::Path;
+
+/// Locks the output directory `dir` (given as `flag`) for this process, creating it if needed:
+/// a second command writing there fails at once, naming it, instead of mixing its files in.
+pub fn lock_output(flag: &str, dir: &Path) -> Result<DirLock> {
+    DirLock::acquire(dir).with_context(|| format!("{flag} {}", dir.display()))
+}
 
 /// Parses a `--fault` value: [`FaultEvent`]'s one text form, `KIND:SITE@TILE:CYCLE[+DURATION]`,
 /// e.g. `flip:mxu.pe[3][5].psum[30]@0:40` or `stuck1:ub.word[0x40][7]@2:0+100`.

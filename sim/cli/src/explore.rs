@@ -26,6 +26,8 @@ pub struct ExploreArgs {
 /// Runs the command.
 pub fn run(a: ExploreArgs, mem: &HostMemory) -> Result<()> {
     let spec = ExploreSpec::load(&a.spec)?;
+    // Held through the report: the campaigns under it lock their own directories too.
+    let _lock = crate::args::lock_output("--out", &a.out)?;
     let threads = a.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |t| t as usize);
     let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
     bar.set_style(

@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use clap::Args;
+use faultline_hw::budget::HostMemory;
 use faultline_report::aggregate::{aggregate, Report};
 use faultline_report::diff::{Change, DiffRow};
 use faultline_report::document::pct;
@@ -33,7 +34,7 @@ pub struct DiffArgs {
 }
 
 /// Loads and aggregates a trace directory, with a progress bar over its bytes on a terminal.
-fn read(dir: &Path) -> Result<(Trace, Report)> {
+fn read(dir: &Path, mem: &HostMemory) -> Result<(Trace, Report)> {
     let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} ({eta})")
@@ -41,7 +42,7 @@ fn read(dir: &Path) -> Result<(Trace, Report)> {
             .progress_chars("=> "),
     );
     bar.set_message(format!("reading {}", dir.display()));
-    let trace = load(dir, |done, total| {
+    let trace = load(dir, mem, |done, total| {
         bar.set_length(total);
         bar.set_position(done);
     })?;
@@ -51,8 +52,9 @@ fn read(dir: &Path) -> Result<(Trace, Report)> {
 }
 
 /// Runs `faultline report`.
-pub fn run(a: ReportArgs) -> Result<()> {
-    let (trace, report) = read(&a.trace)?;
+pub fn run(a: ReportArgs, mem: &HostMemory) -> Result<()> {
+    let _lock = crate::args::lock_output("--out", &a.out)?;
+    let (trace, report) = read(&a.trace, mem)?;
     let w = faultline_report::write_report(&trace, &report, &a.out)?;
     let s = &report.summary;
     println!(
@@ -78,9 +80,12 @@ pub fn run(a: ReportArgs) -> Result<()> {
 }
 
 /// Runs `faultline diff`.
-pub fn run_diff(a: DiffArgs) -> Result<()> {
-    let (ta, ra) = read(&a.a)?;
-    let (tb, rb) = read(&a.b)?;
+pub fn run_diff(a: DiffArgs, mem: &HostMemory) -> Result<()> {
+    let _lock = crate::args::lock_output("--out", &a.out)?;
+    // Both campaigns are held at once: each may take half the limit.
+    let half = HostMemory::new(mem.limit / 2, mem.raise_with);
+    let (ta, ra) = read(&a.a, &half)?;
+    let (tb, rb) = read(&a.b, &half)?;
     let files = faultline_report::diff::write_diff(&ta, &ra, &tb, &rb, &a.out)?;
     let rows = faultline_report::diff::compare(&ra, &rb);
     println!(

@@ -139,6 +139,7 @@ fn grown(hw: &HwConfig) -> HwConfig {
 
 /// Runs the command.
 pub fn run(args: ScaleSimArgs, mem: &HostMemory) -> Result<()> {
+    let _lock = args.out.as_deref().map(|d| crate::args::lock_output("--out", d)).transpose()?;
     let cfg = ScaleSimConfig::load(&args.config)?;
     let layers = scalesim::load_topology(&args.topology)?;
     let base = HwConfig::load(&args.base)

@@ -125,6 +125,7 @@ fn optimizer_of(spec: &OptimizerSpec) -> (OptimizerKind, f64) {
 
 /// Runs `faultline train`.
 pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
+    let _lock = a.save_checkpoint.as_deref().map(|d| crate::args::lock_output("--save-checkpoint", d)).transpose()?;
     let spec = ModelSpec::load(&a.model)?;
     let hw = HwConfig::load(&a.config)?;
     let ck = match &a.resume {

@@ -9,11 +9,10 @@ use crate::error::{FaultError, Result};
 use crate::model::Anchor;
 use crate::outcome::Outcome;
 use crate::protect::{self, ProtectionPlan, Rule};
-use crate::record::{
-    summarize, CampaignInfo, ClassInfo, Golden, RecordKey, Summary, TrialRecord, CODE_VERSION, SCHEMA,
-};
+use crate::record::{CampaignInfo, ClassInfo, Golden, Summary, TrialRecord, CODE_VERSION, SCHEMA};
 use crate::sample::Space;
 use crate::spec::{CampaignSpec, FaultModel, Lasts, Mode};
+use crate::store;
 use faultline_graph::checks::{BF16_UNIT, FP32_UNIT};
 use faultline_graph::StepSchedule;
 use faultline_graph::{ModelSpec, TrainGraph};
@@ -29,9 +28,9 @@ use faultline_train::{
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -149,6 +148,8 @@ pub struct Campaign {
     step_bytes: Option<u64>,
     /// Faults trial `t` injects instead of a draw from `space` ([`Campaign::with_faults`]).
     faults: Option<Vec<(Anchor, Vec<StepFault>)>>,
+    /// [`CampaignInfo::identity`] of `info`, which every record carries.
+    id: String,
 }
 
 /// Whether two model states hold the same bits.
@@ -398,6 +399,7 @@ impl Campaign {
             faults_from: None,
         };
         Ok(Campaign {
+            id: info.identity(),
             info,
             space,
             trainer,
@@ -452,6 +454,7 @@ impl Campaign {
         self.info.trials = faults.len() as u64;
         self.info.faults_from = Some(from);
         self.faults = Some(faults);
+        self.id = self.info.identity();
         self
     }
 
@@ -513,6 +516,7 @@ impl Campaign {
         let spec = self.spec();
         let mut rec = TrialRecord {
             schema: SCHEMA,
+            campaign: self.id.clone(),
             trial: t,
             fault: upset.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" + "),
             class: a.pattern(),
@@ -788,7 +792,8 @@ impl Campaign {
     /// summary of the records in `out`.
     pub fn run(&self, out: &Path, opts: RunOptions, progress: impl Fn(Progress) + Sync) -> Result<Summary> {
         let ids: Vec<u64> = opts.shard.trials(self.info.trials).collect();
-        let done = open_output(out, &self.info, opts)?;
+        // The lock is held until the summary is written.
+        let (_lock, done) = store::open_output(out, &self.info, &self.id, opts)?;
         progress(Progress::Start { recorded: done as u64, trials: ids.len() as u64 });
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(opts.threads.max(1))
@@ -841,7 +846,7 @@ impl Campaign {
             }
         }
         records.sync_data().map_err(FaultError::io(&records_path))?;
-        finish(out)
+        store::finish(out)
     }
 }
 
@@ -919,241 +924,4 @@ fn model_name(m: FaultModel) -> String {
         FaultModel::StuckAt { value, lasts: Lasts::Step } => format!("stuck{value}-step"),
         FaultModel::StuckAt { value, lasts: Lasts::Permanent } => format!("stuck{value}-permanent"),
     }
-}
-
-/// Pretty JSON with a final newline.
-fn json_text<T: Serialize>(v: &T) -> String {
-    serde_json::to_string_pretty(v).expect("campaign files serialise") + "\n"
-}
-
-/// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half.
-fn write_atomic(path: &Path, text: &str) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, text).map_err(FaultError::io(&tmp))?;
-    fs::rename(&tmp, path).map_err(FaultError::io(path))
-}
-
-/// The lines of `path` that are complete (end in a newline), without their newlines; a
-/// missing file has none.
-fn complete_lines(path: &Path) -> Result<Vec<String>> {
-    let f = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(FaultError::io(path)(e)),
-    };
-    let (mut lines, mut r) = (Vec::new(), BufReader::new(f));
-    loop {
-        let mut line = String::new();
-        let n = r.read_line(&mut line).map_err(FaultError::io(path))?;
-        if n == 0 || !line.ends_with('\n') {
-            return Ok(lines);
-        }
-        line.pop();
-        lines.push(line);
-    }
-}
-
-/// The trial id of a record or timing line (both carry `trial`; other fields are ignored).
-fn trial_of(line: &str) -> Option<u64> {
-    #[derive(Deserialize)]
-    struct Id {
-        trial: u64,
-    }
-    serde_json::from_str::<Id>(line).ok().map(|k| k.trial)
-}
-
-/// Prepares `out` for a run of campaign `info` and returns the number of this shard's trials
-/// already recorded: a fresh directory gets `campaign.json` (and `shard.json` for a slice);
-/// `--resume` checks both match and keeps the records that are this shard's first trials in
-/// order, cutting a half-written last line.
-fn open_output(out: &Path, info: &CampaignInfo, opts: RunOptions) -> Result<usize> {
-    let info_text = json_text(info);
-    fs::create_dir_all(out).map_err(FaultError::io(out))?;
-    let info_path = out.join("campaign.json");
-    let shard_path = out.join("shard.json");
-    let shard_text = (opts.shard != Shard::ALL).then(|| json_text(&opts.shard));
-    let records_path = out.join("records.jsonl");
-    match fs::read_to_string(&info_path) {
-        Ok(existing) => {
-            if !opts.resume {
-                return Err(FaultError::Output {
-                    path: out.into(),
-                    why: "holds a campaign already: pass --resume to continue it, or choose another --out".into(),
-                });
-            }
-            if existing != info_text {
-                return Err(FaultError::Output {
-                    path: info_path,
-                    why: "records a different campaign (spec, machine or golden run differ); choose another --out"
-                        .into(),
-                });
-            }
-            let existing_shard = fs::read_to_string(&shard_path).ok();
-            if existing_shard != shard_text {
-                let was = existing_shard
-                    .and_then(|t| serde_json::from_str::<Shard>(&t).ok())
-                    .map_or("the whole campaign".to_string(), |s| format!("shard {}/{}", s.index, s.count));
-                return Err(FaultError::Output {
-                    path: out.into(),
-                    why: format!("was run as {was}; resume it as that"),
-                });
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if records_path.exists() {
-                return Err(FaultError::Output {
-                    path: records_path,
-                    why: "exists without campaign.json; choose another --out".into(),
-                });
-            }
-            if let Some(t) = &shard_text {
-                write_atomic(&shard_path, t)?;
-            }
-            write_atomic(&info_path, &info_text)?;
-        }
-        Err(e) => return Err(FaultError::io(&info_path)(e)),
-    }
-    let lines = complete_lines(&records_path)?;
-    let expected = opts.shard.trials(info.trials);
-    let kept = lines.iter().zip(expected).take_while(|(l, t)| trial_of(l) == Some(*t)).count();
-    let keep_len: u64 = lines[..kept].iter().map(|l| l.len() as u64 + 1).sum();
-    let f = OpenOptions::new().create(true).append(true).open(&records_path).map_err(FaultError::io(&records_path))?;
-    f.set_len(keep_len).map_err(FaultError::io(&records_path))?;
-    // Timing lines of trials not kept go; the rest stay.
-    let timing_path = out.join("timing.jsonl");
-    let times = complete_lines(&timing_path)?;
-    let done: std::collections::BTreeSet<u64> = lines[..kept].iter().filter_map(|l| trial_of(l)).collect();
-    let mut seen = std::collections::BTreeSet::new();
-    let kept_times: String = times
-        .iter()
-        .filter(|l| trial_of(l).is_some_and(|t| done.contains(&t) && seen.insert(t)))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    fs::write(&timing_path, kept_times).map_err(FaultError::io(&timing_path))?;
-    Ok(kept)
-}
-
-/// Reads `campaign.json` and `records.jsonl` of `dir`.
-fn read_dir(dir: &Path) -> Result<(String, CampaignInfo, Vec<String>)> {
-    let info_path = dir.join("campaign.json");
-    let text = fs::read_to_string(&info_path).map_err(FaultError::io(&info_path))?;
-    let info: CampaignInfo = serde_json::from_str(&text)
-        .map_err(|e| FaultError::Output { path: info_path.clone(), why: format!("not a campaign file: {e}") })?;
-    if info.schema != SCHEMA {
-        return Err(FaultError::Output {
-            path: info_path,
-            why: format!("schema {} (this faultline reads schema {SCHEMA})", info.schema),
-        });
-    }
-    let lines = complete_lines(&dir.join("records.jsonl"))?;
-    Ok((text, info, lines))
-}
-
-/// The records in the campaign directory `dir`, as the summary reads them (complete lines,
-/// in trial order).
-pub fn record_keys(dir: &Path) -> Result<Vec<RecordKey>> {
-    let path = dir.join("records.jsonl");
-    keys(&path, &complete_lines(&path)?)
-}
-
-/// Parses record lines for the summary.
-fn keys(path: &Path, lines: &[String]) -> Result<Vec<RecordKey>> {
-    lines
-        .iter()
-        .enumerate()
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| FaultError::Output {
-                path: path.into(),
-                why: format!("line {}: not a trial record: {e}", i + 1),
-            })
-        })
-        .collect()
-}
-
-/// Writes `summary.json` of the records in `out` and returns it.
-fn finish(out: &Path) -> Result<Summary> {
-    let (_, info, lines) = read_dir(out)?;
-    let summary = summarize(&info, &keys(&out.join("records.jsonl"), &lines)?);
-    write_atomic(&out.join("summary.json"), &json_text(&summary))?;
-    Ok(summary)
-}
-
-/// Combines the complete shard directories `shards` (one per slice `i/N`, any order) into
-/// `out`: the same `campaign.json`, `records.jsonl` and `summary.json` bytes one unsharded run
-/// writes (and the shards' `timing.jsonl`, in trial order).
-pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
-    let mut parts: BTreeMap<u64, (PathBuf, Vec<String>, Vec<String>)> = BTreeMap::new();
-    let mut first: Option<(String, CampaignInfo, u64)> = None;
-    for dir in shards {
-        let (text, info, lines) = read_dir(dir)?;
-        let shard_path = dir.join("shard.json");
-        let shard: Shard = match fs::read_to_string(&shard_path) {
-            Ok(t) => serde_json::from_str(&t)
-                .map_err(|e| FaultError::Output { path: shard_path.clone(), why: format!("not a shard file: {e}") })?,
-            Err(_) => Shard::ALL,
-        };
-        match &first {
-            None => first = Some((text, info, shard.count)),
-            Some((t, _, n)) => {
-                if *t != text {
-                    return Err(FaultError::Output {
-                        path: dir.join("campaign.json"),
-                        why: format!("differs from {}'s: the shards are of different campaigns", shards[0].display()),
-                    });
-                }
-                if *n != shard.count {
-                    return Err(FaultError::Output {
-                        path: shard_path,
-                        why: format!("is a slice of {} shards, {} of {n}", shard.count, shards[0].display()),
-                    });
-                }
-            }
-        }
-        let trials = first.as_ref().map_or(0, |f| f.1.trials);
-        let expected: Vec<u64> = shard.trials(trials).collect();
-        let got: Vec<Option<u64>> = lines.iter().map(|l| trial_of(l)).collect();
-        if got.len() != expected.len() || got.iter().zip(&expected).any(|(g, e)| *g != Some(*e)) {
-            return Err(FaultError::Output {
-                path: dir.clone(),
-                why: format!(
-                    "shard {}/{} is incomplete or out of order ({} of its {} trials recorded); run it with --resume first",
-                    shard.index,
-                    shard.count,
-                    lines.len(),
-                    expected.len()
-                ),
-            });
-        }
-        let times = complete_lines(&dir.join("timing.jsonl"))?;
-        if parts.insert(shard.index, (dir.clone(), lines, times)).is_some() {
-            return Err(FaultError::Output { path: dir.clone(), why: format!("shard {} is given twice", shard.index) });
-        }
-    }
-    let Some((text, info, count)) = first else {
-        return Err(FaultError::Output { path: out.into(), why: "no shard directories to merge".into() });
-    };
-    let missing: Vec<String> = (0..count).filter(|i| !parts.contains_key(i)).map(|i| format!("{i}/{count}")).collect();
-    if !missing.is_empty() {
-        return Err(FaultError::Output { path: out.into(), why: format!("shards missing: {}", missing.join(", ")) });
-    }
-    // Trial t is line t / N of shard t % N.
-    let mut records = String::new();
-    for t in 0..info.trials {
-        records.push_str(&parts[&(t % count)].1[(t / count) as usize]);
-        records.push('\n');
-    }
-    let mut times: Vec<(u64, &String)> =
-        parts.values().flat_map(|p| p.2.iter()).filter_map(|l| trial_of(l).map(|t| (t, l))).collect();
-    times.sort_by_key(|x| x.0);
-    fs::create_dir_all(out).map_err(FaultError::io(out))?;
-    if out.join("records.jsonl").exists() {
-        return Err(FaultError::Output {
-            path: out.into(),
-            why: "holds records already; choose an empty --out".into(),
-        });
-    }
-    write_atomic(&out.join("campaign.json"), &text)?;
-    write_atomic(&out.join("records.jsonl"), &records)?;
-    write_atomic(&out.join("timing.jsonl"), &times.iter().map(|(_, l)| format!("{l}\n")).collect::<String>())?;
-    finish(out)
 }

@@ -5,7 +5,7 @@
 //! intensity, and writes `explore.json` ([`ExploreResult`]), which the report crate renders
 //! as a Pareto report (residual failure FIT against check bits and cycle overhead).
 
-use crate::campaign::{record_keys, Campaign, Progress, RunOptions, Shard, TrialMode};
+use crate::campaign::{Campaign, Progress, RunOptions, Shard, TrialMode};
 use crate::error::{FaultError, Result};
 use crate::model::Anchor;
 use crate::outcome::Outcome;
@@ -283,7 +283,7 @@ pub fn run(
             fs::create_dir_all(&dir).map_err(FaultError::io(&dir))?;
             let opts = RunOptions { threads, shard: Shard::ALL, resume: true, mode: TrialMode::Hybrid };
             let summary = c.run(&dir, opts, |p| progress(ExploreProgress::Campaign(p)))?;
-            let outcomes: Vec<Outcome> = record_keys(&dir)?.into_iter().map(|k| k.outcome).collect();
+            let outcomes: Vec<Outcome> = crate::store::outcomes(&dir)?;
             let base_cycles = baseline.as_ref().map_or(c.info.cycles_per_step, |b| b.info.cycles_per_step);
             if plan.is_none() {
                 layers = layer_costs(&c, spec.intensity_threshold)?;

@@ -8,7 +8,9 @@
 //! * [`outcome`]: He et al.'s outcome taxonomy and the thresholds that separate outcomes, and
 //!   the inference outcomes (SDC, DUE);
 //! * [`campaign`]: the golden run, trials in parallel, resumable and sharded output, merge;
-//! * [`record`]: the files a campaign writes, and the summary;
+//! * [`record`]: the schema of the files a campaign writes, and the summary;
+//! * [`store`]: a campaign directory on disk: one writer, records identified by campaign,
+//!   bounded reads, resume and merge;
 //! * [`stats`]: Wilson intervals and stratified estimates.
 //!
 //! **Architecture invariant:** this crate decides what to inject and how to judge it; how a
@@ -27,9 +29,11 @@ pub mod record;
 pub mod sample;
 pub mod spec;
 pub mod stats;
+pub mod store;
 
-pub use campaign::{merge, Campaign, Progress, RunOptions, Shard, TrialMode};
+pub use campaign::{Campaign, Progress, RunOptions, Shard, TrialMode};
 pub use error::{FaultError, Result};
 pub use outcome::{Outcome, Thresholds};
 pub use record::{Summary, TrialRecord};
 pub use spec::CampaignSpec;
+pub use store::merge;

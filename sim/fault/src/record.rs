@@ -1,6 +1,8 @@
 //! The campaign's files, and the one place their schema lives:
 //! * `campaign.json` ([`CampaignInfo`]): the spec, the sampled space, the golden run;
-//! * `records.jsonl` ([`TrialRecord`]): one line per trial, in trial order;
+//! * `records.jsonl` ([`TrialRecord`]): one line per trial, in trial order, each carrying the
+//!   identity of the campaign that wrote it ([`CampaignInfo::identity`]), so that records of
+//!   another campaign (another seed, spec, machine or plan) are refused wherever they are read;
 //! * `summary.json` ([`Summary`]): outcome counts per class with Wilson 95% intervals and the
 //!   vulnerability estimates, computed from the two files above alone, so a merge of shards
 //!   writes the same bytes as one run;
@@ -14,7 +16,16 @@ use faultline_train::InjectionReport;
 use serde::{Deserialize, Serialize};
 
 /// Version of the record and summary schema; bumped on any change to their fields.
-pub const SCHEMA: u32 = 2;
+pub const SCHEMA: u32 = 3;
+
+/// Most bits in one element of a class (masks of a word's bits are `u128`).
+pub const MAX_CLASS_WIDTH: u32 = 128;
+
+/// Most elements in one class: the largest DRAM a config may have, in bytes.
+pub const MAX_CLASS_ELEMENTS: u64 = 1 << 33;
+
+/// Most classes in one campaign (reports index them with `u16`).
+pub const MAX_CLASSES: usize = u16::MAX as usize;
 
 /// The code version recorded in `campaign.json`: the crate version and the commit it was
 /// built from.
@@ -93,11 +104,68 @@ pub struct CampaignInfo {
     pub faults_from: Option<String>,
 }
 
+impl CampaignInfo {
+    /// The campaign's identity: the first 16 hex digits of the SHA-256 of `campaign.json`
+    /// without `code` and `spec_file`, i.e. of everything that decides what the records hold
+    /// (spec, machine, sampled space, golden run, protection), and nothing that does not (the
+    /// commit that ran it, where its spec file lies). Every record carries it.
+    pub fn identity(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let what = CampaignInfo { code: String::new(), spec_file: String::new(), ..self.clone() };
+        let digest = Sha256::digest(serde_json::to_vec(&what).expect("campaign files serialise"));
+        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Checks every size a reader allocates by (trials, classes, each class's width and
+    /// extent) against what a campaign can have, so a hand-edited file is refused, never
+    /// allocated: the reason, naming the field.
+    pub fn check_sizes(&self) -> std::result::Result<(), String> {
+        use crate::spec::MAX_TRIALS;
+        use faultline_hw::config::MAX_ARRAY_DIM;
+        if self.trials > MAX_TRIALS {
+            return Err(format!("`trials` = {}: more than a campaign may have ({MAX_TRIALS})", self.trials));
+        }
+        if self.classes.is_empty() || self.classes.len() > MAX_CLASSES {
+            return Err(format!("`classes` has {} entries: allowed 1 to {MAX_CLASSES}", self.classes.len()));
+        }
+        for (i, c) in self.classes.iter().enumerate() {
+            let bad = |field: &str, value: String, allowed: String| {
+                Err(format!("`classes[{i}].{field}` = {value} (class `{}`): allowed {allowed}", c.class))
+            };
+            if !(1..=MAX_CLASS_WIDTH).contains(&c.width) {
+                return bad("width", c.width.to_string(), format!("1 to {MAX_CLASS_WIDTH} bits"));
+            }
+            let [rows, cols] = c.dims.map(u64::from);
+            let elements = rows * cols;
+            if rows == 0 || cols == 0 || elements > MAX_CLASS_ELEMENTS {
+                return bad("dims", format!("{:?}", c.dims), format!("1 to {MAX_CLASS_ELEMENTS} elements in all"));
+            }
+            if cols > 1 && (rows > MAX_ARRAY_DIM as u64 || cols > MAX_ARRAY_DIM as u64) {
+                return bad(
+                    "dims",
+                    format!("{:?}", c.dims),
+                    format!("a PE array of at most {MAX_ARRAY_DIM}x{MAX_ARRAY_DIM}"),
+                );
+            }
+            if c.bits != elements * u64::from(c.width) {
+                return bad("bits", c.bits.to_string(), format!("dims x width = {}", elements * u64::from(c.width)));
+            }
+            if !(c.weight.is_finite() && (0.0..=1.0).contains(&c.weight)) {
+                return bad("weight", c.weight.to_string(), "0 to 1".into());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One trial: the fault, where it landed, what it did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrialRecord {
     /// Schema version.
     pub schema: u32,
+    /// The identity of the campaign that ran it ([`CampaignInfo::identity`]): readers refuse a
+    /// record whose identity is not that of the `campaign.json` beside it.
+    pub campaign: String,
     /// Trial id (its sample is a function of the campaign seed and this).
     pub trial: u64,
     /// The fault: every bit struck, `KIND:SITE@step=S,cycle=C`, `+`-joined.
@@ -243,8 +311,12 @@ pub struct Summary {
 }
 
 /// The summary of `records` (any order) of the campaign `info`. One pass over the records
-/// (a report aggregates millions); a record of a class the campaign lacks is not counted.
-pub fn summarize<'a>(info: &CampaignInfo, records: impl IntoIterator<Item = &'a RecordKey>) -> Summary {
+/// (a report aggregates millions, streamed); a record of a class the campaign lacks is not
+/// counted.
+pub fn summarize<K: std::borrow::Borrow<RecordKey>>(
+    info: &CampaignInfo,
+    records: impl IntoIterator<Item = K>,
+) -> Summary {
     use std::collections::HashMap;
     const N: usize = Outcome::ALL.len();
     /// Counts of one class: per outcome, skipped, and (unmasked, trials) per bit.
@@ -262,6 +334,7 @@ pub fn summarize<'a>(info: &CampaignInfo, records: impl IntoIterator<Item = &'a 
         .collect();
     let (mut all, mut verified) = (Tally { outcomes: [0; N], skipped: 0, bits: Vec::new() }, 0u64);
     for r in records {
+        let r = r.borrow();
         let o = r.outcome.index();
         all.outcomes[o] += 1;
         all.skipped += r.skipped as u64;

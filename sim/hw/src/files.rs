@@ -117,6 +117,10 @@ pub struct JsonLines {
 /// One line of a [`JsonLines`] file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Line<'a> {
+    /// Its 1-based number.
+    pub number: u64,
+    /// Bytes of the file up to its end (newline included).
+    pub end: u64,
     /// The line, without its newline.
     pub text: &'a str,
     /// Whether it ended in a newline: the last line of a file being appended to (or of a run
@@ -164,7 +168,7 @@ impl JsonLines {
         let text = std::str::from_utf8(&self.buf).map_err(|e| {
             std::io::Error::new(std::io::ErrorKind::InvalidData, format!("line {} is not UTF-8 text ({e})", self.line))
         })?;
-        Ok(Some(Line { text, complete }))
+        Ok(Some(Line { number: self.line, end: self.bytes, text, complete }))
     }
 }
 
@@ -183,7 +187,8 @@ pub struct DirLock {
 
 impl DirLock {
     /// Creates `dir` (and its parents) if needed and locks it, or fails at once with a
-    /// `WouldBlock` error naming the directory and the holder if another process has it.
+    /// `WouldBlock` error naming the holder if another process has it (callers prefix the
+    /// directory, as for any I/O error on it).
     pub fn acquire(dir: &Path) -> std::io::Result<DirLock> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(LOCK_FILE);
@@ -200,8 +205,8 @@ impl DirLock {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::WouldBlock,
                     format!(
-                        "{} is being written by another faultline process{holder}; wait for it to end or choose another output directory",
-                        dir.display()
+                        "locked by another faultline process{holder}, which writes there; wait for it to end or \
+                         choose another output directory"
                     ),
                 ));
             }
@@ -256,9 +261,9 @@ mod tests {
         let p = dir.path().join("r.jsonl");
         std::fs::write(&p, "{\"a\":1}\n\n{\"b\"").unwrap();
         let mut l = JsonLines::open(&p).unwrap();
-        assert_eq!(l.next_line().unwrap(), Some(Line { text: "{\"a\":1}", complete: true }));
-        assert_eq!(l.next_line().unwrap(), Some(Line { text: "", complete: true }));
-        assert_eq!(l.next_line().unwrap(), Some(Line { text: "{\"b\"", complete: false }));
+        assert_eq!(l.next_line().unwrap(), Some(Line { number: 1, end: 8, text: "{\"a\":1}", complete: true }));
+        assert_eq!(l.next_line().unwrap(), Some(Line { number: 2, end: 9, text: "", complete: true }));
+        assert_eq!(l.next_line().unwrap(), Some(Line { number: 3, end: 13, text: "{\"b\"", complete: false }));
         assert_eq!(l.next_line().unwrap(), None);
         assert_eq!((l.line, l.bytes, l.total), (3, 13, 13));
         let mut long = vec![b'x'; JSONL_LINE_LIMIT as usize + 10];
@@ -277,7 +282,7 @@ mod tests {
         let e = DirLock::acquire(&out).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
         let msg = e.to_string();
-        assert!(msg.contains(&out.display().to_string()) && msg.contains("pid "), "{msg}");
+        assert!(msg.contains("locked by another faultline process (pid "), "{msg}");
         drop(held);
         DirLock::acquire(&out).unwrap();
     }

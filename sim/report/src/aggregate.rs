@@ -244,7 +244,7 @@ fn pih(e: Estimate) -> [f64; 3] {
 pub fn aggregate(trace: &Trace) -> Report {
     let info = &trace.info;
     // Per-class counts are the summary's: `faultline campaign` computes it the same way.
-    let summary = summarize(info, &trace.keys().collect::<Vec<_>>());
+    let summary = summarize(info, trace.keys());
     let mut bits: Vec<Vec<Counts>> = info.classes.iter().map(|c| vec![Counts::default(); c.width as usize]).collect();
     let mut cells: Vec<Vec<Cell>> = info
         .classes

@@ -31,6 +31,12 @@ pub enum ReportError {
         /// The plotting error.
         why: String,
     },
+    /// A campaign directory could not be read (missing, foreign, malformed, too large).
+    #[error(transparent)]
+    Campaign(#[from] faultline_fault::FaultError),
+    /// A host-memory estimate exceeds the limit.
+    #[error(transparent)]
+    Hw(#[from] faultline_hw::HwError),
     /// Replaying a trial failed.
     #[error("{0}")]
     Replay(String),

@@ -1043,11 +1043,12 @@ mod tests {
     use super::*;
     use crate::aggregate::{aggregate, BitProfile, Cell};
     use crate::load::load;
+    use faultline_hw::budget::HostMemory;
 
     /// The report of the shipped fixture campaign (`tests/fixtures/tiny`).
     fn fixture() -> Report {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny");
-        aggregate(&load(&dir, |_, _| {}).expect("fixture loads"))
+        aggregate(&load(&dir, &HostMemory::default(), |_, _| {}).expect("fixture loads"))
     }
 
     /// `report` with every figure's data removed.

@@ -3,16 +3,16 @@
 //! the few trials a report draws.
 
 use crate::error::{ReportError, Result};
-use faultline_fault::record::{CampaignInfo, RecordKey, SCHEMA};
-use faultline_fault::spec::MAX_TRIALS;
+use faultline_fault::record::{CampaignInfo, RecordKey};
+use faultline_fault::store::InfoFile;
 use faultline_fault::Outcome;
 use faultline_graph::Phase;
+use faultline_hw::budget::HostMemory;
+use faultline_hw::files::JsonLines;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 /// Faulty loss curves kept per outcome for the curves figure.
@@ -108,6 +108,8 @@ impl Trace {
 #[derive(Deserialize)]
 struct Line<'a> {
     schema: u32,
+    #[serde(borrow)]
+    campaign: Cow<'a, str>,
     trial: u64,
     #[serde(borrow)]
     class: Cow<'a, str>,
@@ -136,91 +138,76 @@ struct InjectionLine<'a> {
     corrupted: u64,
 }
 
-/// Index of `name` in `names`, appending it if new.
-fn intern(names: &mut Vec<String>, index: &mut HashMap<String, u16>, name: &str) -> u16 {
+/// Index of `name` in `names`, appending it if new; `None` once `u16` indices run out (no
+/// real step has that many layers or instruction kinds: a hand-made file).
+fn intern(names: &mut Vec<String>, index: &mut HashMap<String, u16>, name: &str) -> Option<u16> {
     if let Some(&i) = index.get(name) {
-        return i;
+        return Some(i);
     }
-    let i = names.len() as u16;
+    let i = u16::try_from(names.len()).ok()?;
     names.push(name.to_string());
     index.insert(name.to_string(), i);
-    i
+    Some(i)
 }
 
-/// Reads `campaign.json`, checking its schema.
+/// Reads `campaign.json` ([`faultline_fault::store::read_info`]: capped, of this schema, its
+/// sizes bounded).
 pub fn read_info(dir: &Path) -> Result<CampaignInfo> {
-    let path = dir.join("campaign.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => ReportError::Trace {
-            path: path.clone(),
-            line: None,
-            why: "missing: is this a campaign's --out directory (`faultline campaign SPEC --out DIR`)?".into(),
-        },
-        _ => ReportError::Io { path: path.clone(), source: e },
-    })?;
-    #[derive(Deserialize)]
-    struct Version {
-        schema: u32,
-    }
-    let bad = |why: String| ReportError::Trace { path: path.clone(), line: None, why };
-    let v: Version = serde_json::from_str(&text).map_err(|e| bad(format!("not a campaign description: {e}")))?;
-    if v.schema != SCHEMA {
-        return Err(bad(format!(
-            "schema {} (this faultline reads schema {SCHEMA}): re-run the campaign with this version",
-            v.schema
-        )));
-    }
-    serde_json::from_str(&text).map_err(|e| bad(format!("not a campaign description: {e}")))
+    Ok(faultline_fault::store::read_info(dir)?.info)
 }
 
-/// Loads trace directory `dir`; `progress(bytes_read, total_bytes)` is called as it goes.
-pub fn load(dir: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Trace> {
-    let info = read_info(dir)?;
+/// Host bytes a report of `info` holds while it is built: a row per trial, each class's
+/// per-bit and per-PE tallies (`None` past 2^64).
+pub fn host_bytes(info: &CampaignInfo) -> Option<u64> {
+    use faultline_hw::budget::{product, sum};
+    // A row, its `seen` flag, and room for the aggregation's per-trial work.
+    let per_trial = std::mem::size_of::<Trial>() as u64 + 1 + 16;
+    let classes: Vec<Option<u64>> = info
+        .classes
+        .iter()
+        .map(|c| {
+            let cells = if c.dims[1] > 1 { product(&[c.dims[0] as usize, c.dims[1] as usize]) } else { Some(0) };
+            sum(&[cells?.checked_mul(64), Some(u64::from(c.width) * 64 + 256)])
+        })
+        .collect();
+    sum(&[info.trials.checked_mul(per_trial), sum(&classes)])
+}
+
+/// Loads trace directory `dir`, refusing records of another campaign and, before reading
+/// them, a campaign whose report would need more host memory than `mem` allows;
+/// `progress(bytes_read, total_bytes)` is called as it goes.
+pub fn load(dir: &Path, mem: &HostMemory, mut progress: impl FnMut(u64, u64)) -> Result<Trace> {
+    let InfoFile { info, id, .. } = faultline_fault::store::read_info(dir)?;
+    mem.check(&format!("a report of the {} trials of campaign `{}`", info.trials, info.spec.name), host_bytes(&info))?;
     let path = dir.join("records.jsonl");
-    let file = File::open(&path).map_err(ReportError::io(&path))?;
-    let total = file.metadata().map_err(ReportError::io(&path))?.len();
-    let mut r = BufReader::with_capacity(1 << 20, file);
+    let mut lines = JsonLines::open(&path).map_err(ReportError::io(&path))?;
+    let total = lines.total;
     let class_index: HashMap<&str, u16> =
         info.classes.iter().enumerate().map(|(i, c)| (c.class.as_str(), i as u16)).collect();
     let (mut layers, mut layer_index, mut ops, mut op_index) = (Vec::new(), HashMap::new(), Vec::new(), HashMap::new());
-    if info.trials > MAX_TRIALS {
-        return Err(ReportError::Trace {
-            path: dir.join("campaign.json"),
-            line: None,
-            why: format!("plans {} trials, more than a campaign may ({MAX_TRIALS})", info.trials),
-        });
-    }
     let mut seen = vec![false; info.trials as usize];
     let (mut trials, mut curves) = (Vec::new(), Vec::new());
     let mut curves_of = [0usize; Outcome::ALL.len()];
-    let (mut line, mut n, mut read, mut partial) = (String::new(), 0u64, 0u64, false);
-    loop {
-        line.clear();
-        let got = r.read_line(&mut line).map_err(ReportError::io(&path))?;
-        if got == 0 {
-            break;
-        }
-        n += 1;
-        read += got as u64;
+    let mut partial = false;
+    while let Some(line) = lines.next_line().map_err(ReportError::io(&path))? {
+        let n = line.number;
         if n.is_multiple_of(65536) {
-            progress(read, total);
+            progress(line.end, total);
         }
         let bad = |why: String| ReportError::Trace { path: path.clone(), line: Some(n), why };
-        let l: Line = match serde_json::from_str(&line) {
-            Ok(l) => l,
-            // The campaign appends whole lines; a cut last line is a run in progress or killed.
-            Err(_) if !line.ends_with('\n') => {
-                partial = true;
-                break;
-            }
-            Err(e) => return Err(bad(format!("not a trial record: {e}"))),
-        };
+        // The campaign appends whole lines; a cut last line is a run in progress or killed.
+        if !line.complete {
+            partial = true;
+            break;
+        }
+        let l: Line = serde_json::from_str(line.text).map_err(|e| bad(format!("not a trial record: {e}")))?;
         if l.schema != info.schema {
             return Err(bad(format!(
                 "schema {}, but campaign.json is schema {}: records of different versions mixed",
                 l.schema, info.schema
             )));
         }
+        faultline_fault::store::check_identity(&path, n, &l.campaign, &id)?;
         let class = *class_index
             .get(l.class.as_ref())
             .ok_or_else(|| bad(format!("class `{}` is not one of the campaign's classes", l.class)))?;
@@ -229,12 +216,16 @@ pub fn load(dir: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Trace> {
             Some(true) => return Err(bad(format!("trial {} is recorded twice", l.trial))),
             Some(s) => *s = true,
         }
-        let landed = l.injection.map(|j| Landed {
-            phase: j.phase,
-            layer: intern(&mut layers, &mut layer_index, &j.layer),
-            op: intern(&mut ops, &mut op_index, &j.op),
-            corrupted: j.corrupted,
-        });
+        let too_many = |what: &str| bad(format!("more than {} distinct {what} names", u16::MAX));
+        let landed = match l.injection {
+            Some(j) => Some(Landed {
+                phase: j.phase,
+                layer: intern(&mut layers, &mut layer_index, &j.layer).ok_or_else(|| too_many("layer"))?,
+                op: intern(&mut ops, &mut op_index, &j.op).ok_or_else(|| too_many("instruction"))?,
+                corrupted: j.corrupted,
+            }),
+            None => None,
+        };
         let o = l.outcome.index();
         if l.outcome.unmasked() && curves_of[o] < CURVES_PER_OUTCOME && l.loss_delta.get() != "[]" {
             let loss_delta: Vec<Option<f64>> = serde_json::from_str(l.loss_delta.get())

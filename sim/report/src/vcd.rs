@@ -57,7 +57,7 @@ use faultline_train::{inject, memfault, Executor, ModelState, StepFault, Trainer
 use serde::Deserialize;
 use std::fmt;
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use vcd::{SimulationCommand, TimescaleUnit, Value, VarType};
 
@@ -244,7 +244,7 @@ fn fail(what: impl Into<String>) -> ReportError {
 /// checks it.
 pub fn replay(req: &VcdRequest, mem: &HostMemory, golden_step: impl FnMut(u64)) -> Result<Replay> {
     let info_path = req.campaign.join("campaign.json");
-    let info = crate::load::read_info(&req.campaign)?;
+    let faultline_fault::store::InfoFile { info, id, .. } = faultline_fault::store::read_info(&req.campaign)?;
     if req.trial >= info.trials {
         return Err(fail(format!(
             "trial {} is out of range: campaign `{}` ({}) has {} trials, 0..{}",
@@ -255,7 +255,7 @@ pub fn replay(req: &VcdRequest, mem: &HostMemory, golden_step: impl FnMut(u64)) 
             info.trials
         )));
     }
-    let rec = find_record(&req.campaign.join("records.jsonl"), req.trial)?;
+    let rec = find_record(&req.campaign.join("records.jsonl"), req.trial, &id)?;
     if req.window == 0 {
         return Err(fail("--window must be at least 1 cycle"));
     }
@@ -263,17 +263,23 @@ pub fn replay(req: &VcdRequest, mem: &HostMemory, golden_step: impl FnMut(u64)) 
         Some(p) => p.clone(),
         None => PathBuf::from(&info.spec_file),
     };
-    if !spec_path.is_file() {
-        return Err(fail(match &req.spec {
-            Some(p) => format!("--spec {}: no such file", p.display()),
-            None => format!(
+    if let Err(e) = faultline_hw::files::check_regular(&spec_path) {
+        return Err(fail(match (&req.spec, e.kind()) {
+            (Some(p), _) => format!("--spec {}: {e}", p.display()),
+            (None, std::io::ErrorKind::NotFound) => format!(
                 "{}: its spec_file {} does not exist (moved?); pass --spec FILE",
                 info_path.display(),
                 spec_path.display()
             ),
+            (None, _) => format!("{}: its spec_file {}: {e}", info_path.display(), spec_path.display()),
         }));
     }
-    let spec = CampaignSpec::load(&spec_path).map_err(|e| fail(e.to_string()))?;
+    let mut spec = CampaignSpec::load(&spec_path).map_err(|e| fail(e.to_string()))?;
+    // A plan given with `campaign --protect` overrides the spec file's; campaign.json records
+    // the one that ran (its contents are checked by the golden run's checksum below).
+    if info.spec.protection.is_some() {
+        spec.protection.clone_from(&info.spec.protection);
+    }
     if spec != info.spec {
         return Err(fail(format!(
             "{} differs from the spec {} records: the campaign's inputs changed since it ran",
@@ -401,29 +407,32 @@ pub fn replay(req: &VcdRequest, mem: &HostMemory, golden_step: impl FnMut(u64)) 
     Ok(Replay { signals, ..replay })
 }
 
-/// The record of trial `trial` in `path` (`records.jsonl`).
-fn find_record(path: &Path, trial: u64) -> Result<RecordLine> {
-    let f = File::open(path).map_err(ReportError::io(path))?;
-    let bad = |line: usize, e: serde_json::Error| ReportError::Trace {
+/// The record of trial `trial` in `path` (`records.jsonl`), streamed, every line up to it
+/// checked to be of campaign `id`.
+fn find_record(path: &Path, trial: u64, id: &str) -> Result<RecordLine> {
+    let mut lines = faultline_hw::files::JsonLines::open(path).map_err(ReportError::io(path))?;
+    let bad = |line: u64, e: serde_json::Error| ReportError::Trace {
         path: path.into(),
-        line: Some(line as u64),
+        line: Some(line),
         why: format!("not a trial record: {e}"),
     };
     #[derive(Deserialize)]
     struct Id {
+        campaign: String,
         trial: u64,
     }
     let (mut count, mut lo, mut hi) = (0u64, u64::MAX, 0u64);
-    for (n, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(ReportError::io(path))?;
-        if line.trim().is_empty() {
+    while let Some(line) = lines.next_line().map_err(ReportError::io(path))? {
+        if line.text.trim().is_empty() || !line.complete {
             continue;
         }
-        let id: Id = serde_json::from_str(&line).map_err(|e| bad(n + 1, e))?;
-        if id.trial == trial {
-            return serde_json::from_str(&line).map_err(|e| bad(n + 1, e));
+        let n = line.number;
+        let head: Id = serde_json::from_str(line.text).map_err(|e| bad(n, e))?;
+        faultline_fault::store::check_identity(path, n, &head.campaign, id)?;
+        if head.trial == trial {
+            return serde_json::from_str(line.text).map_err(|e| bad(n, e));
         }
-        (count, lo, hi) = (count + 1, lo.min(id.trial), hi.max(id.trial));
+        (count, lo, hi) = (count + 1, lo.min(head.trial), hi.max(head.trial));
     }
     let held = if count == 0 { "no records".to_string() } else { format!("{count} records, trials {lo}..={hi}") };
     Err(ReportError::Trace {

@@ -3,6 +3,7 @@
 //! `summary.json`, the CSVs' shape, a self-contained HTML page, diffs, and the errors a bad
 //! trace directory gives.
 
+use faultline_hw::budget::HostMemory;
 use faultline_report::aggregate::aggregate;
 use faultline_report::diff::compare;
 use faultline_report::load::load;
@@ -33,7 +34,7 @@ fn golden(name: &str, got: &str) {
 
 #[test]
 fn report_matches_the_golden_files() {
-    let trace = load(Path::new(FIXTURE), |_, _| {}).unwrap();
+    let trace = load(Path::new(FIXTURE), &HostMemory::default(), |_, _| {}).unwrap();
     let report = aggregate(&trace);
     let out = tempfile::tempdir().unwrap();
     let w = faultline_report::write_report(&trace, &report, out.path()).unwrap();
@@ -44,7 +45,7 @@ fn report_matches_the_golden_files() {
 #[test]
 fn report_summary_is_the_campaigns_own() {
     // The report recomputes the summary from the records; the campaign wrote its own.
-    let trace = load(Path::new(FIXTURE), |_, _| {}).unwrap();
+    let trace = load(Path::new(FIXTURE), &HostMemory::default(), |_, _| {}).unwrap();
     // Compared as text: the file is what `faultline campaign` wrote, to the last digit.
     let written = fs::read_to_string(Path::new(FIXTURE).join("summary.json")).unwrap();
     let report = aggregate(&trace);
@@ -66,7 +67,7 @@ fn report_summary_is_the_campaigns_own() {
 
 #[test]
 fn csv_files_have_one_row_per_class_and_trial() {
-    let trace = load(Path::new(FIXTURE), |_, _| {}).unwrap();
+    let trace = load(Path::new(FIXTURE), &HostMemory::default(), |_, _| {}).unwrap();
     let report = aggregate(&trace);
     let out = tempfile::tempdir().unwrap();
     let w = faultline_report::write_report(&trace, &report, out.path()).unwrap();
@@ -89,7 +90,7 @@ fn csv_files_have_one_row_per_class_and_trial() {
 
 #[test]
 fn html_is_one_self_contained_page() {
-    let trace = load(Path::new(FIXTURE), |_, _| {}).unwrap();
+    let trace = load(Path::new(FIXTURE), &HostMemory::default(), |_, _| {}).unwrap();
     let report = aggregate(&trace);
     let out = tempfile::tempdir().unwrap();
     let w = faultline_report::write_report(&trace, &report, out.path()).unwrap();
@@ -120,7 +121,7 @@ fn html_is_one_self_contained_page() {
 
 #[test]
 fn diff_of_a_campaign_with_itself_changes_nothing_and_sees_a_real_change() {
-    let trace = load(Path::new(FIXTURE), |_, _| {}).unwrap();
+    let trace = load(Path::new(FIXTURE), &HostMemory::default(), |_, _| {}).unwrap();
     let a = aggregate(&trace);
     for r in compare(&a, &a) {
         assert_eq!(r.failure.delta(), Some(0.0), "{}", r.name);
@@ -159,7 +160,7 @@ fn edited(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
 
 /// The error text of loading `dir`.
 fn load_error(dir: &Path) -> String {
-    match load(dir, |_, _| {}) {
+    match load(dir, &HostMemory::default(), |_, _| {}) {
         Ok(_) => panic!("{} loaded", dir.display()),
         Err(e) => e.to_string(),
     }
@@ -174,7 +175,7 @@ fn bad_trace_directories_name_the_file_and_line() {
     // A record of another schema on line 3.
     let d = edited(|t| {
         let mut lines: Vec<String> = t.lines().map(String::from).collect();
-        lines[2] = lines[2].replacen("\"schema\":2", "\"schema\":1", 1);
+        lines[2] = lines[2].replacen("\"schema\":3", "\"schema\":1", 1);
         lines.join("\n") + "\n"
     });
     let e = load_error(d.path());
@@ -191,10 +192,10 @@ fn bad_trace_directories_name_the_file_and_line() {
     // campaign.json of another schema.
     let d = edited(|t| t.to_string());
     let c = d.path().join("campaign.json");
-    fs::write(&c, fs::read_to_string(&c).unwrap().replacen("\"schema\": 2", "\"schema\": 1", 1)).unwrap();
+    fs::write(&c, fs::read_to_string(&c).unwrap().replacen("\"schema\": 3", "\"schema\": 1", 1)).unwrap();
     let e = load_error(d.path());
     assert!(e.contains("campaign.json") && e.contains("schema 1"), "{e}");
-    assert!(matches!(load(d.path(), |_, _| {}), Err(ReportError::Trace { .. })));
+    assert!(matches!(load(d.path(), &HostMemory::default(), |_, _| {}), Err(ReportError::Campaign(_))));
 }
 
 #[test]
@@ -204,7 +205,7 @@ fn a_half_written_last_line_is_left_out() {
         let last = t.trim_end().rfind('\n').unwrap();
         t[..last + 40].to_string()
     });
-    let trace = load(d.path(), |_, _| {}).unwrap();
+    let trace = load(d.path(), &HostMemory::default(), |_, _| {}).unwrap();
     assert!(trace.partial_last_line);
     assert_eq!(trace.trials.len(), 359);
     let report = aggregate(&trace);

@@ -3,6 +3,7 @@
 use std::process::{Command, Output};
 
 /// Runs `faultline ARGS` in the repository root.
+#[allow(dead_code)] // not every test binary runs it this way
 pub fn faultline(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_faultline"))
         .args(args)
@@ -26,6 +27,13 @@ pub fn faultline_json(args: &[&str]) -> serde_json::Value {
 pub fn faultline_limited(args: &[&str], bytes: u64) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_faultline"));
     cmd.args(args).current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    limit_address_space(&mut cmd, bytes);
+    cmd.output().expect("run faultline")
+}
+
+/// Limits the address space of the process `cmd` starts to `bytes` (`RLIMIT_AS`, on Unix).
+#[allow(dead_code)] // used by the hostile-input tests only
+pub fn limit_address_space(cmd: &mut Command, bytes: u64) {
     #[cfg(unix)]
     {
         use std::os::unix::process::CommandExt;
@@ -42,6 +50,5 @@ pub fn faultline_limited(args: &[&str], bytes: u64) -> Output {
         }
     }
     #[cfg(not(unix))]
-    let _ = bytes;
-    cmd.output().expect("run faultline")
+    let _ = (cmd, bytes);
 }
