@@ -78,25 +78,33 @@ fn campaign(spec: &Path, out: &Path, extra: &[&str]) -> Output {
     run_for(&args, 300)
 }
 
+/// Starts `faultline campaign SPEC --out OUT EXTRA...` and returns it once it has written a
+/// record, still running.
+fn started(spec: &Path, out: &Path, extra: &[&str]) -> std::process::Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_faultline"))
+        .args(["campaign", s(spec), "--out", s(out)])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while std::fs::metadata(out.join("records.jsonl")).map_or(true, |m| m.len() == 0) {
+        assert!(start.elapsed() < Duration::from_secs(120), "the campaign never wrote a record");
+        assert!(child.try_wait().unwrap().is_none(), "the campaign ended before the test caught it running");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
 #[test]
 fn a_second_writer_is_refused_and_the_lock_dies_with_a_killed_holder() {
     let d = tempfile::tempdir().unwrap();
     // Slow enough to be caught running: cycle-level trials on one thread.
     let sp = spec(d.path(), "slow", 7, 400);
     let out = d.path().join("out");
-    let mut a = Command::new(env!("CARGO_BIN_EXE_faultline"))
-        .args(["campaign", s(&sp), "--out", s(&out), "--threads", "1", "--mode", "cycle"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut a = started(&sp, &out, &["--threads", "1", "--mode", "cycle"]);
     let records = out.join("records.jsonl");
-    let start = Instant::now();
-    while std::fs::metadata(&records).map_or(true, |m| m.len() == 0) {
-        assert!(start.elapsed() < Duration::from_secs(120), "the first writer never wrote a record");
-        assert!(a.try_wait().unwrap().is_none(), "the first writer ended before the test caught it running");
-        std::thread::sleep(Duration::from_millis(10));
-    }
     // A second process on the same directory, as `--resume` would be started by mistake.
     refused(&["campaign", s(&sp), "--out", s(&out), "--resume"], "locked by another faultline process (pid ");
     // kill -9: the operating system drops the lock with the process.
@@ -341,17 +349,7 @@ fn readers_of_campaign_files_keep_max_memory() {
     let n = 400_000u64;
     let spb = spec(d.path(), "big", 7, n);
     let m = d.path().join("many");
-    let mut a = Command::new(env!("CARGO_BIN_EXE_faultline"))
-        .args(["campaign", s(&spb), "--out", s(&m), "--threads", "1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while std::fs::metadata(m.join("records.jsonl")).map_or(true, |f| f.len() == 0) {
-        assert!(start.elapsed() < Duration::from_secs(120), "the campaign never began");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut a = started(&spb, &m, &["--threads", "1"]);
     a.kill().unwrap();
     a.wait().unwrap();
     let info = read_info(&m).unwrap();
