@@ -272,7 +272,7 @@ impl Campaign {
         // Checked before anything large is made: the golden run's step, and its snapshots
         // (two states per injection step, each about the step's parameters).
         let step_bytes = faultline_train::exec::host_bytes(&tg);
-        let snapshots = step_bytes.and_then(|b| b.checked_mul(2 * spec.inject_steps.steps().len() as u64));
+        let snapshots = step_bytes.and_then(|b| b.checked_mul(2)?.checked_mul(spec.inject_steps.count()));
         mem.check(
             &format!("the golden run of campaign `{}` ({} steps of `{}`)", spec.name, spec.golden_steps, model.name),
             faultline_hw::budget::sum(&[step_bytes, snapshots]),
@@ -303,7 +303,7 @@ impl Campaign {
         let ecc = protection.as_ref().map_or(&[][..], |p| &p.ecc[..]);
         let space = Space::new(exec, &sched, &spec, file, ecc)?;
         let classes: Vec<_> = space.classes.iter().map(|c| c.class).collect();
-        spec.fault.check(&exec.hw, &classes, file)?;
+        spec.fault.check(&exec.hw, &classes, sched.total_cycles, file)?;
         let (cycles_per_step, instructions_per_step) = (sched.total_cycles, exec.program().instrs.len());
 
         let start = trainer.snapshot();

@@ -126,7 +126,25 @@ pub enum Steps {
 }
 
 impl Steps {
-    /// The steps, ascending, without repeats.
+    /// The first and last step (`None` for an empty list or a reversed range), found without
+    /// listing a range: an unchecked range may span 2^64 steps.
+    pub fn span(&self) -> Option<(u64, u64)> {
+        match self {
+            Steps::List(v) => Some((*v.iter().min()?, *v.iter().max()?)),
+            Steps::Range { first, last } => (first <= last).then_some((*first, *last)),
+        }
+    }
+
+    /// How many distinct steps there are, without listing a range.
+    pub fn count(&self) -> u64 {
+        match self {
+            Steps::List(_) => self.steps().len() as u64,
+            Steps::Range { first, last } => last.checked_sub(*first).map_or(0, |d| d.saturating_add(1)),
+        }
+    }
+
+    /// The steps, ascending, without repeats. A range is listed in full: call it on a
+    /// validated spec ([`CampaignSpec::validate`] bounds it by `golden_steps`).
     pub fn steps(&self) -> Vec<u64> {
         let mut v = match self {
             Steps::List(v) => v.clone(),
@@ -271,16 +289,16 @@ impl CampaignSpec {
             }
             _ => {}
         }
-        let steps = self.inject_steps.steps();
+        // Bounded by `golden_steps` before anything lists the steps.
         if let Steps::Range { first, last } = self.inject_steps {
             if first > last {
                 return bad("inject_steps", format!("Range(first: {first}, last: {last})"), "first <= last");
             }
         }
-        match (steps.first(), steps.last()) {
-            (Some(&0), _) => return bad("inject_steps", "0".into(), "steps count from 1"),
-            (None, _) => return bad("inject_steps", "[]".into(), "at least one step"),
-            (_, Some(&last)) if last.saturating_add(self.follow_up) > self.golden_steps => {
+        match self.inject_steps.span() {
+            None => return bad("inject_steps", "[]".into(), "at least one step"),
+            Some((0, _)) => return bad("inject_steps", "0".into(), "steps count from 1"),
+            Some((_, last)) if last.saturating_add(self.follow_up) > self.golden_steps => {
                 return bad(
                     "inject_steps",
                     last.to_string(),
