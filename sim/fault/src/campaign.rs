@@ -204,8 +204,14 @@ fn state_checksum(s: &ModelState) -> u64 {
 /// Runs `steps` golden steps from the trainer's state with the plan's clamps wide open,
 /// sets each clamp's bound from its node's largest `|x|` ([`protect::calibrate_clamps`]),
 /// rebuilds the trainer's executor with them and restores its state; returns the pass's
-/// losses and final state checksum (the golden run proper must reproduce both).
-fn learn_clamp_bounds(trainer: &mut Trainer, applied: &mut protect::Applied, steps: u64) -> Result<(Vec<f64>, u64)> {
+/// losses and final state checksum (the golden run proper must reproduce both). `plan` names
+/// the plan file in errors.
+fn learn_clamp_bounds(
+    trainer: &mut Trainer,
+    applied: &mut protect::Applied,
+    steps: u64,
+    plan: &Path,
+) -> Result<(Vec<f64>, u64)> {
     let start = trainer.snapshot();
     let mut maxes = vec![0f64; applied.clamps.len()];
     let mut losses = Vec::new();
@@ -219,7 +225,7 @@ fn learn_clamp_bounds(trainer: &mut Trainer, applied: &mut protect::Applied, ste
     let checksum = state_checksum(&trainer.state);
     trainer.restore_snapshot(&start);
     let mut tg = trainer.exec.tg.clone();
-    protect::calibrate_clamps(applied, &mut tg, &maxes)?;
+    protect::calibrate_clamps(applied, &mut tg, &maxes, plan)?;
     let e = &trainer.exec;
     trainer.exec = Executor::new(tg, &e.hw, e.mode, e.format)?;
     Ok((losses, checksum))
@@ -261,12 +267,9 @@ impl Campaign {
             data_dir: s.data.as_ref().map(|d| spec.resolve(file, d)),
         };
         let mut tg = TrainGraph::build(&model, s.batch, s.optimizer.spec(s.lr))?;
-        let mut protection = match &spec.protection {
-            Some(p) => {
-                let plan_file = spec.resolve(file, p);
-                let plan = ProtectionPlan::load(&plan_file)?;
-                Some(plan.apply(&mut tg, &Executor::machine(&hw, precision), &plan_file)?)
-            }
+        let plan_file = spec.protection.as_ref().map(|p| spec.resolve(file, p));
+        let mut protection = match &plan_file {
+            Some(p) => Some(ProtectionPlan::load(p)?.apply(&mut tg, &Executor::machine(&hw, precision), p)?),
             None => None,
         };
         // Checked before anything large is made: the golden run's step, and its snapshots
@@ -288,8 +291,10 @@ impl Campaign {
         };
         let mut trainer = Trainer::from_graph(&model, tg, &hw, data, options)?;
         // A plan's clamps learn their bounds on a first pass of the golden run.
-        let profile = match &mut protection {
-            Some(p) if !p.clamps.is_empty() => Some(learn_clamp_bounds(&mut trainer, p, spec.golden_steps)?),
+        let profile = match (&mut protection, &plan_file) {
+            (Some(p), Some(f)) if !p.clamps.is_empty() => {
+                Some(learn_clamp_bounds(&mut trainer, p, spec.golden_steps, f)?)
+            }
             _ => None,
         };
         let steps = spec.inject_steps.steps();
@@ -343,8 +348,8 @@ impl Campaign {
                 window_end.insert(step - spec.follow_up, trainer.snapshot());
             }
         }
-        if let Some(p) = &mut protection {
-            protect::calibrate(p, &residuals, &bounds);
+        if let (Some(p), Some(f)) = (&mut protection, &plan_file) {
+            protect::calibrate(p, &residuals, &bounds, f)?;
         }
         let checksum = state_checksum(&trainer.state);
         if let Some((l, c)) = profile {

@@ -1,7 +1,9 @@
 //! Valid-looking campaign files that the campaign cannot honour are refused before anything
-//! runs, with one line naming the file, the field and what is allowed: injection steps past
-//! the golden run, stuck-ats longer than the step.
+//! runs or is written, with one line naming the file, the field and what is allowed: margins
+//! and limits whose thresholds and bounds overflow fp32 or fire on the fault-free run,
+//! injection steps past the golden run, stuck-ats longer than the step.
 
+use faultline_fault::record::CampaignInfo;
 use faultline_fault::spec::Steps;
 use faultline_fault::{Campaign, CampaignSpec};
 use faultline_hw::budget::HostMemory;
@@ -25,11 +27,110 @@ fn campaign_file(dir: &Path, name: &str, body: &str) -> PathBuf {
     p
 }
 
+/// A short training campaign (4 golden steps) with `train` settings, protected by `plan`.
+fn small(dir: &Path, name: &str, train: &str, plan: &Path) -> PathBuf {
+    campaign_file(
+        dir,
+        name,
+        &format!(
+            "train: ({train}), golden_steps: 4, inject_steps: List([2]), sites: [\"mxu.pe[*][*].psum\"], \
+             fault: Flip, sampling: Uniform(n: 4), follow_up: 2, seed: 1, protection: Some({:?})",
+            plan.display().to_string()
+        ),
+    )
+}
+
+/// A plan file `file.ron` in `dir` named `name`.
+fn plan_file(dir: &Path, file: &str, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(format!("{file}.ron"));
+    std::fs::write(&p, format!("(name: {name:?}, {body})")).unwrap();
+    p
+}
+
 fn prepare_err(file: &Path) -> String {
     match Campaign::prepare(CampaignSpec::load(file).unwrap(), file, &HostMemory::default()) {
         Ok(_) => panic!("{} accepted", file.display()),
         Err(e) => e.to_string(),
     }
+}
+
+fn one_line(e: &str) {
+    assert!(!e.contains('\n'), "not one line: {e}");
+}
+
+#[test]
+fn margins_past_fp32_are_refused_when_the_plan_is_loaded() {
+    let d = tempfile::tempdir().unwrap();
+    let load = |body: &str| {
+        let p = plan_file(d.path(), "m", "m", body);
+        let e = faultline_fault::protect::ProtectionPlan::load(&p).map(|_| ()).unwrap_err().to_string();
+        one_line(&e);
+        assert!(e.starts_with(&format!("{}: field `mechanisms[0].", p.display())), "{e}");
+        e
+    };
+    let e = load("mechanisms: [Restrict(nodes: [\"*.matmul\"], margin: 1e308)]");
+    assert!(e.contains("`mechanisms[0].margin` = 1e308: a margin >= 1 and <= 3.4028235e38"), "{e}");
+    let e = load("mechanisms: [Range(nodes: [\"*.matmul\"], bound: Learned(1e308))]");
+    assert!(e.contains("`mechanisms[0].bound` = Learned(1e308): Learned(margin) with margin >= 1 and <= 3.4028235e38"));
+    let e = load("mechanisms: [Range(nodes: [\"*\"], bound: Learned(inf))]");
+    assert!(e.contains("Learned(inf)"), "{e}");
+    // A limit on fp32 moments past fp32's range is no limit either.
+    let p = plan_file(d.path(), "mb", "mb", "mechanisms: [MomentBound(1e300)]");
+    let e = faultline_fault::protect::ProtectionPlan::load(&p).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("field `mechanisms[0]` = MomentBound(1e300): a positive limit <= 3.4028235e38"), "{e}");
+    // fp32's largest value itself loads.
+    let p = plan_file(d.path(), "ok", "ok", "mechanisms: [Restrict(nodes: [\"*\"], margin: 3.4028234663852886e38)]");
+    faultline_fault::protect::ProtectionPlan::load(&p).unwrap();
+}
+
+#[test]
+fn learned_bounds_past_fp32_are_refused_before_any_trial() {
+    let d = tempfile::tempdir().unwrap();
+    // 3e38 loads, but times the golden run's largest |x| of a GEMM output (about 2 here) it
+    // overflows fp32: refused once the bounds are learned, naming the clamp, bound and max.
+    let plan = plan_file(d.path(), "r38", "r38", "mechanisms: [Restrict(nodes: [\"*.matmul\"], margin: 3e38)]");
+    let e = prepare_err(&small(d.path(), "c38", "", &plan));
+    one_line(&e);
+    let want = format!(
+        "{}: field `mechanisms[0].margin` = 3e38: a margin whose bound is finite in fp32: clamp `fc1.matmul.clamp` \
+         learned bound inf = margin x golden max ",
+        plan.display()
+    );
+    assert!(e.starts_with(&want), "{e}");
+    assert!(e.contains("past fp32's largest value 3.4028235e38 (margins up to "), "{e}");
+    // The same for a range check's threshold.
+    let plan = plan_file(d.path(), "g38", "g38", "mechanisms: [Range(nodes: [\"fc1.matmul\"], bound: Learned(3e38))]");
+    let e = prepare_err(&small(d.path(), "g38c", "", &plan));
+    one_line(&e);
+    let want = format!(
+        "{}: field `mechanisms[0].bound` = Learned(3e38): a threshold finite in fp32: check `fc1.matmul.range` learned ",
+        plan.display()
+    );
+    assert!(e.starts_with(&want) && e.contains("from the golden run's largest residual"), "{e}");
+    // A large margin whose bounds do fit: the campaign's file reads back as written.
+    let plan = plan_file(d.path(), "r30", "r30", "mechanisms: [Restrict(nodes: [\"*.matmul\"], margin: 1e30)]");
+    let f = small(d.path(), "c30", "", &plan);
+    let c = Campaign::prepare(CampaignSpec::load(&f).unwrap(), &f, &HostMemory::default()).unwrap();
+    let p = c.info.protection.as_ref().unwrap();
+    assert!(p.clamps.iter().all(|k| k.bound.is_finite() && k.bound > 1e30), "{:?}", p.clamps);
+    let text = serde_json::to_string(&c.info).unwrap();
+    assert_eq!(serde_json::from_str::<CampaignInfo>(&text).unwrap(), c.info);
+}
+
+#[test]
+fn a_moment_bound_below_the_golden_moments_names_both() {
+    let d = tempfile::tempdir().unwrap();
+    let plan = plan_file(d.path(), "mb", "mb", "mechanisms: [NonFiniteLoss, MomentBound(1e-9)]");
+    let e = prepare_err(&small(d.path(), "adam", "optimizer: adam", &plan));
+    one_line(&e);
+    let want = format!(
+        "{}: field `mechanisms[1]` = MomentBound(1e-9): a check the fault-free run passes: check `",
+        plan.display()
+    );
+    assert!(e.starts_with(&want), "{e}");
+    assert!(e.contains("(threshold 1e-9) fired on ") && e.contains("steps, whose largest value there is "), "{e}");
+    let max: f64 = e.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(max > 1e-9, "{e}");
 }
 
 #[test]
