@@ -93,6 +93,14 @@ impl FaultModel {
         Ok(())
     }
 
+    /// Bits one fault strikes.
+    pub fn bits(self) -> u32 {
+        match self {
+            FaultModel::MultiBit { bits, .. } => bits,
+            FaultModel::Flip | FaultModel::StuckAt { .. } => 1,
+        }
+    }
+
     /// Whether the fault covers whole steps, so trials sample no cycle (the anchor's is 0).
     pub fn whole_steps(self) -> bool {
         matches!(self, FaultModel::StuckAt { lasts: Lasts::Step | Lasts::Permanent, .. })

@@ -235,6 +235,28 @@ pub fn read_ron<T: DeserializeOwned>(path: &Path) -> Result<T> {
     parse_ron(&read_text_capped(path, TEXT_FILE_LIMIT).map_err(FaultError::io(path))?, path)
 }
 
+/// Longest name that becomes a directory name ([`check_dir_name`]).
+pub const MAX_DIR_NAME: usize = 100;
+
+/// Checks that `name`, field `field` of `file`, can be one directory under an output
+/// directory: 1 to [`MAX_DIR_NAME`] ASCII letters, digits and `_ . + -`, not `.` or `..`, so
+/// that joining it to `--out` never leaves `--out` (no separator, no parent, not absolute)
+/// and names the same directory on every file system.
+pub fn check_dir_name(name: &str, file: &Path, field: &str) -> Result<()> {
+    let token = name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.+-".contains(&b));
+    if token && (1..=MAX_DIR_NAME).contains(&name.len()) && name != "." && name != ".." {
+        return Ok(());
+    }
+    Err(FaultError::Invalid {
+        file: file.into(),
+        field: field.into(),
+        value: format!("{name:?}"),
+        allowed: format!(
+            "a name that is one directory under --out: 1 to {MAX_DIR_NAME} of A-Z a-z 0-9 _ . + -, not \".\" or \"..\""
+        ),
+    })
+}
+
 /// `path` as written in the file `file`: relative paths are relative to its directory.
 pub fn relative_to(file: &Path, path: &Path) -> PathBuf {
     match file.parent() {

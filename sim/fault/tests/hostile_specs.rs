@@ -1,10 +1,12 @@
 //! Valid-looking campaign files that the campaign cannot honour are refused before anything
-//! runs or is written, with one line naming the file, the field and what is allowed: margins
-//! and limits whose thresholds and bounds overflow fp32 or fire on the fault-free run,
-//! injection steps past the golden run, stuck-ats longer than the step.
+//! runs or is written, with one line naming the file, the field and what is allowed: a plan on
+//! an inference campaign (in `explore` as in `campaign`), margins and limits whose thresholds
+//! and bounds overflow fp32 or fire on the fault-free run, injection steps past the golden
+//! run, and names that would leave the output directory or share one.
 
+use faultline_fault::explore::{run, ExploreSpec};
 use faultline_fault::record::CampaignInfo;
-use faultline_fault::spec::Steps;
+use faultline_fault::spec::{parse_ron, Steps};
 use faultline_fault::{Campaign, CampaignSpec};
 use faultline_hw::budget::HostMemory;
 use std::path::{Path, PathBuf};
@@ -56,6 +58,33 @@ fn prepare_err(file: &Path) -> String {
 
 fn one_line(e: &str) {
     assert!(!e.contains('\n'), "not one line: {e}");
+}
+
+#[test]
+fn explore_refuses_a_plan_on_an_inference_campaign_as_campaign_does() {
+    let d = tempfile::tempdir().unwrap();
+    let inference = root().join("configs/campaign-transformer-inference.ron");
+    let plan = plan_file(d.path(), "codes", "codes", "mechanisms: [Ecc(code: Secded, on: [\"ub.*\"])]");
+    let x = d.path().join("x.ron");
+    std::fs::write(
+        &x,
+        format!("ExploreSpec(name: \"x\", campaigns: [{:?}], plans: [\"codes.ron\"])", inference.display().to_string()),
+    )
+    .unwrap();
+    // What `faultline campaign --protect` checks: the spec with the plan, validated.
+    let mut spec = CampaignSpec::load(&inference).unwrap();
+    spec.protection = Some(std::path::absolute(&plan).unwrap());
+    let want = spec.validate(&inference).unwrap_err().to_string();
+    assert!(want.contains("field `protection`") && want.contains("None for an Inference campaign"), "{want}");
+    let clock = Instant::now();
+    assert_eq!(ExploreSpec::load(&x).unwrap_err().to_string(), want);
+    // `run` checks it too, before any golden run (100 steps of a transformer) or file.
+    let spec: ExploreSpec = parse_ron(&std::fs::read_to_string(&x).unwrap(), &x).unwrap();
+    let out = d.path().join("out");
+    let e = run(&spec, &x, &out, 1, &HostMemory::default(), |_| {}).map(|_| ()).unwrap_err().to_string();
+    assert_eq!(e, want);
+    assert!(clock.elapsed() < Duration::from_secs(5), "refused only after {:?}", clock.elapsed());
+    assert!(!out.exists(), "an exploration refused up front wrote {}", out.display());
 }
 
 #[test]
@@ -178,4 +207,70 @@ fn a_stuck_at_longer_than_the_step_is_refused_before_the_golden_run() {
     assert!(
         e.starts_with(&format!("{}: field `fault.lasts` = Cycles(18446744073709551615): Cycles(n) with", f.display()))
     );
+}
+
+/// An exploration `x.ron` in `dir` of `campaigns` under `plans` (file names in `dir`).
+fn explore_file(dir: &Path, campaigns: &[&str], plans: &[&str]) -> PathBuf {
+    let x = dir.join("x.ron");
+    std::fs::write(&x, format!("ExploreSpec(name: \"x\", campaigns: {campaigns:?}, plans: {plans:?})")).unwrap();
+    x
+}
+
+#[test]
+fn explore_refuses_names_that_leave_out_or_share_a_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("a/b");
+    std::fs::create_dir_all(&dir).unwrap();
+    let body = "golden_steps: 4, inject_steps: List([2]), sites: [\"mxu.*\"], fault: Flip, sampling: Uniform(n: 2), \
+                follow_up: 2, seed: 1";
+    let named = |file: &str, name: &str| {
+        let f = campaign_file(&dir, file, body);
+        let text =
+            std::fs::read_to_string(&f).unwrap().replace(&format!("name: \"{file}\""), &format!("name: {name:?}"));
+        std::fs::write(&f, text).unwrap();
+        format!("{file}.ron")
+    };
+    let good = named("good", "good");
+    plan_file(&dir, "p", "p", "mechanisms: [NonFiniteLoss]");
+    let refused = |campaigns: &[&str], plans: &[&str], want: &str| {
+        let x = explore_file(&dir, campaigns, plans);
+        let e = ExploreSpec::load(&x).map(|_| ()).unwrap_err().to_string();
+        one_line(&e);
+        assert!(e.contains(want), "expected `{want}` in {e}");
+        // `run` refuses the same, before it writes anything.
+        let spec: ExploreSpec = parse_ron(&std::fs::read_to_string(&x).unwrap(), &x).unwrap();
+        let out = dir.join("out");
+        let r = run(&spec, &x, &out, 1, &HostMemory::default(), |_| {}).map(|_| ()).unwrap_err().to_string();
+        assert_eq!(r, e);
+        assert!(!out.exists(), "{campaigns:?} {plans:?} wrote {}", out.display());
+    };
+    let allowed = "a name that is one directory under --out: 1 to 100 of A-Z a-z 0-9 _ . + -, not \".\" or \"..\"";
+    for bad in ["../../escaped-campaign", "/tmp/escaped-campaign", "..", ".", "a/b", "a\\b", "x y", "é"] {
+        let c = named("bad", bad);
+        let want = format!("{}: field `name` = {bad:?}: {allowed}", dir.join(&c).display());
+        refused(&[&c], &[], &want);
+    }
+    let long = named("long", &"n".repeat(101));
+    refused(&[&long], &[], "field `name` = \"nnnn");
+    for bad in ["..", "../p", "/abs"] {
+        plan_file(&dir, "q", bad, "mechanisms: [NonFiniteLoss]");
+        let want = format!("{}: field `name` = {bad:?}: {allowed}", dir.join("q.ron").display());
+        refused(&[&good], &["q.ron"], &want);
+    }
+    // Two campaigns or plans with one name (case aside), or a plan named as the baseline.
+    let also = named("also", "GOOD");
+    refused(&[&good, &also], &[], "field `campaigns[1]` = \"also.ron\": files whose names differ (case aside)");
+    refused(&[&good, &also], &[], "its name \"GOOD\" is also campaigns[0]'s");
+    refused(&[&good, &good], &[], "field `campaigns[1]` = \"good.ron\"");
+    plan_file(&dir, "p2", "P", "mechanisms: [NonFiniteLoss]");
+    refused(&[&good], &["p.ron", "p2.ron"], "field `plans[1]` = \"p2.ron\": files whose names differ");
+    plan_file(&dir, "none", "None", "mechanisms: [NonFiniteLoss]");
+    refused(&[&good], &["none.ron"], "its name \"None\" is also the unprotected baseline's");
+    // Nothing was written above `dir`, whatever the names.
+    let names: Vec<String> =
+        std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names, ["a"]);
+    assert!(!Path::new("/tmp/escaped-campaign").exists());
+    // Plus signs and dots are fine: the shipped exploration loads.
+    ExploreSpec::load(&root().join("configs/explore-mlp.ron")).unwrap();
 }
