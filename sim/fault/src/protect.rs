@@ -731,8 +731,8 @@ pub fn calibrate(
         }
         if c.false_positives > 0 {
             return bad(format!(
-                "a check the fault-free run passes: check `{}` (threshold {:e}) fired on {} of the golden run's {} \
-                 steps, whose largest value there is {:e}",
+                "a threshold the fault-free golden run stays within: check `{}` (threshold {:e}) fired on {} of its \
+                 {} steps, and its largest value there is {:e}",
                 c.name,
                 c.threshold,
                 c.false_positives,

@@ -153,11 +153,11 @@ fn a_moment_bound_below_the_golden_moments_names_both() {
     let e = prepare_err(&small(d.path(), "adam", "optimizer: adam", &plan));
     one_line(&e);
     let want = format!(
-        "{}: field `mechanisms[1]` = MomentBound(1e-9): a check the fault-free run passes: check `",
+        "{}: field `mechanisms[1]` = MomentBound(1e-9): a threshold the fault-free golden run stays within: check `",
         plan.display()
     );
     assert!(e.starts_with(&want), "{e}");
-    assert!(e.contains("(threshold 1e-9) fired on ") && e.contains("steps, whose largest value there is "), "{e}");
+    assert!(e.contains("(threshold 1e-9) fired on ") && e.contains("steps, and its largest value there is "), "{e}");
     let max: f64 = e.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(max > 1e-9, "{e}");
 }
