@@ -274,3 +274,13 @@ fn explore_refuses_names_that_leave_out_or_share_a_directory() {
     // Plus signs and dots are fine: the shipped exploration loads.
     ExploreSpec::load(&root().join("configs/explore-mlp.ron")).unwrap();
 }
+
+/// A path with a newline in it (a mutation the fuzz tests made) is shown escaped: errors stay
+/// one line.
+#[test]
+fn paths_in_errors_stay_on_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    let x = explore_file(d.path(), &["no\nsuch.ron"], &[]);
+    let e = ExploreSpec::load(&x).map(|_| ()).unwrap_err().to_string();
+    assert_eq!(e, format!("{}", d.path().join("no\\nsuch.ron").display()));
+}
