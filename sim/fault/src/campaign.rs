@@ -166,19 +166,30 @@ fn finite(s: &ModelState) -> bool {
 }
 
 impl Inference {
-    /// The inference trials of `trainer`'s model as the golden run left it: executor `exec`
-    /// (schedule `sched`), and test batches `batches` (1-based) with their golden outputs.
-    fn new(exec: Executor, sched: StepSchedule, trainer: &Trainer, batches: &[u64], file: &Path) -> Result<Inference> {
-        let (b, test) = (exec.batch(), &trainer.data.test);
+    /// Checks that test batches `batches` (1-based, of `trainer`'s batch size) are batches of
+    /// its test split: before the golden run, so that a wrong step costs no training.
+    fn check_batches(trainer: &Trainer, batches: &crate::spec::Steps, file: &Path) -> Result<()> {
+        let (b, test) = (trainer.exec.batch(), &trainer.data.test);
         let count = test.len().div_ceil(b) as u64;
-        if let Some(&last) = batches.last().filter(|&&l| l > count) {
-            return Err(FaultError::Invalid {
+        match batches.span() {
+            Some((_, last)) if last > count => Err(FaultError::Invalid {
                 file: file.into(),
                 field: "inject_steps".into(),
                 value: last.to_string(),
-                allowed: format!("test batches 1..={count} (an Inference campaign's steps are batches of {b} of the {} test samples)", test.len()),
-            });
+                allowed: format!(
+                    "test batches 1..={count} (an Inference campaign's steps are batches of {b} of the {} test samples)",
+                    test.len()
+                ),
+            }),
+            _ => Ok(()),
         }
+    }
+
+    /// The inference trials of `trainer`'s model as the golden run left it: executor `exec`
+    /// (schedule `sched`), and test batches `batches` (1-based) with their golden outputs.
+    /// `batches` must be checked first ([`Inference::check_batches`]).
+    fn new(exec: Executor, sched: StepSchedule, trainer: &Trainer, batches: &[u64]) -> Result<Inference> {
+        let (b, test) = (exec.batch(), &trainer.data.test);
         let state = trainer.state.clone();
         let mut out = BTreeMap::new();
         for &k in batches {
@@ -290,6 +301,9 @@ impl Campaign {
             None => source::shipped(&model, s.seed, mem)?,
         };
         let mut trainer = Trainer::from_graph(&model, tg, &hw, data, options)?;
+        if spec.mode == Mode::Inference {
+            Inference::check_batches(&trainer, &spec.inject_steps, file)?;
+        }
         // A plan's clamps learn their bounds on a first pass of the golden run.
         let profile = match (&mut protection, &plan_file) {
             (Some(p), Some(f)) if !p.clamps.is_empty() => {
@@ -364,7 +378,7 @@ impl Campaign {
         }
         let test_accuracy = trainer.evaluate(&trainer.data.test)?;
         let inference = match inference_exec {
-            Some(e) => Some(Inference::new(e, sched, &trainer, &steps, file)?),
+            Some(e) => Some(Inference::new(e, sched, &trainer, &steps)?),
             None => None,
         };
         trainer.restore_snapshot(&start);

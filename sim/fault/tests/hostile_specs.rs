@@ -209,6 +209,23 @@ fn a_stuck_at_longer_than_the_step_is_refused_before_the_golden_run() {
     );
 }
 
+#[test]
+fn inference_batches_past_the_test_split_are_refused_before_the_golden_run() {
+    let d = tempfile::tempdir().unwrap();
+    // mlp-digits' 359 test samples are 12 batches of 32.
+    let f = campaign_file(
+        d.path(),
+        "inf",
+        "mode: Inference, golden_steps: 40, inject_steps: Range(first: 1, last: 13), sites: [\"mxu.*\"], \
+         fault: Flip, sampling: Uniform(n: 4), seed: 1",
+    );
+    let mut golden_steps = 0;
+    let r = Campaign::prepare_with(CampaignSpec::load(&f).unwrap(), &f, &HostMemory::default(), |_| golden_steps += 1);
+    let e = r.map(|_| ()).unwrap_err().to_string();
+    assert!(e.starts_with(&format!("{}: field `inject_steps` = 13: test batches 1..=12", f.display())), "{e}");
+    assert_eq!(golden_steps, 0, "refused after {golden_steps} golden steps");
+}
+
 /// An exploration `x.ron` in `dir` of `campaigns` under `plans` (file names in `dir`).
 fn explore_file(dir: &Path, campaigns: &[&str], plans: &[&str]) -> PathBuf {
     let x = dir.join("x.ron");
