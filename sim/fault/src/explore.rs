@@ -11,7 +11,7 @@ use crate::model::Anchor;
 use crate::outcome::Outcome;
 use crate::protect;
 use crate::protect::ProtectionPlan;
-use crate::spec::{check_dir_name, read_ron, relative_to, CampaignSpec};
+use crate::spec::{check_dir_name, num, read_ron, relative_to, CampaignSpec, MAX_FIT_PER_BIT};
 use crate::stats::Estimate;
 use faultline_graph::op::{Op, Phase};
 use faultline_graph::NodeIndex;
@@ -178,8 +178,8 @@ impl ExploreSpec {
         if spec.campaigns.is_empty() {
             return bad("campaigns", "[]".into(), "at least one campaign spec");
         }
-        if !(spec.fit_per_bit.is_finite() && spec.fit_per_bit > 0.0) {
-            return bad("fit_per_bit", spec.fit_per_bit.to_string(), "a positive FIT per bit");
+        if !(spec.fit_per_bit > 0.0 && spec.fit_per_bit <= MAX_FIT_PER_BIT) {
+            return bad("fit_per_bit", num(spec.fit_per_bit), "a positive FIT per bit, at most 1e9");
         }
         if !(spec.intensity_threshold.is_finite() && spec.intensity_threshold > 0.0) {
             return bad(

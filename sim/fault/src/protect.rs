@@ -35,6 +35,7 @@
 //! it (He et al.'s re-execution from the last good state); `None` stops at the detection.
 
 use crate::error::{FaultError, Result};
+use crate::spec::num;
 use faultline_graph::checks::{abft_bound, CheckKind, Side};
 use faultline_graph::op::{Op, Phase};
 use faultline_graph::TrainGraph;
@@ -50,16 +51,6 @@ use std::path::Path;
 /// threshold is always a number. Whether it is finite in fp32 depends on the golden run:
 /// [`calibrate`] and [`calibrate_clamps`] refuse one that is not.
 pub const MAX_MARGIN: f64 = f32::MAX as f64;
-
-/// A number as a spec would write it: plainly, or in exponent form when that is shorter to
-/// read (`1e38`, not 39 digits).
-fn num(x: f64) -> String {
-    if x != 0.0 && x.is_finite() && !(1e-4..1e16).contains(&x.abs()) {
-        format!("{x:e}")
-    } else {
-        x.to_string()
-    }
-}
 
 /// A protection plan.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

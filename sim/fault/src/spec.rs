@@ -13,6 +13,12 @@ use std::path::{Path, PathBuf};
 /// Largest number of trials one campaign may plan (its records stay a few GB at most).
 pub const MAX_TRIALS: u64 = 10_000_000;
 
+/// Largest raw failure rate per bit, in FIT: one failure per bit per hour, 10^12 times a
+/// typical SRAM rate (about 10^-3), so beam-test rates fit. It keeps every rate scaled from it
+/// (`fit x bits x share`, at most 2^64 bits) a finite number in `summary.json` and
+/// `explore.json`, which would otherwise hold `null`.
+pub const MAX_FIT_PER_BIT: f64 = 1e9;
+
 /// A fault-injection campaign during training.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -257,6 +263,16 @@ pub fn check_dir_name(name: &str, file: &Path, field: &str) -> Result<()> {
     })
 }
 
+/// A number as a spec would write it, for errors: plainly, or in exponent form when that is
+/// shorter to read (`1e38`, not 39 digits).
+pub(crate) fn num(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && !(1e-4..1e16).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        x.to_string()
+    }
+}
+
 /// `path` as written in the file `file`: relative paths are relative to its directory.
 pub fn relative_to(file: &Path, path: &Path) -> PathBuf {
     match file.parent() {
@@ -364,8 +380,8 @@ impl CampaignSpec {
                 "None for an Inference campaign (plans guard training steps)",
             );
         }
-        if let Some(fit) = self.fit_per_bit.filter(|f| !(f.is_finite() && *f >= 0.0)) {
-            return bad("fit_per_bit", fit.to_string(), "a finite number >= 0 (FIT per bit), or None");
+        if let Some(fit) = self.fit_per_bit.filter(|f| !(0.0..=MAX_FIT_PER_BIT).contains(f)) {
+            return bad("fit_per_bit", num(fit), "a number in [0, 1e9] (FIT per bit), or None");
         }
         Ok(())
     }

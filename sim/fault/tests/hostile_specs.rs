@@ -226,6 +226,22 @@ fn inference_batches_past_the_test_split_are_refused_before_the_golden_run() {
     assert_eq!(golden_steps, 0, "refused after {golden_steps} golden steps");
 }
 
+#[test]
+fn fit_rates_whose_products_overflow_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let body = "golden_steps: 4, inject_steps: List([2]), sites: [\"mxu.*\"], fault: Flip, sampling: Uniform(n: 2), \
+                follow_up: 2, seed: 1";
+    let f = campaign_file(d.path(), "fit", &format!("{body}, fit_per_bit: Some(1e308)"));
+    let e = CampaignSpec::load(&f).unwrap_err().to_string();
+    assert_eq!(e, format!("{}: field `fit_per_bit` = 1e308: a number in [0, 1e9] (FIT per bit), or None", f.display()));
+    let f = campaign_file(d.path(), "fine", &format!("{body}, fit_per_bit: Some(1e9)"));
+    CampaignSpec::load(&f).unwrap();
+    let x = d.path().join("x.ron");
+    std::fs::write(&x, "ExploreSpec(name: \"x\", campaigns: [\"fine.ron\"], plans: [], fit_per_bit: 1e300)").unwrap();
+    let e = ExploreSpec::load(&x).map(|_| ()).unwrap_err().to_string();
+    assert_eq!(e, format!("{}: field `fit_per_bit` = 1e300: a positive FIT per bit, at most 1e9", x.display()));
+}
+
 /// An exploration `x.ron` in `dir` of `campaigns` under `plans` (file names in `dir`).
 fn explore_file(dir: &Path, campaigns: &[&str], plans: &[&str]) -> PathBuf {
     let x = dir.join("x.ron");

@@ -82,6 +82,8 @@ fn campaign_contract(text: &str) -> Result<(), TestCaseError> {
             // Its steps are within the golden run, so listing them is bounded by it.
             prop_assert!(spec.inject_steps.count() <= spec.golden_steps, "{:?}", spec.inject_steps);
             prop_assert_eq!(spec.inject_steps.steps().len() as u64, spec.inject_steps.count());
+            // Rates scaled from its FIT per bit (by at most 2^64 bits) are numbers in JSON.
+            prop_assert!(spec.fit_per_bit.is_none_or(|f| (f * u64::MAX as f64).is_finite()), "{:?}", spec.fit_per_bit);
             // What loads is what `campaign.json` holds, and reads back the same.
             let json = serde_json::to_string(&spec).unwrap();
             prop_assert_eq!(&serde_json::from_str::<CampaignSpec>(&json).unwrap(), &spec);
@@ -129,11 +131,15 @@ fn explore_dir() -> tempfile::TempDir {
 fn explore_contract(dir: &Path, text: &str) -> Result<(), TestCaseError> {
     let x = dir.join("x.ron");
     std::fs::write(&x, text).unwrap();
-    if let Err(e) = ExploreSpec::load(&x) {
+    match ExploreSpec::load(&x) {
+        // Rates scaled from its FIT per bit (by at most 2^64 bits) are numbers in JSON.
+        Ok(spec) => prop_assert!((spec.fit_per_bit * u64::MAX as f64).is_finite(), "{}", spec.fit_per_bit),
         // Errors name the exploration or a campaign or plan it names (files of `dir`, or a
         // path a mutation made up).
-        let msg = e.to_string();
-        prop_assert!(!msg.contains('\n'), "{:?}", msg);
+        Err(e) => {
+            let msg = e.to_string();
+            prop_assert!(!msg.contains('\n'), "{:?}", msg);
+        }
     }
     Ok(())
 }
