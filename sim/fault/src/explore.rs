@@ -297,7 +297,8 @@ pub enum ExploreProgress<'a> {
 
 /// Runs the exploration `spec` (read from `file`) into `out`: each campaign unprotected
 /// (`out/<campaign>/none`) and under each plan (`out/<campaign>/<plan>`), resuming whatever
-/// records are there, then writes `out/explore.json` and returns it.
+/// records are there, then writes `out/explore.json` and returns it. Everything
+/// [`ExploreSpec::load`] checks is checked again first, before any golden run or file.
 pub fn run(
     spec: &ExploreSpec,
     file: &Path,
