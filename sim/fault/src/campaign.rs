@@ -167,19 +167,30 @@ fn finite(s: &ModelState) -> bool {
 }
 
 impl Inference {
-    /// The inference trials of `trainer`'s model as the golden run left it: executor `exec`
-    /// (schedule `sched`), and test batches `batches` (1-based) with their golden outputs.
-    fn new(exec: Executor, sched: StepSchedule, trainer: &Trainer, batches: &[u64], file: &Path) -> Result<Inference> {
-        let (b, test) = (exec.batch(), &trainer.data.test);
+    /// Checks that test batches `batches` (1-based, of `trainer`'s batch size) are batches of
+    /// its test split: before the golden run, so that a wrong step costs no training.
+    fn check_batches(trainer: &Trainer, batches: &crate::spec::Steps, file: &Path) -> Result<()> {
+        let (b, test) = (trainer.exec.batch(), &trainer.data.test);
         let count = test.len().div_ceil(b) as u64;
-        if let Some(&last) = batches.last().filter(|&&l| l > count) {
-            return Err(FaultError::Invalid {
+        match batches.span() {
+            Some((_, last)) if last > count => Err(FaultError::Invalid {
                 file: file.into(),
                 field: "inject_steps".into(),
                 value: last.to_string(),
-                allowed: format!("test batches 1..={count} (an Inference campaign's steps are batches of {b} of the {} test samples)", test.len()),
-            });
+                allowed: format!(
+                    "test batches 1..={count} (an Inference campaign's steps are batches of {b} of the {} test samples)",
+                    test.len()
+                ),
+            }),
+            _ => Ok(()),
         }
+    }
+
+    /// The inference trials of `trainer`'s model as the golden run left it: executor `exec`
+    /// (schedule `sched`), and test batches `batches` (1-based) with their golden outputs.
+    /// `batches` must be checked first ([`Inference::check_batches`]).
+    fn new(exec: Executor, sched: StepSchedule, trainer: &Trainer, batches: &[u64]) -> Result<Inference> {
+        let (b, test) = (exec.batch(), &trainer.data.test);
         let state = trainer.state.clone();
         let mut out = BTreeMap::new();
         for &k in batches {
@@ -205,8 +216,14 @@ fn state_checksum(s: &ModelState) -> u64 {
 /// Runs `steps` golden steps from the trainer's state with the plan's clamps wide open,
 /// sets each clamp's bound from its node's largest `|x|` ([`protect::calibrate_clamps`]),
 /// rebuilds the trainer's executor with them and restores its state; returns the pass's
-/// losses and final state checksum (the golden run proper must reproduce both).
-fn learn_clamp_bounds(trainer: &mut Trainer, applied: &mut protect::Applied, steps: u64) -> Result<(Vec<f64>, u64)> {
+/// losses and final state checksum (the golden run proper must reproduce both). `plan` names
+/// the plan file in errors.
+fn learn_clamp_bounds(
+    trainer: &mut Trainer,
+    applied: &mut protect::Applied,
+    steps: u64,
+    plan: &Path,
+) -> Result<(Vec<f64>, u64)> {
     let start = trainer.snapshot();
     let mut maxes = vec![0f64; applied.clamps.len()];
     let mut losses = Vec::new();
@@ -220,7 +237,7 @@ fn learn_clamp_bounds(trainer: &mut Trainer, applied: &mut protect::Applied, ste
     let checksum = state_checksum(&trainer.state);
     trainer.restore_snapshot(&start);
     let mut tg = trainer.exec.tg.clone();
-    protect::calibrate_clamps(applied, &mut tg, &maxes)?;
+    protect::calibrate_clamps(applied, &mut tg, &maxes, plan)?;
     let e = &trainer.exec;
     trainer.exec = Executor::new(tg, &e.hw, e.mode, e.format)?;
     Ok((losses, checksum))
@@ -262,18 +279,15 @@ impl Campaign {
             data_dir: s.data.as_ref().map(|d| spec.resolve(file, d)),
         };
         let mut tg = TrainGraph::build(&model, s.batch, s.optimizer.spec(s.lr))?;
-        let mut protection = match &spec.protection {
-            Some(p) => {
-                let plan_file = spec.resolve(file, p);
-                let plan = ProtectionPlan::load(&plan_file)?;
-                Some(plan.apply(&mut tg, &Executor::machine(&hw, precision), &plan_file)?)
-            }
+        let plan_file = spec.protection.as_ref().map(|p| spec.resolve(file, p));
+        let mut protection = match &plan_file {
+            Some(p) => Some(ProtectionPlan::load(p)?.apply(&mut tg, &Executor::machine(&hw, precision), p)?),
             None => None,
         };
         // Checked before anything large is made: the golden run's step, and its snapshots
         // (two states per injection step, each about the step's parameters).
         let step_bytes = faultline_train::exec::host_bytes(&tg);
-        let snapshots = step_bytes.and_then(|b| b.checked_mul(2 * spec.inject_steps.steps().len() as u64));
+        let snapshots = step_bytes.and_then(|b| b.checked_mul(2)?.checked_mul(spec.inject_steps.count()));
         mem.check(
             &format!("the golden run of campaign `{}` ({} steps of `{}`)", spec.name, spec.golden_steps, model.name),
             faultline_hw::budget::sum(&[step_bytes, snapshots]),
@@ -288,9 +302,14 @@ impl Campaign {
             None => source::shipped(&model, s.seed, mem)?,
         };
         let mut trainer = Trainer::from_graph(&model, tg, &hw, data, options)?;
+        if spec.mode == Mode::Inference {
+            Inference::check_batches(&trainer, &spec.inject_steps, file)?;
+        }
         // A plan's clamps learn their bounds on a first pass of the golden run.
-        let profile = match &mut protection {
-            Some(p) if !p.clamps.is_empty() => Some(learn_clamp_bounds(&mut trainer, p, spec.golden_steps)?),
+        let profile = match (&mut protection, &plan_file) {
+            (Some(p), Some(f)) if !p.clamps.is_empty() => {
+                Some(learn_clamp_bounds(&mut trainer, p, spec.golden_steps, f)?)
+            }
             _ => None,
         };
         let steps = spec.inject_steps.steps();
@@ -304,7 +323,7 @@ impl Campaign {
         let ecc = protection.as_ref().map_or(&[][..], |p| &p.ecc[..]);
         let space = Space::new(exec, &sched, &spec, file, ecc)?;
         let classes: Vec<_> = space.classes.iter().map(|c| c.class).collect();
-        spec.fault.check(&exec.hw, &classes, file)?;
+        spec.fault.check(&exec.hw, &classes, sched.total_cycles, file)?;
         let (cycles_per_step, instructions_per_step) = (sched.total_cycles, exec.program().instrs.len());
 
         let start = trainer.snapshot();
@@ -344,8 +363,8 @@ impl Campaign {
                 window_end.insert(step - spec.follow_up, trainer.snapshot());
             }
         }
-        if let Some(p) = &mut protection {
-            protect::calibrate(p, &residuals, &bounds);
+        if let (Some(p), Some(f)) = (&mut protection, &plan_file) {
+            protect::calibrate(p, &residuals, &bounds, f)?;
         }
         let checksum = state_checksum(&trainer.state);
         if let Some((l, c)) = profile {
@@ -360,7 +379,7 @@ impl Campaign {
         }
         let test_accuracy = trainer.evaluate(&trainer.data.test)?;
         let inference = match inference_exec {
-            Some(e) => Some(Inference::new(e, sched, &trainer, &steps, file)?),
+            Some(e) => Some(Inference::new(e, sched, &trainer, &steps)?),
             None => None,
         };
         trainer.restore_snapshot(&start);

@@ -2,14 +2,20 @@
 //! record file names the path and line.
 
 use faultline_hw::error::one_line;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// `path` as an error shows it: on one line, whatever characters the path holds (a file name
+/// may contain a newline).
+fn shown(path: &Path) -> String {
+    one_line(&path.display().to_string())
+}
 
 /// Anything a campaign can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum FaultError {
     /// A file could not be read or written (the cause follows in the error chain, which the
     /// CLI prints joined: `path: cause`).
-    #[error("{}", path.display())]
+    #[error("{}", shown(path))]
     Io {
         /// The file or directory.
         path: PathBuf,
@@ -17,7 +23,7 @@ pub enum FaultError {
         source: std::io::Error,
     },
     /// RON syntax error, unknown or missing field, wrong type.
-    #[error("{}:{line}:{col}: {}", file.display(), one_line(message))]
+    #[error("{}:{line}:{col}: {}", shown(file), one_line(message))]
     Parse {
         /// The spec file.
         file: PathBuf,
@@ -29,7 +35,7 @@ pub enum FaultError {
         message: String,
     },
     /// A field parsed but its value cannot be used.
-    #[error("{}: field `{field}` = {value}: {allowed}", file.display())]
+    #[error("{}: field `{field}` = {value}: {allowed}", shown(file))]
     Invalid {
         /// The spec file.
         file: PathBuf,
@@ -41,7 +47,7 @@ pub enum FaultError {
         allowed: String,
     },
     /// A campaign output (records, summary, shard files) that does not fit the campaign.
-    #[error("{}: {why}", path.display())]
+    #[error("{}: {why}", shown(path))]
     Output {
         /// The file or directory.
         path: PathBuf,

@@ -10,7 +10,8 @@ use crate::error::{FaultError, Result};
 use crate::model::Anchor;
 use crate::outcome::Outcome;
 use crate::protect;
-use crate::spec::{read_ron, relative_to, CampaignSpec};
+use crate::protect::ProtectionPlan;
+use crate::spec::{check_dir_name, num, read_ron, relative_to, CampaignSpec, MAX_FIT_PER_BIT};
 use crate::stats::Estimate;
 use faultline_graph::op::{Op, Phase};
 use faultline_graph::NodeIndex;
@@ -166,7 +167,9 @@ fn held_out_seed() -> u64 {
 }
 
 impl ExploreSpec {
-    /// Reads and checks a spec; errors name `file:line:col` or the field.
+    /// Reads and checks a spec and what it runs (its campaign specs and plans, each loaded and
+    /// checked, under each plan too), before any golden run; errors name `file:line:col` or the
+    /// file and field.
     pub fn load(path: &Path) -> Result<ExploreSpec> {
         let spec: ExploreSpec = read_ron(path)?;
         let bad = |field: &str, value: String, allowed: &str| {
@@ -175,8 +178,8 @@ impl ExploreSpec {
         if spec.campaigns.is_empty() {
             return bad("campaigns", "[]".into(), "at least one campaign spec");
         }
-        if !(spec.fit_per_bit.is_finite() && spec.fit_per_bit > 0.0) {
-            return bad("fit_per_bit", spec.fit_per_bit.to_string(), "a positive FIT per bit");
+        if !(spec.fit_per_bit > 0.0 && spec.fit_per_bit <= MAX_FIT_PER_BIT) {
+            return bad("fit_per_bit", num(spec.fit_per_bit), "a positive FIT per bit, at most 1e9");
         }
         if !(spec.intensity_threshold.is_finite() && spec.intensity_threshold > 0.0) {
             return bad(
@@ -185,7 +188,97 @@ impl ExploreSpec {
                 "a positive number of MACs per word",
             );
         }
+        spec.runs(path)?;
         Ok(spec)
+    }
+
+    /// The campaigns and plans of the spec read from `file`, each loaded and checked: their
+    /// names are directories under `--out` ([`check_dir_name`]), one each, and every
+    /// campaign's spec under every plan passes [`CampaignSpec::validate`], as `faultline
+    /// campaign --protect` checks it.
+    fn runs(&self, file: &Path) -> Result<Runs> {
+        let dup = |field: String, value: &Path, name: &str, other: String| FaultError::Invalid {
+            file: file.into(),
+            field,
+            value: format!("{value:?}"),
+            allowed: format!(
+                "files whose names differ (case aside), each one directory under --out: its name {name:?} is also \
+                 {other}'s"
+            ),
+        };
+        let mut seen = Dirs::default();
+        let mut campaigns = Vec::new();
+        for (i, c) in self.campaigns.iter().enumerate() {
+            let cfile = relative_to(file, c);
+            let spec = CampaignSpec::load(&cfile)?;
+            if spec.protection.is_some() {
+                return Err(FaultError::Invalid {
+                    file: cfile.clone(),
+                    field: "protection".into(),
+                    value: format!("{:?}", spec.protection),
+                    allowed: "None: an exploration runs the campaign unprotected and under each of its plans".into(),
+                });
+            }
+            check_dir_name(&spec.name, &cfile, "name")?;
+            if let Some(other) = seen.claim(&spec.name, format!("campaigns[{i}]")) {
+                return Err(dup(format!("campaigns[{i}]"), c, &spec.name, other));
+            }
+            campaigns.push((cfile, spec));
+        }
+        // The unprotected baseline's records go to `<campaign>/none`.
+        let mut seen = Dirs::default();
+        seen.claim("none", "the unprotected baseline".into());
+        let mut plans = Vec::new();
+        for (j, p) in self.plans.iter().enumerate() {
+            let written = relative_to(file, p);
+            let plan = ProtectionPlan::load(&written)?;
+            check_dir_name(&plan.name, &written, "name")?;
+            if let Some(other) = seen.claim(&plan.name, format!("plans[{j}]")) {
+                return Err(dup(format!("plans[{j}]"), p, &plan.name, other));
+            }
+            let absolute = std::path::absolute(&written).map_err(FaultError::io(&written))?;
+            plans.push(PlanFile { written, absolute });
+        }
+        for (cfile, spec) in &campaigns {
+            for p in &plans {
+                CampaignSpec { protection: Some(p.absolute.clone()), ..spec.clone() }.validate(cfile)?;
+            }
+        }
+        Ok(Runs { campaigns, plans })
+    }
+}
+
+/// What an exploration runs, loaded and checked ([`ExploreSpec::runs`]).
+struct Runs {
+    /// Each campaign's file and (unprotected) spec.
+    campaigns: Vec<(PathBuf, CampaignSpec)>,
+    /// The plans.
+    plans: Vec<PlanFile>,
+}
+
+/// A plan file of an exploration.
+struct PlanFile {
+    /// As the spec names it (relative to the spec's directory).
+    written: PathBuf,
+    /// Absolute, so that a campaign's directory does not re-anchor it.
+    absolute: PathBuf,
+}
+
+/// Directory names taken under one directory, lower-cased (two names that differ only in case
+/// are one directory on a case-insensitive file system), each with whose it is.
+#[derive(Default)]
+struct Dirs(BTreeMap<String, String>);
+
+impl Dirs {
+    /// Takes `name` for `whose`; if it was taken, whose it is (and it stays theirs).
+    fn claim(&mut self, name: &str, whose: String) -> Option<String> {
+        match self.0.entry(name.to_ascii_lowercase()) {
+            std::collections::btree_map::Entry::Occupied(e) => Some(e.get().clone()),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(whose);
+                None
+            }
+        }
     }
 }
 
@@ -204,7 +297,8 @@ pub enum ExploreProgress<'a> {
 
 /// Runs the exploration `spec` (read from `file`) into `out`: each campaign unprotected
 /// (`out/<campaign>/none`) and under each plan (`out/<campaign>/<plan>`), resuming whatever
-/// records are there, then writes `out/explore.json` and returns it.
+/// records are there, then writes `out/explore.json` and returns it. Everything
+/// [`ExploreSpec::load`] checks is checked again first, before any golden run or file.
 pub fn run(
     spec: &ExploreSpec,
     file: &Path,
@@ -213,29 +307,15 @@ pub fn run(
     mem: &HostMemory,
     progress: impl Fn(ExploreProgress) + Sync,
 ) -> Result<ExploreResult> {
+    let runs = spec.runs(file)?;
     let mut campaigns = Vec::new();
-    for cfile in &spec.campaigns {
-        let cfile = relative_to(file, cfile);
-        let base = CampaignSpec::load(&cfile)?;
-        if base.protection.is_some() {
-            return Err(FaultError::Invalid {
-                file: cfile.clone(),
-                field: "protection".into(),
-                value: format!("{:?}", base.protection),
-                allowed: "None: an exploration runs the campaign unprotected and under each of its plans".into(),
-            });
-        }
-        let plans: Vec<Option<PathBuf>> =
-            std::iter::once(None).chain(spec.plans.iter().map(|p| Some(relative_to(file, p)))).collect();
+    for (cfile, base) in runs.campaigns {
+        let plans: Vec<Option<&PlanFile>> = std::iter::once(None).chain(runs.plans.iter().map(Some)).collect();
         let mut results: Vec<(PlanResult, Vec<Outcome>, Vec<bool>)> = Vec::new();
         let mut layers = Vec::new();
         let mut baseline: Option<Campaign> = None;
-        for plan in &plans {
-            let mut cspec = base.clone();
-            cspec.protection = match plan {
-                Some(p) => Some(std::path::absolute(p).map_err(FaultError::io(p))?),
-                None => None,
-            };
+        for &plan in &plans {
+            let cspec = CampaignSpec { protection: plan.map(|p| p.absolute.clone()), ..base.clone() };
             let mut c = Campaign::prepare(cspec, &cfile, mem)?;
             let pname = c.info.protection.as_ref().map_or("none".to_string(), |p| p.plan.name.clone());
             progress(ExploreProgress::Plan { campaign: &base.name, plan: &pname });
@@ -252,7 +332,14 @@ pub fn run(
                     let (bt, pt) = (b.trainer(), c.trainer());
                     let maps: BTreeMap<ExecUnit, Option<CycleMap>> =
                         ExecUnit::ALL.iter().map(|&u| (u, CycleMap::new(&bt, &pt, u))).collect();
-                    let mut faults = Vec::with_capacity(b.info.trials as usize);
+                    // Held for the whole run: one fault, of `bits` step faults, per trial.
+                    let per_trial = std::mem::size_of::<(Anchor, Vec<StepFault>)>() as u64
+                        + base.fault.bits() as u64 * std::mem::size_of::<StepFault>() as u64;
+                    mem.check(
+                        &format!("the {} translated faults of campaign `{}` under `{pname}`", c.info.trials, base.name),
+                        c.info.trials.checked_mul(per_trial),
+                    )?;
+                    let mut faults = Vec::with_capacity(c.info.trials as usize);
                     paired.clear();
                     for t in 0..b.info.trials {
                         match translate(b, &maps, t) {
@@ -310,7 +397,7 @@ pub fn run(
             results.push((
                 PlanResult {
                     plan: pname.clone(),
-                    file: plan.as_ref().map(|p| p.display().to_string()),
+                    file: plan.map(|p| p.written.display().to_string()),
                     cycles: c.info.cycles_per_step,
                     cycle_overhead: c.info.cycles_per_step as f64 / base_cycles as f64 - 1.0,
                     area_bits: p.map_or(0, |p| p.area_bits),

@@ -47,8 +47,24 @@ fn row_len(hw: &HwConfig, class: SiteClass) -> u64 {
 
 impl FaultModel {
     /// Checks that every selected class can take this fault (a `k`-bit upset needs `k` bits per
-    /// word or `k` elements per row).
-    pub fn check(self, hw: &HwConfig, classes: &[SiteClass], file: &Path) -> Result<()> {
+    /// word or `k` elements per row) and that a stuck-at of `Cycles(n)` fits in a step of
+    /// `step_cycles` cycles.
+    pub fn check(self, hw: &HwConfig, classes: &[SiteClass], step_cycles: u64, file: &Path) -> Result<()> {
+        if let FaultModel::StuckAt { lasts: Lasts::Cycles(n), .. } = self {
+            // A longer one acts exactly as `Cycles(step_cycles)` (a trial's fault ends with its
+            // step), and past 2^64 - step_cycles its end would overflow.
+            if n > step_cycles {
+                return Err(FaultError::Invalid {
+                    file: file.into(),
+                    field: "fault.lasts".into(),
+                    value: format!("Cycles({n})"),
+                    allowed: format!(
+                        "Cycles(n) with 1 <= n <= {step_cycles} (the step's cycles; from the sampled cycle to \
+                         the step's end is Cycles({step_cycles})), Step or Permanent"
+                    ),
+                });
+            }
+        }
         let FaultModel::MultiBit { bits, along } = self else { return Ok(()) };
         for &c in classes {
             if c.unit == Unit::Seq {
@@ -75,6 +91,14 @@ impl FaultModel {
             }
         }
         Ok(())
+    }
+
+    /// Bits one fault strikes.
+    pub fn bits(self) -> u32 {
+        match self {
+            FaultModel::MultiBit { bits, .. } => bits,
+            FaultModel::Flip | FaultModel::StuckAt { .. } => 1,
+        }
     }
 
     /// Whether the fault covers whole steps, so trials sample no cycle (the anchor's is 0).
@@ -183,7 +207,7 @@ mod tests {
         let hw = hw();
         let tile = class(Unit::Seq, Register::TileCounter);
         let e = FaultModel::MultiBit { bits: 2, along: Along::Elements }
-            .check(&hw, &[tile], Path::new("c.ron"))
+            .check(&hw, &[tile], 100, Path::new("c.ron"))
             .unwrap_err()
             .to_string();
         assert_eq!(
@@ -193,9 +217,25 @@ mod tests {
         );
         let dma = class(Unit::Dma, Register::SrcAddr);
         let e = FaultModel::MultiBit { bits: 2, along: Along::Elements }
-            .check(&hw, &[dma], Path::new("c.ron"))
+            .check(&hw, &[dma], 100, Path::new("c.ron"))
             .unwrap_err()
             .to_string();
         assert_eq!(e, "c.ron: field `fault.bits` = 2: at most 1: class dma.src_addr has 1 elements per row");
+    }
+
+    #[test]
+    fn stuck_ats_longer_than_the_step_are_refused() {
+        let hw = hw();
+        let psum = class(Unit::Mxu, Register::Psum);
+        let stuck =
+            |n| FaultModel::StuckAt { value: 1, lasts: Lasts::Cycles(n) }.check(&hw, &[psum], 100, Path::new("c.ron"));
+        assert!(stuck(1).is_ok() && stuck(100).is_ok());
+        for n in [101, u64::MAX] {
+            let e = stuck(n).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("c.ron: field `fault.lasts` = Cycles({n}): Cycles(n) with 1 <= n <= 100")),
+                "{e}"
+            );
+        }
     }
 }

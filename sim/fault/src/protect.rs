@@ -35,6 +35,7 @@
 //! it (He et al.'s re-execution from the last good state); `None` stops at the detection.
 
 use crate::error::{FaultError, Result};
+use crate::spec::num;
 use faultline_graph::checks::{abft_bound, CheckKind, Side};
 use faultline_graph::op::{Op, Phase};
 use faultline_graph::TrainGraph;
@@ -43,6 +44,13 @@ use faultline_hw::sites::glob_match;
 use faultline_hw::{HwConfig, SiteClass};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+
+/// Largest margin (`Range`'s `Learned`, `Restrict`) and `MomentBound` limit: fp32's largest
+/// value. The values guarded are fp32: a margin past it bounds nothing whose golden maximum is
+/// 1 or more, and up to it `margin x` any fp32 golden maximum is finite in f64, so a learned
+/// threshold is always a number. Whether it is finite in fp32 depends on the golden run:
+/// [`calibrate`] and [`calibrate_clamps`] refuse one that is not.
+pub const MAX_MARGIN: f64 = f32::MAX as f64;
 
 /// A protection plan.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -343,27 +351,60 @@ impl ProtectionPlan {
                 Mechanism::Abft { ref phases, .. } if phases.is_empty() => {
                     return bad(field("phases"), "[]".into(), "at least one of Forward, Backward, Update");
                 }
-                Mechanism::Range { bound: RangeBound::Learned(m), .. } if !(m.is_finite() && m >= 1.0) => {
+                Mechanism::Range { bound: RangeBound::Learned(m), .. } if !(1.0..=MAX_MARGIN).contains(&m) => {
                     return bad(
                         field("bound"),
-                        format!("Learned({m})"),
-                        "Learned(margin) with margin >= 1, or NonFinite",
+                        format!("Learned({})", num(m)),
+                        &format!("Learned(margin) with margin >= 1 and <= {:e}, or NonFinite", f32::MAX),
                     );
                 }
-                Mechanism::Restrict { margin: m, .. } if !(m.is_finite() && m >= 1.0) => {
-                    return bad(field("margin"), format!("{m}"), "a margin >= 1 over the golden run's largest |x|");
+                Mechanism::Restrict { margin: m, .. } if !(1.0..=MAX_MARGIN).contains(&m) => {
+                    return bad(
+                        field("margin"),
+                        num(m),
+                        &format!("a margin >= 1 and <= {:e} over the golden run's largest |x|", f32::MAX),
+                    );
                 }
-                Mechanism::MomentBound(l) if !(l.is_finite() && l > 0.0) => {
+                Mechanism::MomentBound(l) if !(l > 0.0 && l <= MAX_MARGIN) => {
                     return bad(
                         format!("mechanisms[{i}]"),
-                        format!("MomentBound({l})"),
-                        "a positive limit (He et al. use 20)",
+                        format!("MomentBound({})", num(l)),
+                        &format!("a positive limit <= {:e} (He et al. use 20)", f32::MAX),
                     );
                 }
                 _ => {}
             }
         }
         Ok(())
+    }
+
+    /// The field of the mechanism that added check `c` (the first that could have: any that
+    /// could holds the same value) and its value as written, for errors about the check.
+    fn origin_of_check(&self, c: &CheckInfo) -> (String, String) {
+        let on = |nodes: &[String]| nodes.iter().any(|g| glob_match(g, &c.node));
+        for (i, m) in self.mechanisms.iter().enumerate() {
+            match (m, c.rule) {
+                (Mechanism::Range { nodes, bound: RangeBound::Learned(x) }, Rule::Learned(y))
+                    if *x == y && on(nodes) =>
+                {
+                    return (format!("mechanisms[{i}].bound"), format!("Learned({})", num(*x)));
+                }
+                (Mechanism::Range { nodes, bound: RangeBound::NonFinite }, Rule::NonFinite) if on(nodes) => {
+                    return (format!("mechanisms[{i}].bound"), "NonFinite".into());
+                }
+                (Mechanism::MomentBound(x), Rule::Limit(y)) if *x == y => {
+                    return (format!("mechanisms[{i}]"), format!("MomentBound({})", num(*x)));
+                }
+                (Mechanism::Abft { nodes, phases, .. }, Rule::AbftBound) if phases.contains(&c.phase) && on(nodes) => {
+                    return (format!("mechanisms[{i}].nodes"), format!("{nodes:?}"));
+                }
+                (Mechanism::Duplicate { nodes }, Rule::Exact) if on(nodes) => {
+                    return (format!("mechanisms[{i}].nodes"), format!("{nodes:?}"));
+                }
+                _ => {}
+            }
+        }
+        ("mechanisms".into(), format!("{:?}", c.rule))
     }
 
     /// Adds the plan's checks to `tg` (for machine `hw`) and resolves its codes against the
@@ -648,14 +689,50 @@ pub fn step_bounds(
 
 /// Sets each check's threshold from the golden run: `residuals[s][k]` is check `k`'s residual
 /// on golden step `s`, `bounds[s][k]` its ABFT bound there (`bounds` empty when no check is
-/// ABFT); then counts the golden steps each check fires on (false positives).
-pub fn calibrate(applied: &mut Applied, residuals: &[Vec<f32>], bounds: &[Vec<Option<f64>>]) {
+/// ABFT); then counts the golden steps each check fires on (false positives). Refuses, naming
+/// the plan file `file` and the mechanism's field, a learned threshold that is not finite in
+/// fp32 (it could never fire on an fp32 residual, and as JSON it would not read back) and a
+/// check that fires on the fault-free run (it would flag every trial of that step, however
+/// its fault ended).
+pub fn calibrate(
+    applied: &mut Applied,
+    residuals: &[Vec<f32>],
+    bounds: &[Vec<Option<f64>>],
+    file: &Path,
+) -> Result<()> {
     for (k, c) in applied.checks.iter_mut().enumerate() {
         c.golden_max = residuals.iter().map(|r| r[k] as f64).fold(0.0, f64::max);
         let bound = bounds.iter().filter_map(|b| b.get(k).copied().flatten()).fold(0.0, f64::max);
         c.threshold = c.rule.threshold(c.golden_max, bound);
         c.false_positives = residuals.iter().filter(|r| c.fires(r[k])).count() as u64;
     }
+    for c in &applied.checks {
+        let (field, value) = applied.plan.origin_of_check(c);
+        let bad = |allowed: String| Err(FaultError::Invalid { file: file.into(), field, value, allowed });
+        let learned = matches!(c.rule, Rule::Learned(_) | Rule::AbftBound);
+        if learned && !(..=MAX_MARGIN).contains(&c.threshold) {
+            return bad(format!(
+                "a threshold finite in fp32: check `{}` learned {:e} from the golden run's largest residual {:e}, \
+                 past fp32's largest value {:e}",
+                c.name,
+                c.threshold,
+                c.golden_max,
+                f32::MAX
+            ));
+        }
+        if c.false_positives > 0 {
+            return bad(format!(
+                "a threshold the fault-free golden run stays within: check `{}` (threshold {:e}) fired on {} of its \
+                 {} steps, and its largest value there is {:e}",
+                c.name,
+                c.threshold,
+                c.false_positives,
+                residuals.len(),
+                c.golden_max
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The largest `|x|` of each clamped node of `tg` (in clamp order) in one step's buffers.
@@ -671,8 +748,10 @@ pub fn clamp_maxes(tg: &TrainGraph, program: &faultline_graph::Program, bufs: &[
 
 /// Sets each clamp's bound from its node's largest golden `|x|` (`maxes`, in clamp order):
 /// `margin x max`, rounded up to fp32 so that every golden value is in range; writes the
-/// bounds into `tg`'s clamp nodes.
-pub fn calibrate_clamps(applied: &mut Applied, tg: &mut TrainGraph, maxes: &[f64]) -> Result<()> {
+/// bounds into `tg`'s clamp nodes. A bound past fp32's largest value is refused, naming the
+/// plan file `file` and the mechanism's margin: the clamp would be no bound, and as JSON it
+/// would not read back.
+pub fn calibrate_clamps(applied: &mut Applied, tg: &mut TrainGraph, maxes: &[f64], file: &Path) -> Result<()> {
     for ((c, k), &max) in applied.clamps.iter_mut().zip(tg.clamps().to_vec()).zip(maxes) {
         let want = c.margin * max;
         let mut b = want as f32;
@@ -681,6 +760,26 @@ pub fn calibrate_clamps(applied: &mut Applied, tg: &mut TrainGraph, maxes: &[f64
         }
         c.golden_max = max;
         c.bound = f64::from(b);
+        if !b.is_finite() {
+            // The first `Restrict` that could have added it: any that could has this margin.
+            let on = |nodes: &[String]| nodes.iter().any(|g| glob_match(g, &c.node));
+            let i = (applied.plan.mechanisms.iter())
+                .position(|m| matches!(m, Mechanism::Restrict { nodes, margin } if *margin == c.margin && on(nodes)));
+            return Err(FaultError::Invalid {
+                file: file.into(),
+                field: i.map_or("mechanisms".into(), |i| format!("mechanisms[{i}].margin")),
+                value: num(c.margin),
+                allowed: format!(
+                    "a margin whose bound is finite in fp32: clamp `{}` learned bound {} = margin x golden max {:e}, \
+                     past fp32's largest value {:e} (margins up to {:e} fit this node)",
+                    c.name,
+                    c.bound,
+                    max,
+                    f32::MAX,
+                    MAX_MARGIN / max
+                ),
+            });
+        }
         tg.set_clamp_bound(k.node, b).map_err(FaultError::from)?;
     }
     Ok(())

@@ -13,6 +13,12 @@ use std::path::{Path, PathBuf};
 /// Largest number of trials one campaign may plan (its records stay a few GB at most).
 pub const MAX_TRIALS: u64 = 10_000_000;
 
+/// Largest raw failure rate per bit, in FIT: one failure per bit per hour, 10^12 times a
+/// typical SRAM rate (about 10^-3), so beam-test rates fit. It keeps every rate scaled from it
+/// (`fit x bits x share`, at most 2^64 bits) a finite number in `summary.json` and
+/// `explore.json`, which would otherwise hold `null`.
+pub const MAX_FIT_PER_BIT: f64 = 1e9;
+
 /// A fault-injection campaign during training.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -126,7 +132,25 @@ pub enum Steps {
 }
 
 impl Steps {
-    /// The steps, ascending, without repeats.
+    /// The first and last step (`None` for an empty list or a reversed range), found without
+    /// listing a range: an unchecked range may span 2^64 steps.
+    pub fn span(&self) -> Option<(u64, u64)> {
+        match self {
+            Steps::List(v) => Some((*v.iter().min()?, *v.iter().max()?)),
+            Steps::Range { first, last } => (first <= last).then_some((*first, *last)),
+        }
+    }
+
+    /// How many distinct steps there are, without listing a range.
+    pub fn count(&self) -> u64 {
+        match self {
+            Steps::List(_) => self.steps().len() as u64,
+            Steps::Range { first, last } => last.checked_sub(*first).map_or(0, |d| d.saturating_add(1)),
+        }
+    }
+
+    /// The steps, ascending, without repeats. A range is listed in full: call it on a
+    /// validated spec ([`CampaignSpec::validate`] bounds it by `golden_steps`).
     pub fn steps(&self) -> Vec<u64> {
         let mut v = match self {
             Steps::List(v) => v.clone(),
@@ -217,6 +241,38 @@ pub fn read_ron<T: DeserializeOwned>(path: &Path) -> Result<T> {
     parse_ron(&read_text_capped(path, TEXT_FILE_LIMIT).map_err(FaultError::io(path))?, path)
 }
 
+/// Longest name that becomes a directory name ([`check_dir_name`]).
+pub const MAX_DIR_NAME: usize = 100;
+
+/// Checks that `name`, field `field` of `file`, can be one directory under an output
+/// directory: 1 to [`MAX_DIR_NAME`] ASCII letters, digits and `_ . + -`, not `.` or `..`, so
+/// that joining it to `--out` never leaves `--out` (no separator, no parent, not absolute)
+/// and names the same directory on every file system.
+pub fn check_dir_name(name: &str, file: &Path, field: &str) -> Result<()> {
+    let token = name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.+-".contains(&b));
+    if token && (1..=MAX_DIR_NAME).contains(&name.len()) && name != "." && name != ".." {
+        return Ok(());
+    }
+    Err(FaultError::Invalid {
+        file: file.into(),
+        field: field.into(),
+        value: format!("{name:?}"),
+        allowed: format!(
+            "a name that is one directory under --out: 1 to {MAX_DIR_NAME} of A-Z a-z 0-9 _ . + -, not \".\" or \"..\""
+        ),
+    })
+}
+
+/// A number as a spec would write it, for errors: plainly, or in exponent form when that is
+/// shorter to read (`1e38`, not 39 digits).
+pub(crate) fn num(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && !(1e-4..1e16).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        x.to_string()
+    }
+}
+
 /// `path` as written in the file `file`: relative paths are relative to its directory.
 pub fn relative_to(file: &Path, path: &Path) -> PathBuf {
     match file.parent() {
@@ -271,16 +327,16 @@ impl CampaignSpec {
             }
             _ => {}
         }
-        let steps = self.inject_steps.steps();
+        // Bounded by `golden_steps` before anything lists the steps.
         if let Steps::Range { first, last } = self.inject_steps {
             if first > last {
                 return bad("inject_steps", format!("Range(first: {first}, last: {last})"), "first <= last");
             }
         }
-        match (steps.first(), steps.last()) {
-            (Some(&0), _) => return bad("inject_steps", "0".into(), "steps count from 1"),
-            (None, _) => return bad("inject_steps", "[]".into(), "at least one step"),
-            (_, Some(&last)) if last.saturating_add(self.follow_up) > self.golden_steps => {
+        match self.inject_steps.span() {
+            None => return bad("inject_steps", "[]".into(), "at least one step"),
+            Some((0, _)) => return bad("inject_steps", "0".into(), "steps count from 1"),
+            Some((_, last)) if last.saturating_add(self.follow_up) > self.golden_steps => {
                 return bad(
                     "inject_steps",
                     last.to_string(),
@@ -324,8 +380,8 @@ impl CampaignSpec {
                 "None for an Inference campaign (plans guard training steps)",
             );
         }
-        if let Some(fit) = self.fit_per_bit.filter(|f| !(f.is_finite() && *f >= 0.0)) {
-            return bad("fit_per_bit", fit.to_string(), "a finite number >= 0 (FIT per bit), or None");
+        if let Some(fit) = self.fit_per_bit.filter(|f| !(0.0..=MAX_FIT_PER_BIT).contains(f)) {
+            return bad("fit_per_bit", num(fit), "a number in [0, 1e9] (FIT per bit), or None");
         }
         Ok(())
     }
