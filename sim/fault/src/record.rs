@@ -6,9 +6,10 @@
 //!   writes the same bytes as one run;
 //! * `timing.jsonl`: wall time per trial (kept apart: it differs from run to run).
 //!
-//! Floats that can be non-finite (losses, loss deltas, error and residual bounds) are written
-//! as the strings `"NaN"`, `"Infinity"` and `"-Infinity"`, finite ones as plain numbers
-//! ([`faultline_num::json`]); the `null` older files hold there reads as NaN.
+//! Floats that can be non-finite (losses and loss deltas, a faulted instruction's errors, a
+//! protection plan's thresholds and bounds) are written as the strings `"NaN"`, `"Infinity"`
+//! and `"-Infinity"`, finite ones as plain numbers ([`faultline_num::json`]); the `null` older
+//! files hold there reads as NaN.
 
 use crate::outcome::Outcome;
 use crate::spec::{CampaignSpec, Sampling};
