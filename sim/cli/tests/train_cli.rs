@@ -104,7 +104,8 @@ fn default_run_reproduces_the_shipped_example_trace() {
 
 /// `--inject`: a fault on the training clock is placed, reported on stdout and in the trace of
 /// its step only; the run's other steps before it equal the golden run's; a flip in an update
-/// instruction's result that makes a weight huge ends in NaN losses (the trace keeps going).
+/// instruction's result that makes a weight huge ends in NaN losses (the trace keeps going),
+/// written `"NaN"` in the trace and the `--json` summary, not JSON's `null`.
 #[test]
 fn injected_faults_are_placed_reported_and_propagate() {
     let dir = tempfile::tempdir().unwrap();
@@ -142,7 +143,7 @@ fn injected_faults_are_placed_reported_and_propagate() {
     assert!(desc("golden.run.json")["invocations"][0].get("injected").is_none());
 
     // An fc1 weight made ~6e37 by a flip in the SGD update's result: the next forward pass
-    // overflows, and every loss after it is NaN (null in JSON).
+    // overflows, and every loss after it is NaN (`"NaN"` in JSON).
     let (stdout, nan) = run("nan.jsonl", Some("flip:vpu.lane[3].out[30]@step=5,cycle=4960"));
     assert!(stdout.contains("(sgd of fc1.weight.next, update phase, layer fc1"), "{stdout}");
     assert_eq!(
@@ -150,10 +151,14 @@ fn injected_faults_are_placed_reported_and_propagate() {
         golden[..5].iter().map(|r| &r["loss"]).collect::<Vec<_>>()
     );
     assert!(
-        nan[6..].iter().all(|r| r["loss"].is_null()),
+        nan[5]["loss"].as_f64().is_some() && nan[6..].iter().all(|r| r["loss"] == "NaN"),
         "{:?}",
-        nan[6..].iter().map(|r| &r["loss"]).collect::<Vec<_>>()
+        nan[5..].iter().map(|r| &r["loss"]).collect::<Vec<_>>()
     );
+    let s = train_json(&["--steps", "8", "--inject", "flip:vpu.lane[3].out[30]@step=5,cycle=4960"]);
+    let losses: Vec<&serde_json::Value> = s["losses"].as_array().unwrap().iter().collect();
+    assert_eq!(losses, nan.iter().map(|r| &r["loss"]).collect::<Vec<_>>(), "summary and trace agree");
+    assert_eq!(s["final_loss"], "NaN", "{s}");
 
     for (args, why) in [
         (vec!["--inject", "flip:seq.tile[16]@step=1,cycle=0"], "bit 16 out of range, register is 16 bits"),

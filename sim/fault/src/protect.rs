@@ -213,9 +213,12 @@ pub struct CheckInfo {
     pub tile: Option<usize>,
     /// How its residual is judged.
     pub rule: Rule,
-    /// The threshold a residual must exceed to fire (after calibration).
+    /// The threshold a residual must exceed to fire (after calibration; infinite when a
+    /// learned one is, JSON `"Infinity"`).
+    #[serde(with = "faultline_num::json")]
     pub threshold: f64,
-    /// The largest residual of the golden run.
+    /// The largest residual of the golden run (infinite if one was).
+    #[serde(with = "faultline_num::json")]
     pub golden_max: f64,
     /// Golden steps in which it fired (false positives).
     pub false_positives: u64,
@@ -243,9 +246,11 @@ pub struct ClampInfo {
     /// The bound's margin over the golden run's largest `|x|`.
     pub margin: f64,
     /// The bound (fp32): `margin x golden_max` rounded up, after calibration; `f32::MAX`
-    /// (identity on finite values) before.
+    /// (identity on finite values) before; infinite past `f32::MAX` (JSON `"Infinity"`).
+    #[serde(with = "faultline_num::json")]
     pub bound: f64,
-    /// The largest `|x|` of the node over the golden run.
+    /// The largest `|x|` of the node over the golden run (infinite if one was).
+    #[serde(with = "faultline_num::json")]
     pub golden_max: f64,
 }
 

@@ -7,6 +7,11 @@
 //!   vulnerability estimates, computed from the two files above alone, so a merge of shards
 //!   writes the same bytes as one run;
 //! * `timing.jsonl`: wall time per trial (kept apart: it differs from run to run).
+//!
+//! Floats that can be non-finite (losses and loss deltas, a faulted instruction's errors, a
+//! protection plan's thresholds and bounds) are written as the strings `"NaN"`, `"Infinity"`
+//! and `"-Infinity"`, finite ones as plain numbers ([`faultline_num::json`]); the `null` older
+//! files hold there reads as NaN.
 
 use crate::outcome::Outcome;
 use crate::spec::{CampaignSpec, Sampling};
@@ -64,6 +69,7 @@ pub struct Golden {
     /// Test accuracy after the last step.
     pub test_accuracy: f64,
     /// Loss of every step, 1-based step `s` at index `s - 1`.
+    #[serde(with = "faultline_num::json")]
     pub losses: Vec<f64>,
     /// Test accuracy at the end of each injection step's follow-up window: `(step, accuracy)`.
     pub window_accuracy: Vec<(u64, f64)>,
@@ -192,7 +198,9 @@ pub struct TrialRecord {
     /// skipped).
     pub injection: Option<InjectionReport>,
     /// Loss minus golden loss, from the injection step through the follow-up window (empty
-    /// when the state after the injection step equals golden; stops at a non-finite loss).
+    /// when the state after the injection step equals golden; stops at a non-finite loss,
+    /// whose delta is `"NaN"`, `"Infinity"` or `"-Infinity"`).
+    #[serde(with = "faultline_num::json")]
     pub loss_delta: Vec<f64>,
     /// Test accuracy minus golden at the end of the window (absent unless the window ran to
     /// its end).
@@ -208,8 +216,8 @@ pub struct TrialRecord {
     pub detected_by: Option<String>,
 }
 
-/// The fields of a record the summary needs (reading records back tolerates the `null`s that
-/// JSON writes for non-finite errors elsewhere in a line).
+/// The fields of a record the summary needs (the rest of a line, floats included, is not
+/// decoded).
 #[derive(Debug, Clone, Deserialize)]
 pub struct RecordKey {
     /// Trial id.

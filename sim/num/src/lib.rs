@@ -22,6 +22,7 @@
 
 mod fault;
 mod format;
+pub mod json;
 mod mac;
 
 pub use fault::{BitFault, FaultKindParseError};

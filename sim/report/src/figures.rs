@@ -900,13 +900,11 @@ impl Faulty {
         for (i, d) in c.loss_delta.iter().enumerate() {
             let step = c.step as usize + i;
             let Some(&g) = golden.get(step.wrapping_sub(1)) else { break };
-            match d {
-                Some(d) if (g + d).is_finite() => points.push((step as f64, g + d)),
-                _ => {
-                    broken = Some(step as f64);
-                    break;
-                }
+            if !(g + d).is_finite() {
+                broken = Some(step as f64);
+                break;
             }
+            points.push((step as f64, g + d));
         }
         Faulty { outcome: c.outcome, points, broken }
     }
@@ -1217,13 +1215,8 @@ mod tests {
         let golden = report.golden_losses.clone();
         report.curves = vec![
             // A blow-up: 1e30 then non-finite.
-            Curve {
-                trial: 1,
-                step: 4,
-                outcome: Outcome::ShortTermInfNan,
-                loss_delta: vec![Some(0.0), Some(1e30), None],
-            },
-            Curve { trial: 2, step: 4, outcome: Outcome::Benign, loss_delta: vec![Some(0.01); 8] },
+            Curve { trial: 1, step: 4, outcome: Outcome::ShortTermInfNan, loss_delta: vec![0.0, 1e30, f64::NAN] },
+            Curve { trial: 2, step: 4, outcome: Outcome::Benign, loss_delta: vec![0.01; 8] },
         ];
         let dir = tempfile::tempdir().unwrap();
         let figures = write_figures(&report, dir.path()).unwrap();

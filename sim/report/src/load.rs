@@ -9,6 +9,7 @@ use faultline_fault::Outcome;
 use faultline_graph::Phase;
 use faultline_hw::budget::HostMemory;
 use faultline_hw::files::JsonLines;
+use faultline_num::json::Spelled;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -67,8 +68,9 @@ pub struct Curve {
     pub step: u64,
     /// Its outcome.
     pub outcome: Outcome,
-    /// Loss minus golden loss per step (`None`: not finite).
-    pub loss_delta: Vec<Option<f64>>,
+    /// Loss minus golden loss per step, NaN or infinite as recorded (a `null` of an older
+    /// record reads as NaN).
+    pub loss_delta: Vec<f64>,
 }
 
 /// A loaded trace directory.
@@ -228,8 +230,9 @@ pub fn load(dir: &Path, mem: &HostMemory, mut progress: impl FnMut(u64, u64)) ->
         };
         let o = l.outcome.index();
         if l.outcome.unmasked() && curves_of[o] < CURVES_PER_OUTCOME && l.loss_delta.get() != "[]" {
-            let loss_delta: Vec<Option<f64>> = serde_json::from_str(l.loss_delta.get())
-                .map_err(|e| bad(format!("loss_delta is not a list of numbers: {e}")))?;
+            let loss_delta = serde_json::from_str::<Spelled<Vec<f64>>>(l.loss_delta.get())
+                .map_err(|e| bad(format!("loss_delta is not a list of numbers: {e}")))?
+                .0;
             curves_of[o] += 1;
             curves.push(Curve { trial: l.trial, step: l.step, outcome: l.outcome, loss_delta });
         }

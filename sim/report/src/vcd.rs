@@ -214,8 +214,8 @@ pub struct Replay {
     pub notes: Vec<String>,
 }
 
-/// The fields of a record the replay needs (read leniently: the `null`s JSON writes for
-/// non-finite errors elsewhere in a line do not matter here).
+/// The fields of a record the replay needs (the rest of a line, floats included, is not
+/// decoded).
 #[derive(Debug, Clone, Deserialize)]
 struct RecordLine {
     trial: u64,

@@ -136,9 +136,12 @@ pub struct InjectionReport {
     pub elements: usize,
     /// Output words whose bits differ from the fault-free run (0: masked inside the hardware).
     pub corrupted: usize,
-    /// Largest absolute error among them.
+    /// Largest absolute error among them (infinite where either value is not finite; JSON
+    /// spells it `"Infinity"`, [`faultline_num::json`]).
+    #[serde(with = "faultline_num::json")]
     pub max_abs_error: f64,
-    /// Largest relative error among them.
+    /// Largest relative error among them (infinite against a golden 0).
+    #[serde(with = "faultline_num::json")]
     pub max_rel_error: f64,
     /// The buffer (tensor) the instruction writes: the first one the fault can corrupt.
     pub buffer: String,

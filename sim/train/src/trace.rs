@@ -236,4 +236,62 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&q).unwrap().lines().count(), 1);
         assert_eq!(run_description_path(&p), dir.path().join("sub/t.run.json"));
     }
+
+    /// A fault's step: NaN and infinite values are written as their names, distinguishably,
+    /// read back (infinities bit for bit), and a trace holding them resumes.
+    #[test]
+    fn non_finite_values_are_written_by_name_and_read_back() {
+        use crate::inject::InjectionReport;
+        use faultline_graph::Phase;
+        let mut r = rec(2);
+        r.loss = f64::NAN;
+        r.checks = vec![f32::INFINITY, f32::NEG_INFINITY, 0.25, f32::NAN];
+        r.injection = Some(InjectionReport {
+            fault: "flip:vpu.lane[3].out[30]@step=2,cycle=9".into(),
+            instr: 4,
+            op: "sgd".into(),
+            node: "fc1.weight.next".into(),
+            phase: Phase::Update,
+            layer: "fc1".into(),
+            unit_busy: true,
+            tile: Some(0),
+            tile_cycle: Some(9),
+            elements: 64,
+            corrupted: 2,
+            max_abs_error: f64::INFINITY,
+            max_rel_error: 3.5e38,
+            buffer: "fc1.weight.next".into(),
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl");
+        let mut w = TraceWriter::create(&p).unwrap();
+        let mut inf = rec(3);
+        inf.loss = f64::INFINITY;
+        for r in [&rec(1), &r, &inf] {
+            w.write(r).unwrap();
+        }
+        drop(w);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains(r#""loss":1.0,"#), "finite values stay numbers: {}", lines[0]);
+        assert!(lines[1].contains(r#""loss":"NaN","#), "{}", lines[1]);
+        assert!(lines[1].contains(r#""checks":["Infinity","-Infinity",0.25,"NaN"]"#), "{}", lines[1]);
+        assert!(lines[1].contains(r#""max_abs_error":"Infinity","max_rel_error":3.5e+38,"#), "{}", lines[1]);
+        assert!(lines[2].contains(r#""loss":"Infinity","#), "{}", lines[2]);
+        let back: Vec<StepRecord> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert!(back[1].loss.is_nan() && back[2].loss.to_bits() == f64::INFINITY.to_bits());
+        let bits = |c: &[f32]| c.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let (want, got) = (bits(&r.checks[..3]), bits(&back[1].checks[..3]));
+        assert!(want == got && back[1].checks[3].is_nan());
+        assert_eq!(back[1].injection, r.injection);
+        assert_eq!((&back[0], &back[2]), (&rec(1), &inf));
+        // Resuming checks the kept lines are records, NaN loss and all.
+        TraceWriter::resume(&p, 3).unwrap();
+        // A trace written before the names (`null` for every non-finite value) still reads.
+        let old =
+            lines[1].replace(r#""NaN""#, "null").replace(r#""Infinity""#, "null").replace(r#""-Infinity""#, "null");
+        let r: StepRecord = serde_json::from_str(&old).unwrap();
+        assert!(r.loss.is_nan() && r.checks.iter().filter(|c| c.is_nan()).count() == 3);
+        assert!(r.injection.unwrap().max_abs_error.is_nan());
+    }
 }

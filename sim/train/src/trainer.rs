@@ -132,12 +132,14 @@ impl Default for TrainOptions {
     }
 }
 
-/// One line of the per-step JSONL trace.
+/// One line of the per-step JSONL trace. A non-finite loss or check residual is written as
+/// the string `"NaN"`, `"Infinity"` or `"-Infinity"` ([`faultline_num::json`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     /// Step number, 1-based.
     pub step: u64,
     /// Training loss of the step's batch (before the update).
+    #[serde(with = "faultline_num::json")]
     pub loss: f64,
     /// Accuracy on the step's batch (before the update).
     pub train_accuracy: f64,
@@ -158,7 +160,7 @@ pub struct StepRecord {
     pub injection: Option<InjectionReport>,
     /// Each check's residual ([`faultline_graph::checks`]), in the graph's check order (absent
     /// without checks).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "faultline_num::json")]
     pub checks: Vec<f32>,
 }
 
@@ -459,7 +461,7 @@ impl Trainer {
     }
 }
 
-/// What a finished run reports.
+/// What a finished run reports (`train --json`; non-finite losses as in [`StepRecord`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Model name.
@@ -481,6 +483,7 @@ pub struct Summary {
     /// Steps completed in all, counting those of the checkpoint it resumed from.
     pub last_step: u64,
     /// Loss of the last step.
+    #[serde(with = "faultline_num::json")]
     pub final_loss: f64,
     /// Test accuracy after the last step.
     pub test_accuracy: f64,
@@ -497,6 +500,7 @@ pub struct Summary {
     /// Cycles per step the VPU is busy ([`Trainer::schedule`]).
     pub vpu_cycles_per_step: u64,
     /// Loss of every step of this invocation, in order.
+    #[serde(with = "faultline_num::json")]
     pub losses: Vec<f64>,
     /// What each injected fault did ([`Trainer::set_faults`]), in step order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
