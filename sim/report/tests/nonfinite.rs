@@ -1,6 +1,7 @@
 //! A record's non-finite loss deltas, written by name (`"NaN"`, `"Infinity"`, `"-Infinity"`)
 //! or as the `null` of older records, load into the report's loss curves as those values.
 
+use faultline_hw::budget::HostMemory;
 use faultline_report::load::load;
 use std::fs;
 use std::path::Path;
@@ -19,7 +20,7 @@ fn curve_with(last: &str) -> Vec<f64> {
     let (head, tail) = records.split_once(DELTAS).unwrap();
     let rest = &tail[tail.find(']').unwrap()..];
     fs::write(dir.path().join("records.jsonl"), format!("{head}{DELTAS}{last}{rest}")).unwrap();
-    let trace = load(dir.path(), |_, _| {}).unwrap();
+    let trace = load(dir.path(), &HostMemory::default(), |_, _| {}).unwrap();
     let c = trace.curves.iter().find(|c| c.trial == 128).expect("trial 128 has a loss curve");
     assert_eq!(&c.loss_delta[..3], &[0.0, 0.0, 8.342725512752035e+33]);
     c.loss_delta.clone()
