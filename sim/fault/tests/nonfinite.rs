@@ -1,7 +1,6 @@
 //! Non-finite values in a campaign's files are written by name (`"NaN"`, `"Infinity"`,
 //! `"-Infinity"`), not as the `null` JSON would give all three, and read back.
 
-use faultline_fault::campaign::record_keys;
 use faultline_fault::model::Anchor;
 use faultline_fault::protect::{Applied, CheckInfo, ClampInfo, Mechanism, ProtectionPlan, Recovery, Rule};
 use faultline_fault::record::{CampaignInfo, TrialRecord};
@@ -54,7 +53,7 @@ fn a_diverging_trial_records_its_nan_loss_by_name() {
     assert!(last.is_nan() && finite.len() == 2 && finite.iter().all(|d| d.is_finite()), "{line}");
     let written: Vec<String> = finite.iter().map(|d| serde_json::to_string(d).unwrap()).collect();
     assert!(line.contains(&format!("\"loss_delta\":[{},\"NaN\"]", written.join(","))), "{line}");
-    assert_eq!(record_keys(&out).unwrap()[0].outcome, Outcome::ShortTermInfNan);
+    assert_eq!(faultline_fault::store::outcomes(&out).unwrap()[0], Outcome::ShortTermInfNan);
 }
 
 /// `campaign.json`: golden losses and protection values that are not finite are written by
