@@ -69,7 +69,10 @@ LAYOUT_HEADER = (
 )
 LAYOUT_ROW = ", 1, 1, 1, 1, 1, 1, 0, 1, 2, 0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3,"
 
-ARRAYS = [(8, 8), (16, 4), (32, 32)]
+# (rows, cols, (ifmap, filter, ofmap) SRAM KiB): SCALE-Sim's default scratchpads, and 64 KiB on
+# the 128x128 array (a machine whose banks Faultline derives from the array).
+ARRAYS = [(8, 8, (256, 256, 128)), (16, 4, (256, 256, 128)), (32, 32, (256, 256, 128)), (64, 64, (256, 256, 128)),
+          (128, 128, (64, 64, 64))]
 DATAFLOWS = ["ws", "os", "is"]
 TEST_TOPOLOGIES = ["topologies/test-gemms.csv", "topologies/test-convs.csv"]
 FULL = [("ResNet-18", "topologies/resnet18.csv"), ("BERT-base encoder layer", "topologies/bert-base-encoder.csv")]
@@ -141,9 +144,9 @@ def check(faultline, root):
     with tempfile.TemporaryDirectory() as work:
         for topo in TEST_TOPOLOGIES:
             topology = os.path.join(root, topo)
-            for rows, cols in ARRAYS:
+            for rows, cols, kb in ARRAYS:
                 for df in DATAFLOWS:
-                    ss_dir, _, cfg = run_scalesim(work, rows, cols, df, topology)
+                    ss_dir, _, cfg = run_scalesim(work, rows, cols, df, topology, kb)
                     fl_dir, _, _ = run_faultline(faultline, cfg, topology, os.path.join(work, f"fl_{rows}x{cols}_{df}"))
                     pairs = [("COMPUTE_REPORT.csv", ["Total Cycles"], ["Overall Util %", "Mapping Efficiency %", "Compute Util %"]),
                              ("DETAILED_ACCESS_REPORT.csv", ["SRAM IFMAP Reads", "SRAM Filter Reads", "SRAM OFMAP Writes"], [])]
@@ -168,7 +171,7 @@ def check(faultline, root):
         print("\n".join(failures[:40]))
         sys.exit(f"scalesim-check: {len(failures)} of {compared} values differ from SCALE-Sim's")
     print(f"scalesim-check: {runs} SCALE-Sim runs ({', '.join(TEST_TOPOLOGIES)} on "
-          f"{', '.join(f'{r}x{c}' for r, c in ARRAYS)}, ws/os/is): all {compared} compared values equal "
+          f"{', '.join(f'{r}x{c}' for r, c, _ in ARRAYS)}, ws/os/is): all {compared} compared values equal "
           f"(total cycles and SRAM counts exactly, utilisation to 1e-9)")
 
 

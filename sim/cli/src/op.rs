@@ -10,7 +10,7 @@ use faultline_num::NumFormat;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Which op to run.
@@ -111,13 +111,15 @@ pub struct OpArgs {
     json: bool,
 }
 
-/// The per-tile timeline as CSV (SCALE-Sim style: open it anywhere). All columns in cycles.
-fn tiles_csv(t: &faultline_hw::timing::OpTiming) -> String {
-    let mut s = String::from("tile,origin,loaded,compute_start,ready,stored\n");
+/// Writes the per-tile timeline as CSV to `path` (SCALE-Sim style: open it anywhere). All
+/// columns in cycles.
+fn write_tiles_csv(t: &faultline_hw::timing::OpTiming, path: &Path) -> Result<()> {
+    let mut w = csv::Writer::from_path(path)?;
+    w.write_record(["tile", "origin", "loaded", "compute_start", "ready", "stored"])?;
     for (i, x) in t.tiles.iter().enumerate() {
-        s.push_str(&format!("{i},{},{},{},{},{}\n", x.origin, x.loaded, x.compute_start, x.ready, x.stored));
+        w.write_record([i as u64, x.origin, x.loaded, x.compute_start, x.ready, x.stored].map(|c| c.to_string()))?;
     }
-    s
+    Ok(w.flush()?)
 }
 
 fn need(v: Option<usize>, flag: &str, op: &str) -> Result<usize> {
@@ -265,7 +267,7 @@ pub fn run(a: OpArgs, mem: &HostMemory) -> Result<()> {
         corrupted_positions: corrupted.as_ref().map(|c| c.iter().take(64).cloned().collect()),
     };
     if let Some(p) = &a.csv {
-        std::fs::write(p, tiles_csv(t)).with_context(|| format!("writing {}", p.display()))?;
+        write_tiles_csv(t, p).with_context(|| format!("writing {}", p.display()))?;
     }
     if a.json {
         println!("{}", serde_json::to_string(&r)?);

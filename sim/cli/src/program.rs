@@ -29,6 +29,11 @@ pub struct ProgramArgs {
     /// Optimizer: sgd, momentum or adam.
     #[arg(long, default_value = "sgd")]
     pub optimizer: String,
+    /// MXU input format: bf16 (TPU-like, fp32 accumulate) or fp32, as `train --precision`
+    /// takes it (the injection space's register widths and weight-buffer words follow it)
+    /// [default: the config's input_format].
+    #[arg(long)]
+    pub precision: Option<String>,
     /// Lower the step with this protection plan's checks (configs/protect-*.ron): ABFT
     /// checksums, range checks, duplicates and Ranger's clamps appear as the instructions they
     /// are (a clamp's bound is learned by a campaign's golden run; here it is still wide open).
@@ -59,6 +64,8 @@ struct Report {
     hw: String,
     batch: usize,
     optimizer: String,
+    /// MXU input format of the run (`bf16` or `fp32`).
+    precision: MxuFormat,
     cycles_per_step: u64,
     mxu_busy_cycles: u64,
     vpu_busy_cycles: u64,
@@ -77,19 +84,21 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
     let spec = ModelSpec::load(&a.model)?;
     let hw = HwConfig::load(&a.config)?;
     let optimizer: OptimizerKind = a.optimizer.parse()?;
+    let given: Option<MxuFormat> = a.precision.as_deref().map(str::parse).transpose()?;
+    let precision = given.unwrap_or_else(|| crate::args::config_precision(&hw));
     let batch = a.batch as usize;
     let mut tg = TrainGraph::build(&spec, batch, optimizer.spec(None))?;
     if let Some(plan) = &a.protect {
         faultline_fault::protect::ProtectionPlan::load(plan)?.apply(
             &mut tg,
-            &Executor::machine(&hw, MxuFormat::Bf16),
+            &Executor::machine(&hw, precision),
             plan,
         )?;
     }
     mem.check(&format!("lowering `{}` with batch {batch}", spec.name), faultline_train::exec::host_bytes(&tg))?;
-    // The program alone: nothing runs, so no data is loaded (timing does not depend on the
-    // MXU input format).
-    let exec = Executor::new(tg, &hw, ExecMode::Functional, MxuFormat::Bf16)?;
+    // The program alone: nothing runs, so no data is loaded. On the machine of a run at this
+    // precision, whose register widths and weight-buffer words the injection space counts.
+    let exec = Executor::new(tg, &hw, ExecMode::Functional, precision)?;
     let sched = exec.schedule();
     let (p, s, g) = (exec.program(), &sched, &exec.tg.graph);
     let rows: Vec<Row> = p
@@ -128,6 +137,7 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
         hw: hw.name.clone(),
         batch,
         optimizer: a.optimizer.clone(),
+        precision,
         cycles_per_step: s.total_cycles,
         mxu_busy_cycles: s.mxu_cycles,
         vpu_busy_cycles: s.vpu_cycles,
@@ -142,9 +152,10 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{} (batch {batch}, {}) on {}: {} instructions, {} cycles per step",
+        "{} (batch {batch}, {}, {} MXU inputs) on {}: {} instructions, {} cycles per step",
         report.model,
         report.optimizer,
+        report.precision,
         report.hw,
         report.instructions.len(),
         report.cycles_per_step

@@ -5,12 +5,12 @@
 use crate::gemm::random;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use faultline_hw::budget::HostMemory;
+use faultline_hw::budget::{sum, HostMemory};
+use faultline_hw::error::one_line;
 use faultline_hw::fault::FaultSchedule;
 use faultline_hw::mxu::{gemm, gemm_host_bytes, Schedule};
 use faultline_hw::op::{self, OpKind};
 use faultline_hw::scalesim::{self, Layer, ScaleSimConfig, ScaleSimCounts};
-use faultline_hw::timing::OpTiming;
 use faultline_hw::{ExecMode, HwConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
@@ -77,9 +77,17 @@ struct Row {
     feed_cycles: u64,
     /// The op through DMA and SRAM on the machine, and whether it fits the .cfg's SRAMs (else
     /// it was timed with SRAMs grown to fit).
-    dma: OpTiming,
+    dma: DmaCycles,
     fits: bool,
     access: Access,
+}
+
+/// What is kept of a layer's op timing (its tiles and transfers are not: a row per layer is
+/// held for the whole topology).
+struct DmaCycles {
+    total: u64,
+    stall: u64,
+    overlap: u64,
 }
 
 /// Faultline's SRAM accesses for one GEMM, from its fold schedule.
@@ -108,25 +116,6 @@ fn access(s: &Schedule) -> Access {
     a
 }
 
-/// The Faultline machine: `base` with the .cfg's array, dataflow, SRAM sizes and USER bandwidth.
-fn machine(base: &HwConfig, c: &ScaleSimConfig) -> HwConfig {
-    let mut hw = base.clone();
-    hw.name = format!("{} ({}x{} {}, from {})", c.run_name, c.rows, c.cols, c.dataflow.short(), base.name);
-    hw.mxu.rows = c.rows;
-    hw.mxu.cols = c.cols;
-    hw.mxu.dataflow = c.dataflow;
-    let size = |kb: u64, word_bytes: u64| (kb * 1024).div_ceil(word_bytes) * word_bytes;
-    let m = &mut hw.memory;
-    m.unified_buffer.bytes = size(c.ifmap_kb, m.unified_buffer.word_bytes());
-    m.weight_buffer.bytes = size(c.filter_kb, m.weight_buffer.word_bytes());
-    m.accumulator.bytes = size(c.ofmap_kb, m.accumulator.word_bytes());
-    if let Some(bw) = &c.user_bandwidth {
-        // SCALE-Sim's USER bandwidth is words per cycle (its first entry).
-        hw.dram.bandwidth_bytes_per_cycle = bw[0] * hw.mxu.input_format.bits() as f64 / 8.0;
-    }
-    hw
-}
-
 /// `hw` with every SRAM at its largest (1 GiB), for timing a layer whose operands the .cfg's
 /// SRAMs cannot hold whole (Faultline keeps a GEMM's operands resident).
 fn grown(hw: &HwConfig) -> HwConfig {
@@ -141,11 +130,25 @@ fn grown(hw: &HwConfig) -> HwConfig {
 pub fn run(args: ScaleSimArgs, mem: &HostMemory) -> Result<()> {
     let _lock = args.out.as_deref().map(|d| crate::args::lock_output("--out", d)).transpose()?;
     let cfg = ScaleSimConfig::load(&args.config)?;
-    let layers = scalesim::load_topology(&args.topology)?;
+    let text = scalesim::read_topology(&args.topology)?;
+    // What the run holds for the whole topology, checked before it is built (a few bytes of
+    // depth-wise row are 65,536 layers): the text, the layers (a growing Vec's spare capacity
+    // counted), their names and a row of results each.
+    let size = scalesim::topology_size(&text, &args.topology)?;
+    let per_layer = (2 * size_of::<Layer>() + size_of::<Row>()) as u64;
+    let held = size
+        .layers
+        .checked_mul(per_layer)
+        .and_then(|b| sum(&[Some(b), Some(size.name_bytes), Some(text.len() as u64)]));
+    mem.check(&format!("the topology {} ({} layers)", args.topology.display(), size.layers), held)?;
+    let layers = scalesim::parse_topology(&text, &args.topology)?;
     let base = HwConfig::load(&args.base)
         .context("--base (the Faultline machine the array is put in; run from the repository root or name one)")?;
-    let hw = machine(&base, &cfg);
+    let (hw, notes) = cfg.machine(&base);
+    // `machine` is valid by construction; checked all the same, so a mistake is an error here
+    // rather than a wrong number later.
     hw.validate(&args.config).with_context(|| format!("the machine {} builds from it", args.config.display()))?;
+    let big = grown(&hw);
     let mode = match args.mode {
         ModeArg::Cycle => ExecMode::CycleLevel,
         ModeArg::Functional => ExecMode::Functional,
@@ -159,27 +162,37 @@ pub fn run(args: ScaleSimArgs, mem: &HostMemory) -> Result<()> {
     let start = Instant::now();
     let mut rows = Vec::with_capacity(layers.len());
     for layer in layers {
-        bar.set_message(layer.name.clone());
+        bar.set_message(one_line(&layer.name));
         let g @ [m, k, n] = layer.gemm();
-        let what = format!("layer `{}` ({m}x{k}x{n})", layer.name);
-        mem.check(&what, gemm_host_bytes(&hw, m, k, n, mode, false))?;
-        let a = random(&mut rng, hw.mxu.input_format, m, k);
-        let w = random(&mut rng, hw.mxu.input_format, k, n);
-        let out = gemm(&hw, &a, &w, mode, &FaultSchedule::none()).with_context(|| what.clone())?;
+        let what = format!("layer `{}` ({m}x{k}x{n})", one_line(&layer.name));
         let kind = OpKind::Matmul { m, k, n };
-        let (dma, fits) = match op::timing(&hw, &kind) {
-            Ok(t) => (t, true),
-            Err(_) => (op::timing(&grown(&hw), &kind).with_context(|| what.clone())?, false),
+        // Timed on the .cfg's SRAMs when the operands fit them, else on SRAMs grown to hold
+        // them (Faultline keeps a GEMM's operands resident).
+        let (timed_on, fits) = match op::timing_host_bytes(&hw, &kind) {
+            Ok(_) => (&hw, true),
+            Err(_) => (&big, false),
         };
-        let sched = Schedule::new(&hw.mxu, m, k, n)?;
+        let timing_bytes = op::timing_host_bytes(timed_on, &kind).with_context(|| what.clone())?;
+        // The GEMM, then its timing, then its schedule: one at a time beside the rows.
+        mem.check(&what, sum(&[held, gemm_host_bytes(&hw, m, k, n, mode, false), timing_bytes]))?;
+        let (array_cycles, feed_cycles) = {
+            let a = random(&mut rng, hw.mxu.input_format, m, k);
+            let w = random(&mut rng, hw.mxu.input_format, k, n);
+            let out = gemm(&hw, &a, &w, mode, &FaultSchedule::none()).with_context(|| what.clone())?;
+            (out.stats.total_cycles, out.stats.compute_cycles)
+        };
+        let t = op::timing(timed_on, &kind).with_context(|| what.clone())?;
+        let dma = DmaCycles { total: t.total_cycles, stall: t.stall_cycles, overlap: t.overlap_cycles };
+        drop(t);
+        let access = access(&Schedule::new(&hw.mxu, m, k, n)?);
         rows.push(Row {
             ss: scalesim::counts(cfg.rows, cfg.cols, cfg.dataflow, g),
             gemm: g,
-            array_cycles: out.stats.total_cycles,
-            feed_cycles: out.stats.compute_cycles,
+            array_cycles,
+            feed_cycles,
             dma,
             fits,
-            access: access(&sched),
+            access,
             layer,
         });
         bar.inc(1);
@@ -187,6 +200,9 @@ pub fn run(args: ScaleSimArgs, mem: &HostMemory) -> Result<()> {
     bar.finish_and_clear();
     let wall = start.elapsed().as_secs_f64();
     print_table(&args, &cfg, &hw, &rows, wall);
+    for n in &notes {
+        println!("note: {n}");
+    }
     if let Some(dir) = &args.out {
         write_reports(dir, &cfg, args.convention, &rows)?;
         println!("reports: {}", dir.display());
@@ -223,19 +239,19 @@ fn print_table(args: &ScaleSimArgs, cfg: &ScaleSimConfig, hw: &HwConfig, rows: &
         let s = r.ss.total_cycles + 1;
         println!(
             "{:<20} {:>16} {:>6} {:>12} {:>12} {:>8} {:>12}{} {:>8}",
-            r.layer.name,
+            one_line(&r.layer.name),
             format!("{m}x{k}x{n}"),
             r.ss.folds,
             s,
             r.array_cycles,
             pct(r.array_cycles, s),
-            r.dma.total_cycles,
+            r.dma.total,
             if r.fits { " " } else { "*" },
-            pct(r.dma.total_cycles, s),
+            pct(r.dma.total, s),
         );
         ss += s;
         arr += r.array_cycles;
-        dma += r.dma.total_cycles;
+        dma += r.dma.total;
     }
     println!(
         "{:<20} {:>16} {:>6} {:>12} {:>12} {:>8} {:>12}  {:>8}",
@@ -257,11 +273,32 @@ fn print_table(args: &ScaleSimArgs, cfg: &ScaleSimConfig, hw: &HwConfig, rows: &
     }
 }
 
-/// A CSV in SCALE-Sim's style: `, `-separated, each row ending in a comma.
-fn csv_row(cells: &[String]) -> String {
-    let mut s = cells.join(", ");
-    s.push_str(",\n");
-    s
+/// A report in SCALE-Sim's style, `, `-separated with each row ending in a comma, written by
+/// the csv crate so a field that needs quotes (a layer named `a,b`) gets them: each field after
+/// the first starts with its space, and an empty field ends the row.
+struct Report {
+    path: PathBuf,
+    w: csv::Writer<std::fs::File>,
+}
+
+impl Report {
+    fn create(path: PathBuf) -> Result<Report> {
+        let w = csv::Writer::from_path(&path).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(Report { path, w })
+    }
+
+    fn row(&mut self, cells: &[String]) -> Result<()> {
+        let fields = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| if i == 0 { c.clone() } else { format!(" {c}") })
+            .chain([String::new()]);
+        self.w.write_record(fields).with_context(|| format!("cannot write {}", self.path.display()))
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.w.flush().with_context(|| format!("cannot write {}", self.path.display()))
+    }
 }
 
 fn write_reports(dir: &Path, cfg: &ScaleSimConfig, conv: Convention, rows: &[Row]) -> Result<()> {
@@ -278,29 +315,33 @@ fn write_reports(dir: &Path, cfg: &ScaleSimConfig, conv: Convention, rows: &[Row
         "Faultline DMA Overlap Cycles",
         "Faultline SRAMs Fit",
     ];
-    let (mut compute, mut bandwidth, mut detail) = (String::new(), String::new(), String::new());
+    let (mut compute, mut bandwidth, mut detail) = (
+        Report::create(dir.join("COMPUTE_REPORT.csv"))?,
+        Report::create(dir.join("BANDWIDTH_REPORT.csv"))?,
+        Report::create(dir.join("DETAILED_ACCESS_REPORT.csv"))?,
+    );
     let header = |scalesim: &[&str]| {
         let mut h: Vec<String> = vec!["LayerID".into()];
         h.extend(scalesim.iter().map(|s| s.to_string()));
         h.extend(faultline_cols.iter().map(|s| s.to_string()));
         h
     };
-    compute.push_str(&csv_row(&header(&[
+    compute.row(&header(&[
         "Total Cycles (incl. prefetch)",
         "Total Cycles",
         "Stall Cycles",
         "Overall Util %",
         "Mapping Efficiency %",
         "Compute Util %",
-    ])));
-    bandwidth.push_str(&csv_row(&header(&[
+    ]))?;
+    bandwidth.row(&header(&[
         "Avg IFMAP SRAM BW",
         "Avg FILTER SRAM BW",
         "Avg OFMAP SRAM BW",
         "Avg IFMAP DRAM BW",
         "Avg FILTER DRAM BW",
         "Avg OFMAP DRAM BW",
-    ])));
+    ]))?;
     let mut dh = header(&[
         "SRAM IFMAP Start Cycle",
         "SRAM IFMAP Stop Cycle",
@@ -322,7 +363,7 @@ fn write_reports(dir: &Path, cfg: &ScaleSimConfig, conv: Convention, rows: &[Row
         "DRAM OFMAP Writes",
     ]);
     dh.extend(["Faultline Accumulator Reads".to_string()]);
-    detail.push_str(&csv_row(&dh));
+    detail.row(&dh)?;
     for (id, r) in rows.iter().enumerate() {
         let [m, k, n] = r.gemm;
         let macs = (m * k * n) as f64;
@@ -332,9 +373,9 @@ fn write_reports(dir: &Path, cfg: &ScaleSimConfig, conv: Convention, rows: &[Row
             k.to_string(),
             n.to_string(),
             r.array_cycles.to_string(),
-            r.dma.total_cycles.to_string(),
-            r.dma.stall_cycles.to_string(),
-            r.dma.overlap_cycles.to_string(),
+            r.dma.total.to_string(),
+            r.dma.stall.to_string(),
+            r.dma.overlap.to_string(),
             if r.fits { "yes" } else { "no" }.to_string(),
         ];
         let blank = String::new;
@@ -353,8 +394,8 @@ fn write_reports(dir: &Path, cfg: &ScaleSimConfig, conv: Convention, rows: &[Row
             ),
             Convention::Faultline => (
                 r.array_cycles,
-                r.dma.stall_cycles,
-                r.dma.total_cycles.to_string(),
+                r.dma.stall,
+                r.dma.total.to_string(),
                 100.0 * macs / (r.array_cycles as f64 * pe),
                 r.ss.mapping_efficiency,
                 100.0 * macs / (r.feed_cycles.max(1) as f64 * pe),
@@ -364,12 +405,12 @@ fn write_reports(dir: &Path, cfg: &ScaleSimConfig, conv: Convention, rows: &[Row
         let mut c = vec![id.to_string(), prefetch, total.to_string(), stall.to_string()];
         c.extend([util, map, cu].iter().map(|x| format!("{x}")));
         c.extend(ours.iter().cloned());
-        compute.push_str(&csv_row(&c));
+        compute.row(&c)?;
         let mut b = vec![id.to_string()];
         b.extend(reads.iter().map(|&x| format!("{}", x as f64 / total.max(1) as f64)));
         b.extend([blank(), blank(), blank()]);
         b.extend(ours.iter().cloned());
-        bandwidth.push_str(&csv_row(&b));
+        bandwidth.row(&b)?;
         let mut d = vec![id.to_string()];
         for x in reads {
             d.extend([blank(), blank(), x.to_string()]);
@@ -377,13 +418,9 @@ fn write_reports(dir: &Path, cfg: &ScaleSimConfig, conv: Convention, rows: &[Row
         d.extend((0..9).map(|_| blank()));
         d.extend(ours.iter().cloned());
         d.push(r.access.acc_reads.to_string());
-        detail.push_str(&csv_row(&d));
+        detail.row(&d)?;
     }
-    for (name, text) in
-        [("COMPUTE_REPORT.csv", compute), ("BANDWIDTH_REPORT.csv", bandwidth), ("DETAILED_ACCESS_REPORT.csv", detail)]
-    {
-        let p = dir.join(name);
-        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
-    }
-    Ok(())
+    compute.finish()?;
+    bandwidth.finish()?;
+    detail.finish()
 }

@@ -4,6 +4,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use faultline_hw::sites::glob_match;
 use faultline_hw::{HwConfig, SiteClass, SiteKind};
+use faultline_train::{Executor, MxuFormat};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -13,6 +14,11 @@ pub struct SitesArgs {
     /// Hardware config (RON), e.g. configs/tpu-32x32.ron.
     #[arg(long)]
     config: PathBuf,
+    /// MXU input format of the run the sites are for: bf16 or fp32, as `train --precision` and
+    /// a campaign's `precision` set it (fp32 registers and weight-buffer words are 32 bits wide)
+    /// [default: the config as written, as `gemm` and `op` run it].
+    #[arg(long)]
+    precision: Option<String>,
     /// Only classes whose pattern matches this glob (`*` = any text), e.g. 'mxu.pe[*][*].psum'
     /// or 'ub.*'.
     #[arg(long)]
@@ -41,6 +47,8 @@ struct Totals {
 #[derive(Serialize)]
 struct Report {
     config: String,
+    /// MXU input format of the machine listed.
+    precision: &'static str,
     filter: Option<String>,
     classes: Vec<ClassRow>,
     totals: Totals,
@@ -56,6 +64,12 @@ fn kind_name(k: SiteKind) -> &'static str {
 /// Runs the command.
 pub fn run(a: SitesArgs) -> Result<()> {
     let cfg = HwConfig::load(&a.config).with_context(|| "loading the hardware config")?;
+    let given: Option<MxuFormat> = a.precision.as_deref().map(str::parse).transpose()?;
+    // The machine a run at that precision executes on (the same one `train` builds).
+    let cfg = match given {
+        Some(p) => Executor::machine(&cfg, p),
+        None => cfg,
+    };
     let classes: Vec<ClassRow> = SiteClass::all(&cfg)
         .into_iter()
         .filter(|c| a.filter.as_deref().is_none_or(|f| glob_match(f, &c.pattern())))
@@ -75,6 +89,7 @@ pub fn run(a: SitesArgs) -> Result<()> {
     let (ff, sram) = (sum("flip-flop"), sum("sram"));
     let r = Report {
         config: cfg.name.clone(),
+        precision: cfg.mxu.input_format.name(),
         filter: a.filter,
         classes,
         totals: Totals { flip_flop_bits: ff, sram_bits: sram, bits: ff + sram },
@@ -84,8 +99,9 @@ pub fn run(a: SitesArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "fault sites of {}{}",
+        "fault sites of {} with {} MXU inputs{}",
         r.config,
+        r.precision,
         r.filter.as_ref().map(|f| format!(" matching `{f}`")).unwrap_or_default()
     );
     println!("{:<28} {:<9} {:>12} {:>6} {:>14}", "class", "kind", "elements", "width", "bits");

@@ -6,7 +6,6 @@ use clap::{Args, ValueEnum};
 use faultline_graph::{ModelSpec, OptimizerSpec, TrainGraph};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::{ExecMode, HwConfig};
-use faultline_num::NumFormat;
 use faultline_train::source::{self, LoadOptions};
 use faultline_train::{
     Checkpoint, InitWeights, MxuFormat, OptimizerKind, RunDescription, StepFault, TraceWriter, TrainOptions, Trainer,
@@ -161,8 +160,7 @@ pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
         bail!("--lr {lr}: the learning rate must be a positive number");
     }
     let given_prec: Option<MxuFormat> = a.precision.as_deref().map(str::parse).transpose()?;
-    let config_prec = if hw.mxu.input_format == NumFormat::Fp32 { MxuFormat::Fp32 } else { MxuFormat::Bf16 };
-    let precision = inherit("--precision", given_prec, id.map(|r| r.precision), config_prec)?;
+    let precision = inherit("--precision", given_prec, id.map(|r| r.precision), crate::args::config_precision(&hw))?;
     let data_dir = a.data.clone().or_else(|| id.and_then(|r| r.data.dir.clone()));
     let options = TrainOptions {
         batch,

@@ -27,6 +27,55 @@ fn sites_counts_and_filters() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no site class matches"));
 }
 
+/// `sites` describes the machine of the run it is asked about: an fp32 run has 32-bit MXU
+/// registers and 32-bit weight-buffer words, 2048 of them in tpu-32x32's 8 KiB (bf16: 4096 of
+/// 16 bits). The last word and top bit `sites --precision fp32` lists are accepted by an fp32
+/// training run; the last word of the default (bf16) listing is not.
+#[test]
+fn sites_take_the_runs_precision() {
+    let c32 = "configs/tpu-32x32.ron";
+    let class = |precision: &[&str], c: &str| {
+        let all = json(&[&["sites", "--config", c32, "--json"][..], precision].concat());
+        let row = all["classes"].as_array().unwrap().iter().find(|r| r["class"] == c).unwrap().clone();
+        (
+            all["precision"].as_str().unwrap().to_string(),
+            row["elements"].as_u64().unwrap(),
+            row["width"].as_u64().unwrap(),
+        )
+    };
+    assert_eq!(class(&[], "wbuf.word[*]"), ("bf16".into(), 4096, 16));
+    assert_eq!(class(&["--precision", "bf16"], "wbuf.word[*]"), ("bf16".into(), 4096, 16));
+    let (_, words, bits) = class(&["--precision", "fp32"], "wbuf.word[*]");
+    assert_eq!((words, bits), (2048, 32));
+    for reg in ["mxu.pe[*][*].act", "mxu.pe[*][*].weight", "mxu.pe[*][*].weight_shadow"] {
+        assert_eq!(class(&["--precision", "fp32"], reg).2, 32, "{reg}");
+    }
+    let train = |site: String| {
+        faultline(&[
+            "train",
+            "--model",
+            "models/mlp-digits.ron",
+            "--config",
+            c32,
+            "--precision",
+            "fp32",
+            "--steps",
+            "1",
+            "--eval-every",
+            "0",
+            "--inject",
+            &format!("flip:{site}@step=1,cycle=100"),
+        ])
+    };
+    let ok = train(format!("wbuf.word[{:#x}][{}]", words - 1, bits - 1));
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let bad = train(format!("wbuf.word[{:#x}][0]", 4096 - 1));
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("allowed 0..2048"));
+    let out = faultline(&["sites", "--config", c32, "--precision", "fp16"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
 #[test]
 fn op_modes_agree_and_a_fault_changes_the_checksum() {
     let base = [

@@ -64,3 +64,26 @@ fn program_lists_what_train_runs() {
     assert!(text.contains("55 instructions, 6424 cycles per step") && text.contains("ln"), "{text}");
     assert!(text.contains("input@0@ub[0x0]") && text.contains("load"), "{text}");
 }
+
+/// `program --precision` lowers the step of a run at that precision: its injection space counts
+/// that run's register widths (fp32: 32-bit weights), as `sites --precision` lists them, and
+/// its cycles are what `train --precision` reports.
+#[test]
+fn program_takes_the_runs_precision() {
+    let common = ["--model", "models/mlp-digits.ron", "--config", "configs/tpu-32x32.ron", "--json"];
+    let bits = |p: &serde_json::Value, class: &str| {
+        p["injection_space"].as_array().unwrap().iter().find(|c| c["class"] == class).unwrap()["bits"].clone()
+    };
+    let bf16 = faultline_json(&[&["program"][..], &common].concat());
+    assert_eq!((bf16["precision"].as_str(), bits(&bf16, "mxu.pe[*][*].weight").as_u64()), (Some("bf16"), Some(16384)));
+    let p = faultline_json(&[&["program", "--precision", "fp32"][..], &common].concat());
+    let s = faultline_json(&["sites", "--config", "configs/tpu-32x32.ron", "--precision", "fp32", "--json"]);
+    let t = faultline_json(&[&["train", "--steps", "1", "--precision", "fp32"][..], &common].concat());
+    assert_eq!(p["precision"], "fp32");
+    assert_eq!(p["cycles_per_step"], t["cycles_per_step"]);
+    for class in ["mxu.pe[*][*].weight", "wbuf.word[*]", "ub.word[*]"] {
+        let listed = s["classes"].as_array().unwrap().iter().find(|c| c["class"] == class).unwrap()["bits"].clone();
+        assert_eq!(bits(&p, class), listed, "{class}");
+    }
+    assert_eq!(bits(&p, "mxu.pe[*][*].weight"), 32768);
+}

@@ -881,24 +881,30 @@ impl StepSchedule {
             .map(|i| (i, cycle - self.instrs[i].start))
     }
 
-    /// One CSV row per node: `name,layer,phase,op,unit,instructions,start,end,cycles`.
+    /// One CSV row per node: `name,layer,phase,op,unit,instructions,start,end,cycles`, quoted
+    /// where a field needs it (layer names come from the model file and may hold commas).
     pub fn to_csv(&self) -> String {
-        let mut out = String::from("name,layer,phase,op,unit,instructions,start,end,cycles\n");
-        for n in &self.nodes {
-            out += &format!(
-                "{},{},{},{},{},{},{},{},{}\n",
-                n.name,
-                n.layer,
-                n.phase,
-                n.op,
-                n.unit.name(),
-                n.instructions,
-                n.start,
-                n.end,
-                n.cycles
-            );
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let head = ["name", "layer", "phase", "op", "unit", "instructions", "start", "end", "cycles"].map(String::from);
+        let rows = self.nodes.iter().map(|n| {
+            [
+                n.name.clone(),
+                n.layer.clone(),
+                n.phase.to_string(),
+                n.op.to_string(),
+                n.unit.name().to_string(),
+                n.instructions.to_string(),
+                n.start.to_string(),
+                n.end.to_string(),
+                n.cycles.to_string(),
+            ]
+        });
+        for r in std::iter::once(head).chain(rows) {
+            // Writing to memory has no I/O to fail, and every record has the header's width.
+            w.write_record(&r).expect("a CSV record written to memory");
         }
-        out
+        let bytes = w.into_inner().expect("a CSV writer on memory flushes");
+        String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8")
     }
 }
 

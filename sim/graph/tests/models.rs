@@ -365,6 +365,29 @@ fn summary_lists_parameters() {
     assert!(tg.graph.to_dot().starts_with("digraph"));
 }
 
+/// Layer names may hold commas and quotes (only spaces and control characters are refused):
+/// the schedule's CSV quotes them, so a CSV reader gets every row at the header's width and the
+/// names back.
+#[test]
+fn schedule_csv_quotes_layer_names() {
+    let mut spec = load("mlp-digits.ron");
+    spec.layers[0].name = "fc,1".into();
+    spec.layers[2].name = "fc\"2".into();
+    let cfg = HwConfig::load(root().join("configs/tpu-8x8.ron")).unwrap();
+    let tg = TrainGraph::build(&spec, 4, SGD).unwrap();
+    let s = program::Program::step(&tg).place(&cfg).unwrap().schedule(&tg.graph, &cfg);
+    let csv = s.to_csv();
+    let mut rd = csv::Reader::from_reader(csv.as_bytes());
+    let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
+    assert_eq!(rows.len(), s.nodes.len());
+    assert!(rows.iter().all(|r| r.len() == 9), "{csv}");
+    for (r, n) in rows.iter().zip(&s.nodes) {
+        assert_eq!((&r[0], &r[1], r[8].parse::<u64>().unwrap()), (n.name.as_str(), n.layer.as_str(), n.cycles));
+    }
+    let layers: std::collections::BTreeSet<&str> = rows.iter().map(|r| &r[1]).collect();
+    assert!(layers.contains("fc,1") && layers.contains("fc\"2"), "{layers:?}");
+}
+
 /// Names are printed in errors, listings and traces: one with a newline, a space or nothing in
 /// it is refused by a one-line error that shows it escaped (a fuzzed model named a layer
 /// "ln1\n" and made a two-line error).

@@ -185,6 +185,62 @@ pub const DRAM_BANDWIDTH: std::ops::RangeInclusive<f64> = 0.01..=1_048_576.0;
 /// cycles (a millisecond at 1 GHz), far above any real memory system.
 pub const MAX_FIXED_CYCLES: u64 = 1_000_000;
 
+/// One of the SRAMs that feed the array.
+#[derive(Debug, Clone, Copy)]
+enum Feeding {
+    UnifiedBuffer,
+    Accumulator,
+    WeightBuffer,
+}
+
+impl Feeding {
+    fn of(self, m: &MemoryConfig) -> &SramConfig {
+        match self {
+            Feeding::UnifiedBuffer => &m.unified_buffer,
+            Feeding::Accumulator => &m.accumulator,
+            Feeding::WeightBuffer => &m.weight_buffer,
+        }
+    }
+    fn of_mut(self, m: &mut MemoryConfig) -> &mut SramConfig {
+        match self {
+            Feeding::UnifiedBuffer => &mut m.unified_buffer,
+            Feeding::Accumulator => &mut m.accumulator,
+            Feeding::WeightBuffer => &mut m.weight_buffer,
+        }
+    }
+    fn field(self) -> &'static str {
+        match self {
+            Feeding::UnifiedBuffer => "memory.unified_buffer",
+            Feeding::Accumulator => "memory.accumulator",
+            Feeding::WeightBuffer => "memory.weight_buffer",
+        }
+    }
+}
+
+/// The ports of an SRAM that a feed uses.
+#[derive(Debug, Clone, Copy)]
+enum Ports {
+    Read,
+    Write,
+}
+
+impl Ports {
+    fn of(self, s: &SramConfig) -> u32 {
+        match self {
+            Ports::Read => s.read_ports,
+            Ports::Write => s.write_ports,
+        }
+    }
+}
+
+/// Words per cycle the array takes from (or gives to) one SRAM at full rate.
+struct Feed {
+    sram: Feeding,
+    ports: Ports,
+    words: usize,
+    why: &'static str,
+}
+
 /// The whole machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -301,37 +357,15 @@ impl HwConfig {
                 return Err(bad(&format!("{name}.write_ports"), s.write_ports.to_string(), "allowed: 1 to 4"));
             }
         }
-        // The array is fed at full rate: one activation per row, one accumulator word per
-        // column and one weight per column each cycle (the MXU schedule assumes it).
-        for (name, s, ports, need, why) in [
-            (
-                "memory.unified_buffer",
-                &m.unified_buffer,
-                m.unified_buffer.read_ports,
-                self.mxu.rows,
-                "mxu.rows: one activation per array row per cycle",
-            ),
-            (
-                "memory.accumulator",
-                &m.accumulator,
-                m.accumulator.write_ports,
-                self.mxu.cols,
-                "mxu.cols: one output per array column per cycle",
-            ),
-            (
-                "memory.weight_buffer",
-                &m.weight_buffer,
-                m.weight_buffer.read_ports,
-                self.mxu.cols,
-                "mxu.cols: one weight per array column per cycle",
-            ),
-        ] {
+        for f in self.feeds() {
+            let s = f.sram.of(m);
+            let ports = f.ports.of(s);
             let words = s.banks as usize * ports as usize;
-            if words < need {
+            if words < f.words {
                 return Err(bad(
-                    &format!("{name}.banks"),
+                    &format!("{}.banks", f.sram.field()),
                     format!("{} (x {ports} ports = {words} words per cycle)", s.banks),
-                    &format!("allowed: banks * ports >= {need} = {why}"),
+                    &format!("allowed: banks * ports >= {} = {}", f.words, f.why),
                 ));
             }
         }
@@ -374,6 +408,65 @@ impl HwConfig {
             ));
         }
         Ok(())
+    }
+
+    /// What the array asks of the SRAMs each cycle: one activation per row, one accumulator
+    /// word per column and one weight per column (the MXU schedule assumes full rate).
+    fn feeds(&self) -> [Feed; 3] {
+        [
+            Feed {
+                sram: Feeding::UnifiedBuffer,
+                ports: Ports::Read,
+                words: self.mxu.rows,
+                why: "mxu.rows: one activation per array row per cycle",
+            },
+            Feed {
+                sram: Feeding::Accumulator,
+                ports: Ports::Write,
+                words: self.mxu.cols,
+                why: "mxu.cols: one output per array column per cycle",
+            },
+            Feed {
+                sram: Feeding::WeightBuffer,
+                ports: Ports::Read,
+                words: self.mxu.cols,
+                why: "mxu.cols: one weight per array column per cycle",
+            },
+        ]
+    }
+
+    /// Raises what the array's size requires of the memories to the least [`HwConfig::validate`]
+    /// accepts: each feeding SRAM's banks, so its ports keep up with the array, and the weight
+    /// buffer's size, to one whole `rows x cols` tile. For a machine whose array is given from
+    /// elsewhere (a SCALE-Sim config) on a base machine's memories. Returns one line per change
+    /// (field, old and new value, why); valid memories are left as they are.
+    pub fn fit_memories_to_array(&mut self) -> Vec<String> {
+        let mut changes = Vec::new();
+        for f in self.feeds() {
+            let s = f.sram.of_mut(&mut self.memory);
+            let ports = f.ports.of(s).max(1);
+            let need = f.words.div_ceil(ports as usize) as u32;
+            if s.banks < need {
+                changes.push(format!(
+                    "{}.banks {} -> {need}, so that banks * ports >= {} ({})",
+                    f.sram.field(),
+                    s.banks,
+                    f.words,
+                    f.why
+                ));
+                s.banks = need;
+            }
+        }
+        let wb = &mut self.memory.weight_buffer;
+        let tile = (self.mxu.rows * self.mxu.cols) as u64 * wb.word_bytes();
+        if wb.bytes < tile {
+            changes.push(format!(
+                "memory.weight_buffer.bytes {} -> {tile}, one {}x{} weight tile",
+                wb.bytes, self.mxu.rows, self.mxu.cols
+            ));
+            wb.bytes = tile;
+        }
+        changes
     }
 
     /// A small in-memory config for tests and examples.
@@ -548,6 +641,30 @@ mod tests {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
         for name in ["tpu-8x8.ron", "tpu-32x32.ron", "tpu-128x128.ron"] {
             HwConfig::load(dir.join(name)).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
+    #[test]
+    fn memories_fit_to_any_array_validate() {
+        let good = HwConfig::from_ron(GOOD, "x.ron").unwrap();
+        assert!(good.clone().fit_memories_to_array().is_empty(), "a valid machine is left as it is");
+        for (rows, cols) in [(1, 1), (4, 8), (64, 64), (128, 128), (1024, 3), (1024, 1024)] {
+            let mut c = good.clone();
+            (c.mxu.rows, c.mxu.cols) = (rows, cols);
+            let changes = c.fit_memories_to_array();
+            c.validate(Path::new("x.ron")).unwrap_or_else(|e| panic!("{rows}x{cols}: {e}"));
+            assert!(c.fit_memories_to_array().is_empty(), "{rows}x{cols}: one fit is enough");
+            // The least that validates: one bank fewer would not (weight buffer: 4 read ports).
+            assert_eq!(c.memory.unified_buffer.banks as usize, rows.max(4), "{rows}x{cols}");
+            assert_eq!(c.memory.weight_buffer.banks as usize, cols.div_ceil(4).max(2), "{rows}x{cols}");
+            assert_eq!(c.memory.weight_buffer.bytes, (rows * cols * 2).max(4096) as u64, "{rows}x{cols}");
+            if rows == 128 {
+                assert!(changes.contains(
+                    &"memory.unified_buffer.banks 4 -> 128, so that banks * ports >= 128 \
+                         (mxu.rows: one activation per array row per cycle)"
+                        .to_string()
+                ));
+            }
         }
     }
 }

@@ -601,24 +601,7 @@ pub fn host_bytes(cfg: &HwConfig, kind: &OpKind, mode: ExecMode) -> Result<Optio
     let (w_in, w_out) = (words(&ins), words(&outs));
     let word = 4u64;
     let gemm = kind.gemm_dims();
-    // Per tile: its work (loads and stores listed inline), and in each of the two timing plans
-    // (with and without DMA) its timing and five per-tile scratch vectors; per transfer: its
-    // record, its interval in the DMA-busy union and its entry in the run's action list.
-    let parts = match gemm {
-        Some(_) => 3,
-        None => ins.len() + outs.len(),
-    };
-    let transfers = product(&[g.count, parts]).and_then(|t| t.checked_add(1));
-    let per_tile = size_of::<TileWork>() + parts * size_of::<(u64, SramConfig)>();
-    let per_timing_tile = size_of::<TileTiming>() + 5 * size_of::<u64>() + size_of::<Option<u64>>() + 16;
-    let per_transfer = size_of::<Transfer>() + 16 + 24;
-    let plan = sum(&[
-        product(&[g.count, per_tile]),
-        product(&[g.count, 2 * per_timing_tile]),
-        transfers.and_then(|t| t.checked_mul(2 * per_transfer as u64)),
-        // The fold schedule, and the copy the gemm path runs from.
-        if gemm.is_some() { product(&[g.count, 2 * size_of::<Fold>()]) } else { Some(0) },
-    ]);
+    let plan = plan_bytes(kind, &g);
     let io = Some((w_in + w_out) * word);
     let work = match (mode, gemm) {
         (ExecMode::Functional, Some((m, k, n))) => mxu::gemm_host_bytes(cfg, m, k, n, ExecMode::Functional, false),
@@ -656,6 +639,37 @@ pub fn host_bytes(cfg: &HwConfig, kind: &OpKind, mode: ExecMode) -> Result<Optio
         }
     };
     Ok(sum(&[io, plan, work]))
+}
+
+/// Host bytes [`timing()`] needs for `kind` on `cfg` (its tile plan and timing), estimated
+/// before anything is allocated; errors as [`timing()`]'s, `Ok(None)` beyond 2^64. Part of
+/// [`host_bytes`], for a caller that times an op without running it.
+pub fn timing_host_bytes(cfg: &HwConfig, kind: &OpKind) -> Result<Option<u64>, HwError> {
+    Ok(plan_bytes(kind, &geometry(cfg, kind)?))
+}
+
+/// Host bytes of the tile plan of `kind` with geometry `g` and of its two timings.
+fn plan_bytes(kind: &OpKind, g: &Geometry) -> Option<u64> {
+    let (ins, outs) = (kind.input_lens(), kind.output_lens());
+    let gemm = kind.gemm_dims();
+    // Per tile: its work (loads and stores listed inline), and in each of the two timing plans
+    // (with and without DMA) its timing and five per-tile scratch vectors; per transfer: its
+    // record, its interval in the DMA-busy union and its entry in the run's action list.
+    let parts = match gemm {
+        Some(_) => 3,
+        None => ins.len() + outs.len(),
+    };
+    let transfers = product(&[g.count, parts]).and_then(|t| t.checked_add(1));
+    let per_tile = size_of::<TileWork>() + parts * size_of::<(u64, SramConfig)>();
+    let per_timing_tile = size_of::<TileTiming>() + 5 * size_of::<u64>() + size_of::<Option<u64>>() + 16;
+    let per_transfer = size_of::<Transfer>() + 16 + 24;
+    sum(&[
+        product(&[g.count, per_tile]),
+        product(&[g.count, 2 * per_timing_tile]),
+        transfers.and_then(|t| t.checked_mul(2 * per_transfer as u64)),
+        // The fold schedule, and the copy the gemm path runs from.
+        if gemm.is_some() { product(&[g.count, 2 * size_of::<Fold>()]) } else { Some(0) },
+    ])
 }
 
 /// Host bytes of running a VPU op's instructions on `len` elements in `mode` (the whole input

@@ -38,8 +38,10 @@
 //! (line 403). It is reproduced because these are SCALE-Sim's numbers; Faultline's own access
 //! counts are the ones its memories record.
 
-use crate::config::Dataflow;
+use crate::config::{Dataflow, DRAM_BANDWIDTH, NAME_MAX_CHARS};
 use crate::error::{one_line, ConfigError};
+use crate::files::{read_text_capped, TEXT_FILE_LIMIT};
+use crate::HwConfig;
 use std::path::{Path, PathBuf};
 
 /// A SCALE-Sim run config, the fields Faultline uses.
@@ -67,16 +69,24 @@ pub struct ScaleSimConfig {
 /// Largest array side accepted (Faultline's MXU limit).
 const MAX_SIDE: usize = 1024;
 
+/// Least USER bandwidth accepted, words per cycle: a word is at least a byte, so the DRAM's
+/// bandwidth stays at or above Faultline's floor ([`DRAM_BANDWIDTH`]).
+const MIN_BANDWIDTH: f64 = *DRAM_BANDWIDTH.start();
+
+/// `path` as text, read with the cap every text input has; errors name it as `what`.
+fn read_text(path: &Path, what: &'static str) -> Result<String, ConfigError> {
+    read_text_capped(path, TEXT_FILE_LIMIT).map_err(|source| ConfigError::Read {
+        file: path.to_path_buf(),
+        what,
+        source,
+    })
+}
+
 impl ScaleSimConfig {
-    /// Reads and parses a SCALE-Sim config; errors name the file, the `section.Key` and what
-    /// is allowed.
+    /// Reads (at most [`TEXT_FILE_LIMIT`] bytes) and parses a SCALE-Sim config; errors name the
+    /// file, the `section.Key` and what is allowed.
     pub fn load(path: &Path) -> Result<ScaleSimConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            file: path.to_path_buf(),
-            what: "SCALE-Sim config",
-            source,
-        })?;
-        Self::parse(&text, path)
+        Self::parse(&read_text(path, "SCALE-Sim config")?, path)
     }
 
     /// Parses config text; `file` names it in errors.
@@ -125,10 +135,18 @@ impl ScaleSimConfig {
             "CALC" => None,
             "USER" => {
                 let v = get(arch, "Bandwidth")?;
-                let list: Option<Vec<f64>> =
-                    v.split(',').map(|x| x.trim().parse::<f64>().ok().filter(|b| b.is_finite() && *b > 0.0)).collect();
+                // At least MIN_BANDWIDTH: then the DRAM's bytes per cycle are within Faultline's
+                // range whatever the word size (SCALE-Sim itself takes whole words).
+                let list: Option<Vec<f64>> = v
+                    .split(',')
+                    .map(|x| x.trim().parse::<f64>().ok().filter(|b| b.is_finite() && *b >= MIN_BANDWIDTH))
+                    .collect();
                 Some(list.ok_or_else(|| {
-                    bad("architecture_presets.Bandwidth", &v, "positive words per cycle, comma-separated")
+                    bad(
+                        "architecture_presets.Bandwidth",
+                        &v,
+                        &format!("words per cycle, at least {MIN_BANDWIDTH}, comma-separated"),
+                    )
                 })?)
             }
             _ => return Err(bad("run_presets.InterfaceBandwidth", &bw_mode, "CALC or USER")),
@@ -156,6 +174,47 @@ impl ScaleSimConfig {
             dataflow,
             user_bandwidth,
         })
+    }
+}
+
+impl ScaleSimConfig {
+    /// The Faultline machine this config describes: `base` (number formats, clock, DMA, DRAM)
+    /// with the config's array, dataflow, SRAM sizes and USER bandwidth, and whatever else the
+    /// array's size requires of the memories ([`HwConfig::fit_memories_to_array`]: banks that
+    /// feed it at full rate, a weight buffer of at least one tile). Valid for every config
+    /// [`ScaleSimConfig::parse`] accepts and every valid `base`. Also returns one line per
+    /// value that is not the config's or the base's, saying why.
+    pub fn machine(&self, base: &HwConfig) -> (HwConfig, Vec<String>) {
+        let mut hw = base.clone();
+        let name =
+            format!("{} ({}x{} {}, from {})", self.run_name, self.rows, self.cols, self.dataflow.short(), base.name);
+        // Within the name's limits whatever run_name is (one line, at most NAME_MAX_CHARS).
+        hw.name = one_line(&name).chars().take(NAME_MAX_CHARS).collect();
+        hw.mxu.rows = self.rows;
+        hw.mxu.cols = self.cols;
+        hw.mxu.dataflow = self.dataflow;
+        let size = |kb: u64, word_bytes: u64| (kb * 1024).div_ceil(word_bytes) * word_bytes;
+        let m = &mut hw.memory;
+        m.unified_buffer.bytes = size(self.ifmap_kb, m.unified_buffer.word_bytes());
+        m.weight_buffer.bytes = size(self.filter_kb, m.weight_buffer.word_bytes());
+        m.accumulator.bytes = size(self.ofmap_kb, m.accumulator.word_bytes());
+        let mut notes = hw.fit_memories_to_array();
+        if let Some(bw) = &self.user_bandwidth {
+            // SCALE-Sim's USER bandwidth is words per cycle (its first entry).
+            let bytes = bw[0] * hw.mxu.input_format.bits() as f64 / 8.0;
+            hw.dram.bandwidth_bytes_per_cycle = if bytes > *DRAM_BANDWIDTH.end() {
+                notes.push(format!(
+                    "dram.bandwidth_bytes_per_cycle inf: architecture_presets.Bandwidth, {} words per cycle, is {bytes} \
+                     bytes, above Faultline's {} (unlimited)",
+                    bw[0],
+                    DRAM_BANDWIDTH.end()
+                ));
+                f64::INFINITY
+            } else {
+                bytes
+            };
+        }
+        (hw, notes)
     }
 }
 
@@ -199,44 +258,103 @@ pub struct Layer {
     pub shape: LayerShape,
 }
 
-impl Layer {
-    /// `[M, K, N]` of the layer's GEMM as SCALE-Sim maps it (see the module docs).
+impl LayerShape {
+    /// `[M, K, N]` of the layer's GEMM as SCALE-Sim maps it (see the module docs). Saturating,
+    /// so a shape built by hand never panics; [`parse_topology`]'s shapes are far from it.
     pub fn gemm(&self) -> [usize; 3] {
-        match self.shape {
+        match *self {
             LayerShape::Gemm { m, n, k } => [m, k, n],
             LayerShape::Conv { ifmap_h, ifmap_w, filt_h, filt_w, channels, filters, stride } => {
-                let out = |i: usize, f: usize| (i - f + stride).div_ceil(stride);
-                [out(ifmap_h, filt_h) * out(ifmap_w, filt_w), filt_h * filt_w * channels, filters]
+                let out = |i: usize, f: usize| i.saturating_sub(f).saturating_add(stride).div_ceil(stride.max(1));
+                let window = filt_h.saturating_mul(filt_w).saturating_mul(channels);
+                [out(ifmap_h, filt_h).saturating_mul(out(ifmap_w, filt_w)), window, filters]
             }
         }
+    }
+}
+
+impl Layer {
+    /// `[M, K, N]` of the layer's GEMM ([`LayerShape::gemm`]).
+    pub fn gemm(&self) -> [usize; 3] {
+        self.shape.gemm()
     }
 }
 
 /// Most channels of a depth-wise row, which becomes one layer per channel.
 const MAX_DP_CHANNELS: usize = 1 << 16;
 
+/// What a depth-wise row's per-channel layer adds to its name: `Channel_` and at most five
+/// digits (below [`MAX_DP_CHANNELS`]).
+const DP_SUFFIX_MAX: u64 = 8 + 5;
+
 /// Largest layer dimension accepted (keeps `M*K*N` and the cycle counts far inside `u64`).
 const MAX_DIM: usize = 1 << 24;
 
-/// Reads a SCALE-Sim topology CSV: conv rows (8 fields) or GEMM rows (`Layer, M, N, K`),
-/// told apart by the header's field count; each row's trailing comma is optional here, and an
-/// `N:M` sparsity column is refused. Errors name the file, the line and the column.
+/// Reads a SCALE-Sim topology CSV ([`read_topology`]) and parses it ([`parse_topology`]).
 pub fn load_topology(path: &Path) -> Result<Vec<Layer>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        file: path.to_path_buf(),
-        what: "SCALE-Sim topology",
-        source,
-    })?;
-    parse_topology(&text, path)
+    parse_topology(&read_topology(path)?, path)
 }
 
-/// Parses topology text; `file` names it in errors.
+/// A topology file's text, read with the cap every text input has ([`TEXT_FILE_LIMIT`]).
+pub fn read_topology(path: &Path) -> Result<String, ConfigError> {
+    read_text(path, "SCALE-Sim topology")
+}
+
+/// What a topology expands to, counted by [`topology_size`] without building its layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TopologySize {
+    /// Layers ([`parse_topology`]'s length: a depth-wise row is one layer per channel).
+    pub layers: u64,
+    /// Bytes of the layers' names, at most.
+    pub name_bytes: u64,
+}
+
+/// The size of what [`parse_topology`] would build from `text` (the same checks, the same
+/// errors), for a host-memory estimate before building it: a few bytes of depth-wise row
+/// become 65,536 layers.
+pub fn topology_size(text: &str, file: &Path) -> Result<TopologySize, ConfigError> {
+    let mut size = TopologySize::default();
+    for_each_row(text, file, |row| {
+        let layers = row.channels.unwrap_or(1) as u64;
+        let name = row.name.len() as u64 + if row.channels.is_some() { DP_SUFFIX_MAX } else { 0 };
+        size.layers = size.layers.saturating_add(layers);
+        size.name_bytes = size.name_bytes.saturating_add(layers.saturating_mul(name));
+    })?;
+    Ok(size)
+}
+
+/// Parses a SCALE-Sim topology: conv rows (8 fields) or GEMM rows (`Layer, M, N, K`), told
+/// apart by the header's field count; each row's trailing comma is optional here, and an `N:M`
+/// sparsity column is refused. Errors name the file, the line and the column. A depth-wise row
+/// becomes one layer per channel: check [`topology_size`] first where memory is bounded.
 pub fn parse_topology(text: &str, file: &Path) -> Result<Vec<Layer>, ConfigError> {
+    let mut layers = Vec::new();
+    for_each_row(text, file, |row| match row.channels {
+        // Depth-wise: SCALE-Sim runs one single-channel layer per channel.
+        Some(channels) => layers.extend(
+            (0..channels).map(|c| Layer { name: format!("{}Channel_{c}", row.name), shape: row.shape.clone() }),
+        ),
+        None => layers.push(Layer { name: row.name, shape: row.shape }),
+    })?;
+    Ok(layers)
+}
+
+/// One row of a topology, checked: its name, the shape of each of its layers, and for a
+/// depth-wise row the channels it becomes one layer each.
+struct TopologyRow {
+    name: String,
+    shape: LayerShape,
+    channels: Option<usize>,
+}
+
+/// Calls `f` with each layer row of `text` in order, after checking it; errors as
+/// [`parse_topology`] documents them.
+fn for_each_row(text: &str, file: &Path, mut f: impl FnMut(TopologyRow)) -> Result<(), ConfigError> {
     let mut rd =
         csv::ReaderBuilder::new().has_headers(false).flexible(true).trim(csv::Trim::All).from_reader(text.as_bytes());
     let bad = |line: u64, field: &str, value: &str, allowed: &str| ConfigError::Invalid {
         file: file.to_path_buf(),
-        field: format!("line {line}: {field}"),
+        field: format!("line {line}: {}", one_line(field)),
         value: one_line(value),
         allowed: allowed.into(),
     };
@@ -268,7 +386,7 @@ pub fn parse_topology(text: &str, file: &Path) -> Result<Vec<Layer>, ConfigError
             ))
         }
     };
-    let mut layers = Vec::new();
+    let mut rows = 0u64;
     for r in records {
         let r = r.map_err(|e| csv_error(file, e))?;
         let line = r.position().map_or(0, |p| p.line());
@@ -289,9 +407,8 @@ pub fn parse_topology(text: &str, file: &Path) -> Result<Vec<Layer>, ConfigError
                 bad(line, &format!("column `{}`", header[i]), &v[i], &format!("an integer in 1..={MAX_DIM}"))
             })
         };
-        let name = v[0].clone();
-        let shapes: Vec<(String, LayerShape)> = if gemm {
-            vec![(name, LayerShape::Gemm { m: num(1)?, n: num(2)?, k: num(3)? })]
+        let (shape, channels) = if gemm {
+            (LayerShape::Gemm { m: num(1)?, n: num(2)?, k: num(3)? }, None)
         } else {
             let (ifmap_h, ifmap_w, filt_h, filt_w) = (num(1)?, num(2)?, num(3)?, num(4)?);
             let (channels, filters, stride) = (num(5)?, num(6)?, num(7)?);
@@ -304,8 +421,7 @@ pub fn parse_topology(text: &str, file: &Path) -> Result<Vec<Layer>, ConfigError
                 ));
             }
             let conv = |channels| LayerShape::Conv { ifmap_h, ifmap_w, filt_h, filt_w, channels, filters, stride };
-            if name.contains("DP") {
-                // Depth-wise: SCALE-Sim runs one single-channel layer per channel.
+            if v[0].contains("DP") {
                 if channels > MAX_DP_CHANNELS {
                     return Err(bad(
                         line,
@@ -314,24 +430,22 @@ pub fn parse_topology(text: &str, file: &Path) -> Result<Vec<Layer>, ConfigError
                         &format!("at most {MAX_DP_CHANNELS} for a depth-wise (`DP`) row: one layer per channel"),
                     ));
                 }
-                (0..channels).map(|c| (format!("{name}Channel_{c}"), conv(1))).collect()
+                (conv(1), Some(channels))
             } else {
-                vec![(name, conv(channels))]
+                (conv(channels), None)
             }
         };
-        for (name, shape) in shapes {
-            let l = Layer { name, shape };
-            let [m, k, n] = l.gemm();
-            if m.checked_mul(k).and_then(|x| x.checked_mul(n)).is_none_or(|x| x > 1 << 50) {
-                return Err(bad(line, "row", &v.join(", "), "a layer of at most 2^50 MACs"));
-            }
-            layers.push(l);
+        let [m, k, n] = shape.gemm();
+        if m.checked_mul(k).and_then(|x| x.checked_mul(n)).is_none_or(|x| x > 1 << 50) {
+            return Err(bad(line, "row", &v.join(", "), "a layer of at most 2^50 MACs"));
         }
+        rows += 1;
+        f(TopologyRow { name: v[0].clone(), shape, channels });
     }
-    if layers.is_empty() {
+    if rows == 0 {
         return Err(bad(1, "rows", "(none)", "at least one layer row after the header"));
     }
-    Ok(layers)
+    Ok(())
 }
 
 fn csv_error(file: &Path, e: csv::Error) -> ConfigError {
@@ -461,5 +575,85 @@ mod tests {
         assert_eq!(e, "g.csv: field `line 2: column `N`` = 0: an integer in 1..=16777216");
         let e = parse_topology("Layer, M, N, K,\nx, 4, 4, 2, 1:4,\n", Path::new("g.csv")).unwrap_err().to_string();
         assert!(e.contains("no N:M sparsity column"), "{e}");
+    }
+
+    const CFG: &str = "[general]\nrun_name = t\n[architecture_presets]\nArrayHeight: 128\nArrayWidth: 128\n\
+                       IfmapSramSzkB: 64\nFilterSramSzkB: 64\nOfmapSramSzkB: 64\nDataflow : ws\nBandwidth : 10\n\
+                       [run_presets]\nInterfaceBandwidth: CALC\n";
+
+    fn base() -> HwConfig {
+        HwConfig::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/tpu-32x32.ron")).unwrap()
+    }
+
+    #[test]
+    fn the_machine_of_a_large_array_satisfies_its_own_constraints() {
+        let c = ScaleSimConfig::parse(CFG, Path::new("a.cfg")).unwrap();
+        let (hw, notes) = c.machine(&base());
+        hw.validate(Path::new("a.cfg")).unwrap();
+        assert_eq!((hw.mxu.rows, hw.mxu.cols, hw.memory.unified_buffer.bytes), (128, 128, 64 << 10));
+        // tpu-32x32 has 32 banks of one port each: a 128-wide array needs 128.
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(notes[0].starts_with("memory.unified_buffer.banks 32 -> 128"), "{notes:?}");
+        // A 16 KiB filter SRAM holds no 128x128 bf16 tile (32 KiB): the weight buffer is one tile.
+        let small = ScaleSimConfig::parse(&CFG.replace("FilterSramSzkB: 64", "FilterSramSzkB: 16"), Path::new("a.cfg"));
+        let (hw, notes) = small.unwrap().machine(&base());
+        hw.validate(Path::new("a.cfg")).unwrap();
+        assert_eq!(hw.memory.weight_buffer.bytes, 32 << 10);
+        assert!(notes.iter().any(|n| n.starts_with("memory.weight_buffer.bytes 16384 -> 32768")), "{notes:?}");
+        // The .cfg's arrays that already fit the base keep its memories as they are.
+        let (hw, notes) =
+            ScaleSimConfig::parse(&CFG.replace(": 128", ": 8"), Path::new("a.cfg")).unwrap().machine(&base());
+        assert!(notes.is_empty() && hw.memory.unified_buffer.banks == 32, "{notes:?}");
+    }
+
+    #[test]
+    fn any_run_name_and_user_bandwidth_give_a_valid_machine() {
+        let long = CFG.replace("run_name = t", &format!("run_name = {}\u{1}", "x".repeat(100)));
+        let user = |bw: &str| {
+            long.replace("InterfaceBandwidth: CALC", "InterfaceBandwidth: USER").replace("Bandwidth : 10", bw)
+        };
+        let c = ScaleSimConfig::parse(&user("Bandwidth : 1000000000"), Path::new("a.cfg")).unwrap();
+        let (hw, notes) = c.machine(&base());
+        hw.validate(Path::new("a.cfg")).unwrap();
+        assert_eq!(hw.name.chars().count(), NAME_MAX_CHARS);
+        assert!(hw.dram.bandwidth_bytes_per_cycle.is_infinite());
+        assert!(notes.last().unwrap().starts_with("dram.bandwidth_bytes_per_cycle inf"), "{notes:?}");
+        let c = ScaleSimConfig::parse(&user("Bandwidth : 0.01"), Path::new("a.cfg")).unwrap();
+        c.machine(&base()).0.validate(Path::new("a.cfg")).unwrap();
+        let e = ScaleSimConfig::parse(&user("Bandwidth : 0.001"), Path::new("a.cfg")).unwrap_err().to_string();
+        assert!(e.contains("`architecture_presets.Bandwidth` = 0.001: words per cycle, at least 0.01"), "{e}");
+    }
+
+    #[test]
+    fn topology_size_counts_what_parse_builds() {
+        let conv = "Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, Num Filter, \
+                    Strides,\nConv1, 8, 8, 3, 3, 3, 4, 1,\nDP2, 8, 8, 3, 3, 12, 4, 1,\n\"a,DP\", 4, 4, 1, 1, 2, 2, 1,\n";
+        let layers = parse_topology(conv, Path::new("n.csv")).unwrap();
+        let size = topology_size(conv, Path::new("n.csv")).unwrap();
+        assert_eq!((layers.len(), size.layers), (1 + 12 + 2, 15));
+        assert_eq!(layers[14].name, "a,DPChannel_1");
+        let names: usize = layers.iter().map(|l| l.name.len()).sum();
+        assert!(size.name_bytes >= names as u64 && size.name_bytes <= names as u64 + 15 * 5);
+        // The same errors as parse_topology.
+        let e = topology_size("Layer, M, N, K,\n", Path::new("g.csv")).unwrap_err().to_string();
+        assert!(e.contains("at least one layer row after the header"), "{e}");
+    }
+
+    #[test]
+    fn reads_are_capped() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        // Valid text past the cap: refused for its size, not parsed.
+        std::fs::write(&big, format!("{CFG}{}", "#\n".repeat(TEXT_FILE_LIMIT as usize / 2 + 1))).unwrap();
+        for e in [ScaleSimConfig::load(&big).unwrap_err(), load_topology(&big).unwrap_err()] {
+            let text = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+            assert!(text.contains("big: cannot read SCALE-Sim ") && text.contains("larger than 16.0 MiB"), "{text}");
+        }
+        for e in [
+            ScaleSimConfig::load(Path::new("/dev/zero")).unwrap_err(),
+            load_topology(Path::new("/dev/zero")).unwrap_err(),
+        ] {
+            assert!(std::error::Error::source(&e).unwrap().to_string().contains("larger than 16.0 MiB"), "{e}");
+        }
     }
 }

@@ -88,6 +88,24 @@ fn csv_files_have_one_row_per_class_and_trial() {
     assert_eq!(e, row * 8 + col);
 }
 
+/// A model may name a layer `fc,1` or `fc"2` (only spaces and control characters are refused):
+/// trials.csv quotes them, so a CSV reader gets every row at the header's width and the names back.
+#[test]
+fn layer_names_with_commas_and_quotes_round_trip_through_trials_csv() {
+    let dir = edited(|t| {
+        t.replace("\"layer\":\"fc1\"", "\"layer\":\"fc,1\"").replace("\"layer\":\"fc2\"", "\"layer\":\"fc\\\"2\"")
+    });
+    let trace = load(dir.path(), &HostMemory::default(), |_, _| {}).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let w = faultline_report::write_report(&trace, &aggregate(&trace), out.path()).unwrap();
+    let mut r = csv::Reader::from_path(&w.csv[1]).unwrap();
+    let layer = r.headers().unwrap().iter().position(|h| h == "layer").unwrap();
+    let rows: Vec<csv::StringRecord> = r.records().map(|x| x.unwrap()).collect();
+    assert_eq!(rows.len(), trace.trials.len());
+    let count = |name: &str| rows.iter().filter(|x| &x[layer] == name).count();
+    assert_eq!((count("fc,1"), count("fc\"2"), count("fc1")), (65, 27, 0));
+}
+
 #[test]
 fn html_is_one_self_contained_page() {
     let trace = load(Path::new(FIXTURE), &HostMemory::default(), |_, _| {}).unwrap();
