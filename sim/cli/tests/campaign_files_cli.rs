@@ -262,8 +262,22 @@ fn devices_fifos_and_endless_files_are_refused_without_hanging() {
         .unwrap();
     ok(campaign(&sp, &t, &["--resume"]));
     assert_eq!(std::fs::read_to_string(t.join("timing.jsonl")).unwrap(), "{\"trial\":0,\"wall_us\":12}\n");
-    // The spec itself.
+    // The spec itself, and the other files commands read: SCALE-Sim's, a config, a plan.
     refused(&["campaign", s(&fifo), "--out", s(&d.path().join("f"))], "a FIFO, not a regular file");
+    refused(
+        &["scalesim", "--config", s(&fifo), "--topology", "topologies/test-gemms.csv"],
+        "a FIFO, not a regular file",
+    );
+    refused(
+        &["scalesim", "--config", "configs/scalesim-32x32.cfg", "--topology", s(&fifo)],
+        "a FIFO, not a regular file",
+    );
+    refused(&["sites", "--config", s(&fifo)], "a FIFO, not a regular file");
+    refused(
+        &["campaign", s(&sp), "--out", s(&d.path().join("p")), "--protect", s(&fifo)],
+        "a FIFO, not a regular file",
+    );
+    refused(&["explore", s(&fifo), "--out", s(&d.path().join("e"))], "a FIFO, not a regular file");
     refused(&["campaign", "/dev/zero", "--out", s(&d.path().join("z"))], "a character device, not a regular file");
     refused(
         &["vcd", "--campaign", s(&c), "--trial", "1", "--spec", "/dev/zero", "--out", s(&d.path().join("t.vcd"))],

@@ -228,11 +228,11 @@ fn configs_and_topologies_past_the_text_cap_are_refused() {
         ),
         (
             ["scalesim", "--config", "/dev/zero", "--topology", gemms],
-            "/dev/zero: cannot read SCALE-Sim config: file is larger",
+            "/dev/zero: cannot read SCALE-Sim config: a character device, not a regular file",
         ),
         (
             ["scalesim", "--config", cfg32, "--topology", "/dev/zero"],
-            "/dev/zero: cannot read SCALE-Sim topology: file is larger",
+            "/dev/zero: cannot read SCALE-Sim topology: a character device, not a regular file",
         ),
     ] {
         refused(&args, want);
