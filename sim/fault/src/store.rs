@@ -121,6 +121,39 @@ fn open_lines(path: &Path) -> Result<Option<JsonLines>> {
     JsonLines::open_if_exists(path).map_err(FaultError::io(path))
 }
 
+/// What [`scan_records`] found in a records file.
+struct Scan {
+    /// Lines in the file, a cut last one included.
+    lines: u64,
+    /// Leading lines that are complete records of the expected trials, in order.
+    in_order: u64,
+    /// Bytes of the file those leading lines take.
+    in_order_end: u64,
+}
+
+/// Streams the records file `path` (absent: empty), refusing any record of a campaign other
+/// than `id`, and counts how many leading lines are complete records of `expected`'s trials
+/// in order (what a resume keeps and a merge requires of a whole shard).
+fn scan_records(path: &Path, mut expected: impl Iterator<Item = u64>, id: &str) -> Result<Scan> {
+    let mut scan = Scan { lines: 0, in_order: 0, in_order_end: 0 };
+    let Some(mut lines) = open_lines(path)? else { return Ok(scan) };
+    let mut ordered = true;
+    while let Some(l) = lines.next_line().map_err(FaultError::io(path))? {
+        let head = serde_json::from_str::<Head>(l.text).ok().filter(|_| l.complete);
+        if let Some(h) = &head {
+            check_identity(path, l.number, &h.campaign, id)?;
+        }
+        // A kill leaves at most a cut last line; anything else out of order is re-run.
+        ordered &= head.is_some_and(|h| Some(h.trial) == expected.next());
+        scan.lines += 1;
+        if ordered {
+            scan.in_order += 1;
+            scan.in_order_end = l.end;
+        }
+    }
+    Ok(scan)
+}
+
 /// Locks `out` and prepares it for a run of campaign `info` (whose `campaign.json` text is
 /// `info_text`, identity `id`); returns the lock, held for the run, and the number of this
 /// shard's trials already recorded. A fresh directory gets `campaign.json` (and `shard.json`
@@ -171,22 +204,8 @@ pub(crate) fn open_output(out: &Path, info: &CampaignInfo, id: &str, opts: RunOp
         }
         write_atomic(&info_path, &info_text)?;
     }
-    let mut expected = opts.shard.trials(info.trials);
-    let (mut kept, mut keep_len, mut keeping) = (0usize, 0u64, true);
-    if let Some(mut lines) = open_lines(&records_path)? {
-        while let Some(l) = lines.next_line().map_err(FaultError::io(&records_path))? {
-            let head = serde_json::from_str::<Head>(l.text).ok().filter(|_| l.complete);
-            if let Some(h) = &head {
-                check_identity(&records_path, l.number, &h.campaign, id)?;
-            }
-            // A kill leaves at most a cut last line; anything else out of order is re-run.
-            keeping &= head.is_some_and(|h| Some(h.trial) == expected.next());
-            if keeping {
-                kept += 1;
-                keep_len = l.end;
-            }
-        }
-    }
+    let scan = scan_records(&records_path, opts.shard.trials(info.trials), id)?;
+    let (kept, keep_len) = (scan.in_order as usize, scan.in_order_end);
     let f = OpenOptions::new().create(true).append(true).open(&records_path).map_err(FaultError::io(&records_path))?;
     f.set_len(keep_len).map_err(FaultError::io(&records_path))?;
     // Timing lines of trials not kept go, and so do corrupt ones; the rest stay, once each.
@@ -346,18 +365,8 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
             }
         }
         let path = dir.join("records.jsonl");
-        let mut expected = shard.trials(f.info.trials);
-        let (mut got, mut in_order) = (0u64, true);
-        if let Some(mut lines) = open_lines(&path)? {
-            while let Some(l) = lines.next_line().map_err(FaultError::io(&path))? {
-                let head = serde_json::from_str::<Head>(l.text).ok().filter(|_| l.complete);
-                if let Some(h) = &head {
-                    check_identity(&path, l.number, &h.campaign, &f.id)?;
-                }
-                in_order &= head.is_some_and(|h| Some(h.trial) == expected.next());
-                got += 1;
-            }
-        }
+        let scan = scan_records(&path, shard.trials(f.info.trials), &f.id)?;
+        let (got, in_order) = (scan.lines, scan.in_order == scan.lines);
         let want = shard.trials(f.info.trials).count() as u64;
         if !in_order || got != want {
             return Err(FaultError::Output {
