@@ -13,7 +13,7 @@ use crate::spec::{CampaignSpec, Sampling, MAX_TRIALS};
 use faultline_graph::StepSchedule;
 use faultline_hw::sites::glob_match;
 use faultline_hw::{HwConfig, SiteClass};
-use faultline_train::space::{windows, LiveWindow};
+use faultline_train::inject::space::{windows, LiveWindow};
 use faultline_train::{Executor, StepFault};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -27,7 +27,7 @@ pub struct ClassSpace {
     pub class: SiteClass,
     /// Bits in it.
     pub bits: u64,
-    /// Its possibly live (element, cycle) windows in a step ([`faultline_train::space`]); a
+    /// Its possibly live (element, cycle) windows in a step ([`faultline_train::inject::space`]); a
     /// code's check bits are live when their word's data is.
     pub live: Vec<LiveWindow>,
     /// For the stratum of a code's check bits: check bits per element; 0 for the data bits.

@@ -17,7 +17,7 @@
 //! instruction, and its count of corrupted output words the record's.
 //!
 //! A memory-word fault (unified buffer, accumulators, weight buffer, DRAM) is not stepped:
-//! [`memfault`] finds the element living in the word and the reads that see the change, and
+//! [`memory`] finds the element living in the word and the reads that see the change, and
 //! the word's golden and faulty values follow from the buffers before its first reader.
 //! Sequencer and DMA address-register faults act on a whole fold loop or transfer and are not
 //! replayed (an error says so).
@@ -53,7 +53,8 @@ use faultline_hw::vpu::{self, LaneState};
 use faultline_hw::{FaultSchedule, FaultSite, HwConfig, Register, SiteClass, Unit};
 use faultline_num::NumFormat;
 use faultline_train::exec::Injection;
-use faultline_train::{inject, memfault, Executor, ModelState, StepFault, Trainer};
+use faultline_train::inject::{self, memory};
+use faultline_train::{Executor, ModelState, StepFault, Trainer};
 use serde::Deserialize;
 use std::fmt;
 use std::fs::File;
@@ -1016,7 +1017,7 @@ fn word(req: &VcdRequest, src: &Source, upset: &[StepFault], inj: &Injection, ba
         .iter()
         .enumerate()
         .filter(|(_, h)| (h.instr, h.buf, h.elem, h.part) == (h0.instr, h0.buf, h0.elem, h0.part));
-    let Some(&(_, _, old, new)) = memfault::compose(same, &bufs, fmt).first() else {
+    let Some(&(_, _, old, new)) = memory::compose(same, &bufs, fmt).first() else {
         return Err(fail(format!(
             "buffer {} holds no element {} when it is read",
             p.buffers[h0.buf.index()].name,
@@ -1053,7 +1054,7 @@ fn word(req: &VcdRequest, src: &Source, upset: &[StepFault], inj: &Injection, ba
     wave.markers = vec![("fault".into(), 1, fault), ("diverged".into(), 1, diverged), ("reader".into(), 1, reading)];
     // Every read the fault changes, with the values the buffers hold before the first reader
     // (a read word keeps its element's value until the element is written again).
-    let all = memfault::compose(hits.iter().enumerate(), &bufs, fmt);
+    let all = memory::compose(hits.iter().enumerate(), &bufs, fmt);
     let corrupted = all.iter().filter(|(_, _, o, n)| o != n).count();
     let elements: std::collections::BTreeSet<(u32, usize)> = hits.iter().map(|h| (h.buf.0, h.elem)).collect();
     let mut notes = Vec::new();

@@ -9,9 +9,9 @@
 //! The cycles a step issues are, instruction for instruction, its program's schedule.
 
 use crate::error::{shape_str, Result, TrainError};
-use crate::gemmfold;
-use crate::memfault::{self, WordHit};
-use crate::seqfault;
+use crate::inject::gemm_fold;
+use crate::inject::memory::{self, WordHit};
+use crate::inject::sequencer;
 use crate::state::{ModelState, Tensor32};
 use faultline_graph::program::{Program, Role, StepSchedule, UnitCycles};
 use faultline_graph::{NodeIndex, TrainGraph};
@@ -99,9 +99,9 @@ pub struct StepOutput {
 /// instruction reaches the next ones on its unit); everything else runs in the executor's
 /// mode, which is exact by the bit-exact-twin invariant. A memory or DMA fault (`words`): the
 /// buffer words it changes, as the instructions that read them see them
-/// ([`crate::memfault`]); `instr` is the instruction it struck or first reaches. A sequencer
+/// ([`crate::inject::memory`]); `instr` is the instruction it struck or first reaches. A sequencer
 /// fault (`seq`) in GEMM `instr` and the GEMMs of `later` (their schedules empty): the words
-/// each fold loop changes ([`crate::seqfault`]), found from a run of the same step.
+/// each fold loop changes ([`crate::inject::sequencer`]), found from a run of the same step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Injection {
     /// Index of the instruction in the step's [`Program`] (the first the fault reaches).
@@ -436,31 +436,25 @@ impl Executor {
     }
 
     /// The injection of sequencer fault `f` in GEMM `g` of the step program: the words it
-    /// changes ([`crate::seqfault`]), given the fault-free step's buffers
+    /// changes ([`crate::inject::sequencer`]), given the fault-free step's buffers
     /// ([`Executor::step_buffers`]).
     pub fn words_of_sequencer_fault(&self, g: usize, f: ActiveFault, golden: &[Vec<u32>]) -> Result<Injection> {
         let sched = self.schedule();
-        let map = memfault::StepMap::new(&self.step, &sched, &self.hw)?;
+        let map = memory::StepMap::new(&self.step, &sched, &self.hw)?;
         Ok(Injection::words(g, self.gemm_words(&map, g, f, golden)?))
     }
 
-    /// [`seqfault::words`] of GEMM `g`, refusing an instruction that is not a GEMM.
-    fn gemm_words(
-        &self,
-        map: &memfault::StepMap,
-        g: usize,
-        f: ActiveFault,
-        golden: &[Vec<u32>],
-    ) -> Result<Vec<WordHit>> {
+    /// [`sequencer::words`] of GEMM `g`, refusing an instruction that is not a GEMM.
+    fn gemm_words(&self, map: &memory::StepMap, g: usize, f: ActiveFault, golden: &[Vec<u32>]) -> Result<Vec<WordHit>> {
         if !matches!(self.step.instrs.get(g), Some(isa::Instr::Gemm { .. })) {
             return Err(TrainError::Config(format!("a sequencer fault targets a GEMM; instruction {g} is not one")));
         }
-        seqfault::words(map, g, f, golden)
+        sequencer::words(map, g, f, golden)
     }
 
     /// The words sequencer fault `f` changes in the GEMMs of `inj` ([`Injection::instrs`]), as
     /// one word injection on the first GEMM, with the GEMM each run of words comes from (its
-    /// first word's index, the GEMM; see [`run`]). [`seqfault::words`] takes a GEMM's operands
+    /// first word's index, the GEMM; see [`run`]). [`sequencer::words`] takes a GEMM's operands
     /// and the words it overwrites from a run of the step, which must be the faulty run up to
     /// that GEMM: the fault-free step for the first, and for a later one the step re-run with
     /// the words found so far (when there are new ones).
@@ -473,7 +467,7 @@ impl Executor {
         labels: Option<&[u32]>,
     ) -> Result<(Injection, Vec<(usize, usize)>)> {
         let sched = self.schedule();
-        let map = memfault::StepMap::new(&self.step, &sched, &self.hw)?;
+        let map = memory::StepMap::new(&self.step, &sched, &self.hw)?;
         let mut golden = self.buffers(state, x, labels)?;
         let (mut words, mut groups, mut stale) = (Vec::new(), Vec::new(), false);
         for g in inj.instrs() {
@@ -678,7 +672,7 @@ impl WordEffect<'_> {
         let mut restore = Vec::new();
         let words = self.words;
         let hits = words.iter().enumerate().filter(|(_, h)| h.instr == at && h.written == written && h.part.is_none());
-        for (k, h, old, new) in memfault::compose(hits, bufs, self.hw.mxu.input_format) {
+        for (k, h, old, new) in memory::compose(hits, bufs, self.hw.mxu.input_format) {
             if new == old {
                 continue;
             }
@@ -701,7 +695,7 @@ impl WordEffect<'_> {
     }
 
     /// Runs instruction `i` with only some of its reads of a word changed (`parts`): a GEMM
-    /// fold by fold ([`crate::gemmfold`]), a VPU op with some operand elements changed.
+    /// fold by fold ([`crate::inject::gemm_fold`]), a VPU op with some operand elements changed.
     /// Counts every read that sees a changed word (in the group of the first part: the reads
     /// of one instruction are not told apart).
     fn parts(&mut self, bufs: &mut [Vec<u32>], i: usize, parts: &[(usize, &WordHit)], mode: ExecMode) -> Result<u64> {
@@ -712,7 +706,7 @@ impl WordEffect<'_> {
                 let fmt = self.hw.mxu.input_format;
                 // (operand, element, changed value) for each read, from the words as they are.
                 let changes: Vec<(usize, usize, u32, u32)> =
-                    memfault::compose(parts.iter().copied().enumerate(), bufs, fmt)
+                    memory::compose(parts.iter().copied().enumerate(), bufs, fmt)
                         .into_iter()
                         .filter_map(|(_, h, old, new)| Some((h.part? / n, h.part? % n, old, new)))
                         .collect();
@@ -724,7 +718,7 @@ impl WordEffect<'_> {
                 let c = isa::execute_vpu_edited(self.hw, ins, bufs, mode, &FaultSchedule::none(), &mut edit)?;
                 (c, changes.iter().map(|&(_, _, old, new)| (old, new)).collect())
             }
-            _ => gemmfold::run(self.hw, ins, bufs, &parts)?,
+            _ => gemm_fold::run(self.hw, ins, bufs, &parts)?,
         };
         for (old, new) in seen.into_iter().filter(|(o, n)| o != n) {
             self.effect(k[0], i, parts[0].buf).record(old, new);

@@ -5,14 +5,12 @@
 //!   `Functional` or `CycleLevel` mode with identical bits, with an optional fault injected
 //!   into one or more instructions and its effect on the first one's outputs it corrupts
 //!   reported.
-//! * [`inject`]: faults on the training clock (step, cycle within the step), resolved to the
-//!   instructions, folds or vectors they hit (a stuck-at: every one its cycles overlap), with
-//!   the effect on the outputs of the instruction reported.
-//! * [`space`]: a step's injection space from its program alone: the (bit, cycle) pairs of
-//!   each site class that may be live, and the rest, dead.
-//! * [`memfault`], [`seqfault`]: which reads a memory, weight-buffer, DMA-register or
-//!   sequencer fault changes, from the placed program and its schedule; [`gemmfold`]: a GEMM's
-//!   SRAM reads and writes fold by fold, and the GEMM recomputed with some of them changed.
+//! * [`inject`]: the fault path, from a fault on the training clock (step, cycle within the
+//!   step) to the reads, folds and vectors it changes: register faults resolved to the
+//!   instructions they hit, memory, weight-buffer and DMA faults to the words they change
+//!   ([`inject::memory`], GEMMs fold by fold in [`inject::gemm_fold`]), sequencer faults to
+//!   the fold loops they change ([`inject::sequencer`]); a step's injection space
+//!   ([`inject::space`]).
 //! * [`trainer`]: the loop (batches, steps, evaluation on the held-out split, per-step
 //!   records, summary), optimizer choice and run options.
 //! * [`state`]: parameters and optimizer state, initialised from a seed or `.npy` files.
@@ -44,14 +42,10 @@ pub mod dataset;
 pub mod digits;
 pub mod error;
 pub mod exec;
-pub mod gemmfold;
 pub mod idx;
 pub mod inject;
-pub mod memfault;
 pub mod npy;
-pub mod seqfault;
 pub mod source;
-pub mod space;
 pub mod state;
 pub mod synth;
 pub mod trace;

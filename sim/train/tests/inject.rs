@@ -7,7 +7,8 @@ use faultline_graph::ModelSpec;
 use faultline_hw::isa::{ExecUnit, Instr};
 use faultline_hw::sites::SiteKind;
 use faultline_hw::{Dataflow, FaultSite, HwConfig, Register, SiteClass, Unit};
-use faultline_train::{inject, source, space, ModelState, StepFault, TrainOptions, Trainer};
+use faultline_train::inject::{self, space};
+use faultline_train::{source, ModelState, StepFault, TrainOptions, Trainer};
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -407,7 +408,7 @@ fn a_fault_free_fold_loop_reproduces_every_gemm_to_the_bit() {
 #[test]
 fn a_row_sent_away_leaves_the_words_before_the_gemm_for_later_folds_to_add_to() {
     use faultline_hw::isa::{self, BufId, Dest, MatOperand};
-    use faultline_train::memfault::WordOp;
+    use faultline_train::inject::memory::WordOp;
     let t = trainer(Dataflow::WeightStationary);
     let (hw, p, sched) = (&t.exec.hw, t.exec.program(), &t.schedule);
     let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());

@@ -9,7 +9,7 @@
 //!   elements read (a broadcast operand) is read once per element, and a fault between those
 //!   reads changes only the later elements; a reduction reads when it issues and writes in
 //!   its last cycle;
-//! * a GEMM reads and writes fold by fold ([`crate::gemmfold`]): an activation word once per
+//! * a GEMM reads and writes fold by fold ([`crate::inject::gemm_fold`]): an activation word once per
 //!   fold that uses it, a weight word when its tile is written into the weight buffer, a result
 //!   word once per K fold (reading the partial sum first to add to it); a fault that only
 //!   later folds see changes only what they compute;
@@ -34,7 +34,7 @@
 //! data phase it overlaps: each reloads the register, and the stuck bit is forced again.
 
 use crate::error::{Result, TrainError};
-use crate::gemmfold::GemmMap;
+use crate::inject::gemm_fold::GemmMap;
 use faultline_graph::program::{Program, StepSchedule};
 use faultline_hw::dma::AddrReg;
 use faultline_hw::fault::ActiveFault;
@@ -71,7 +71,7 @@ pub struct WordHit {
     /// Whether the change stays after the instruction (a DMA writing the wrong value into
     /// its own destination) rather than being seen by that one read only.
     pub written: bool,
-    /// The read that sees the change: a GEMM's fold ([`crate::gemmfold`]) or a VPU
+    /// The read that sees the change: a GEMM's fold ([`crate::inject::gemm_fold`]) or a VPU
     /// instruction's operand element (`operand * n + element`); `None`: every read by `instr`.
     pub part: Option<usize>,
 }

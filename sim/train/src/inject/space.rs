@@ -8,16 +8,16 @@
 //! * MXU and VPU registers: every element while an instruction runs on the unit.
 //! * DMA address registers: a transfer's data phase.
 //! * `seq.tile`: a GEMM's issue up to its last fold's start (the counter's last read);
-//!   `seq.acc_addr`: each fold's first to last result-row write ([`crate::seqfault`]).
+//!   `seq.acc_addr`: each fold's first to last result-row write ([`crate::inject::sequencer`]).
 //! * Weight-buffer words: a fold's tile row from its write into the slot to the last read of
-//!   that row ([`crate::memfault`]).
+//!   that row ([`crate::inject::memory`]).
 //! * Unified buffer, accumulators, DRAM: a buffer's words from its first writer's issue (the
 //!   step's start for what the host writes) to its last reader's end (the host's: the step's).
 
 use crate::exec::Executor;
-use crate::gemmfold::GemmMap;
-use crate::memfault::{tile_written, wbuf_slots};
-use crate::seqfault;
+use crate::inject::gemm_fold::GemmMap;
+use crate::inject::memory::{tile_written, wbuf_slots};
+use crate::inject::sequencer;
 use faultline_graph::StepSchedule;
 use faultline_hw::isa::{BufId, ExecUnit, Instr};
 use faultline_hw::{FaultSite, HwConfig, Register, SiteClass, Unit};
@@ -86,10 +86,10 @@ pub fn windows(exec: &Executor, sched: &StepSchedule) -> Vec<LiveWindow> {
                     let from_issue = |r: Range<u64>| map.start + r.start..map.start + r.end;
                     match (class.unit, class.register) {
                         (Unit::Wbuf, _) => wbuf_windows(hw, &map, &mut push),
-                        (_, Register::TileCounter) => push(all.clone(), from_issue(seqfault::counter_window(&map.s))),
+                        (_, Register::TileCounter) => push(all.clone(), from_issue(sequencer::counter_window(&map.s))),
                         _ => {
                             for c in 0..map.s.folds.len() {
-                                push(all.clone(), from_issue(seqfault::row_window(&map.s, c)));
+                                push(all.clone(), from_issue(sequencer::row_window(&map.s, c)));
                             }
                         }
                     }

@@ -14,13 +14,16 @@
 //! forces the bit there too.
 //!
 //! Memory-word, weight-buffer and DMA-register faults change the buffer words the program
-//! placed there ([`memfault`]), and sequencer faults the fold loops of the GEMMs running then
-//! ([`seqfault`]); a stuck-at does so in every read, transfer or GEMM its cycles overlap.
+//! placed there ([`memory`]), and sequencer faults the fold loops of the GEMMs running then
+//! ([`sequencer`]); a stuck-at does so in every read, transfer or GEMM its cycles overlap.
+
+pub mod gemm_fold;
+pub mod memory;
+pub mod sequencer;
+pub mod space;
 
 use crate::error::{Result, TrainError};
 use crate::exec::{Effect, Executor, Injection, StepOutput};
-use crate::memfault;
-use crate::seqfault;
 use faultline_graph::{Phase, StepSchedule};
 use faultline_hw::fault::{ActiveFault, FaultTime};
 use faultline_hw::isa::{self, ExecUnit, Instr};
@@ -373,7 +376,7 @@ pub fn resolve_upset(
     Ok((injection, report))
 }
 
-/// [`resolve`] for a memory or DMA site: the words the fault changes ([`memfault`]), reported
+/// [`resolve`] for a memory or DMA site: the words the fault changes ([`memory`]), reported
 /// against the DMA transfer it struck or the first instruction that reads a changed word (the
 /// instruction running then if none does: the fault is masked).
 fn resolve_memory(
@@ -382,8 +385,8 @@ fn resolve_memory(
     f: &StepFault,
 ) -> Result<(Option<Injection>, InjectionReport)> {
     let p = exec.program();
-    let map = memfault::StepMap::new(p, sched, &exec.hw)?;
-    let (dma, words) = memfault::hits(&map, f.on_step_clock())?;
+    let map = memory::StepMap::new(p, sched, &exec.hw)?;
+    let (dma, words) = memory::hits(&map, f.on_step_clock())?;
     let first_reader = words.iter().filter_map(|h| h.instr).min_by_key(|&i| (sched.instrs[i].start, i));
     let instr = dma.or(first_reader).or(running(sched, f.cycle)).unwrap_or(0);
     let buffer = words.first().map_or_else(|| "(none)".to_string(), |h| p.buffers[h.buf.index()].name.clone());
@@ -406,7 +409,7 @@ fn resolve_memory(
 }
 
 /// [`resolve`] for a sequencer site: every GEMM whose span the fault overlaps and whose fold
-/// loop it changes ([`seqfault::strikes`]), reported against the first; else masked, reported
+/// loop it changes ([`sequencer::strikes`]), reported against the first; else masked, reported
 /// against the GEMM (or, with the MXU idle, the instruction) running at the fault's cycle.
 fn resolve_sequencer(
     exec: &Executor,
@@ -415,11 +418,11 @@ fn resolve_sequencer(
 ) -> Result<(Option<Injection>, InjectionReport)> {
     let p = exec.program();
     let active = f.on_step_clock();
-    let map = memfault::StepMap::new(p, sched, &exec.hw)?;
+    let map = memory::StepMap::new(p, sched, &exec.hw)?;
     let mut struck = Vec::new();
     for (g, c) in sched.instrs.iter().enumerate() {
         if c.unit == ExecUnit::Mxu && active.acts_between(c.start, c.start.saturating_add(c.cycles)) {
-            if let Some(at) = seqfault::strikes(&map, g, active)? {
+            if let Some(at) = sequencer::strikes(&map, g, active)? {
                 struck.push((g, at));
             }
         }
@@ -480,8 +483,8 @@ pub fn complete_on(
         if e.instr != report.instr && inj.words.is_empty() && inj.instrs().any(|i| i == e.instr) {
             let at = match inj.seq {
                 Some(seq) => {
-                    let map = memfault::StepMap::new(exec.program(), sched, &exec.hw)?;
-                    seqfault::strikes(&map, e.instr, seq)?.map(|(tile, cycle)| FaultTime { tile, cycle })
+                    let map = memory::StepMap::new(exec.program(), sched, &exec.hw)?;
+                    sequencer::strikes(&map, e.instr, seq)?.map(|(tile, cycle)| FaultTime { tile, cycle })
                 }
                 None => inj.register_faults(e.instr).and_then(|s| s.events.first()).map(|ev| ev.at),
             };

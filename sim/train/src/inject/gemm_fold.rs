@@ -7,7 +7,7 @@
 //! * WS: `A[m][k0 + i]` is read at `T + 1 + m + i` by every fold whose K range holds it (once per
 //!   column tile); OS: `A[m0 + i][k]` at `T + k + i` by every fold of its row tile.
 //! * `B[k][n]` is read into the weight buffer when its fold's tile is written there
-//!   ([`crate::memfault::tile_written`]), by every fold that multiplies by it (WS: one; OS: one
+//!   ([`crate::inject::memory::tile_written`]), by every fold that multiplies by it (WS: one; OS: one
 //!   per row tile).
 //! * Result row `m` of a WS fold is written at `T + m + R + nc` (OS: row `i`, bottom row first,
 //!   at `T + period - 1 - i`); a fold that adds to earlier K folds reads the word in the same
@@ -19,7 +19,7 @@
 //! recomputation gives when no read is changed.
 
 use crate::error::{Result, TrainError};
-use crate::memfault::{self, tile_written, WordHit};
+use crate::inject::memory::{self, tile_written, WordHit};
 use faultline_hw::isa::{self, Instr, MatOperand};
 use faultline_hw::matrix::Matrix;
 use faultline_hw::mxu::{self, Schedule};
@@ -163,7 +163,7 @@ fn run_typed<F: MacFormat>(
     bufs: &mut [Vec<u32>],
     hits: &[&WordHit],
 ) -> Result<(u64, Vec<(u32, u32)>)> {
-    let map = GemmMap::new(hw, ins, 0)?.expect("gemmfold::run runs GEMMs");
+    let map = GemmMap::new(hw, ins, 0)?.expect("gemm_fold::run runs GEMMs");
     let (a, b, out) = map.operands();
     let s = &map.s;
     let (am, bm) = isa::gemm_operands(hw, ins, bufs)?.expect("a GEMM");
@@ -181,7 +181,7 @@ fn run_typed<F: MacFormat>(
     // Operand reads, each once with its hits composed (the accumulator's are applied below, to
     // the partial sum as the fold reads it).
     let operand = |h: &&WordHit| h.buf != out.buf || h.elem < out.offset || h.elem - out.offset >= s.m * s.n;
-    let reads = memfault::compose(hits.iter().copied().filter(operand).enumerate(), bufs, fmt);
+    let reads = memory::compose(hits.iter().copied().filter(operand).enumerate(), bufs, fmt);
     for h in hits.iter().filter(|h| !operand(h) && h.part.is_some()) {
         let e = h.elem - out.offset;
         reached.insert((e / s.n, e % s.n));
@@ -230,7 +230,7 @@ fn run_typed<F: MacFormat>(
                 // This fold's read of the word: its hits in turn, seen once.
                 let old = v;
                 for h in hits.iter().filter(|h| h.part == Some(c) && h.buf == out.buf && h.elem == elem) {
-                    v = memfault::apply(h.op, v, bufs, fmt);
+                    v = memory::apply(h.op, v, bufs, fmt);
                 }
                 if v != old {
                     seen.push((old, v));
@@ -247,7 +247,7 @@ fn run_typed<F: MacFormat>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memfault::WordOp;
+    use crate::inject::memory::WordOp;
     use faultline_hw::isa::{BufId, Dest};
     use faultline_num::Precision;
     use proptest::prelude::*;

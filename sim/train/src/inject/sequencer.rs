@@ -6,7 +6,7 @@
 //! * `seq.tile`, the tile counter, is loaded with 0 when the GEMM issues, read at each fold
 //!   slot's start and then incremented. The MXU executes the fold the counter names: that fold's
 //!   activations, the weight tile then in that fold's weight-buffer slot (`fold mod slots`,
-//!   [`crate::memfault::wbuf_slots`]), that fold's output rows, overwriting or adding as that
+//!   [`crate::inject::memory::wbuf_slots`]), that fold's output rows, overwriting or adding as that
 //!   fold does. A value past the last fold ends the loop: the remaining slots run nothing.
 //! * `seq.acc_addr` is loaded with a fold's first output-row address when that row is written
 //!   (WS: row `m` of a fold starting at `s` at `s + m + R + nc`; OS: row `i` at
@@ -29,8 +29,8 @@
 //! of the step has written reads as 0 (the previous step's tiles are not tracked).
 
 use crate::error::Result;
-use crate::gemmfold::{fold_psum, row_times};
-use crate::memfault::{tile_written, wbuf_slots, StepMap, WordHit, WordOp};
+use crate::inject::gemm_fold::{fold_psum, row_times};
+use crate::inject::memory::{tile_written, wbuf_slots, StepMap, WordHit, WordOp};
 use faultline_hw::dma::AddrReg;
 use faultline_hw::fault::ActiveFault;
 use faultline_hw::isa::{self, Instr};
