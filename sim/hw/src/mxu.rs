@@ -113,6 +113,8 @@
 //! the same accumulator adds; NaN results are stored as one canonical NaN. So the functional
 //! twin equals the cycle-level model bit for bit when no fault is active.
 
+pub mod access;
+
 use crate::budget::{product, sum};
 use crate::config::{Dataflow, HwConfig, MxuConfig};
 use crate::error::HwError;

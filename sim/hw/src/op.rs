@@ -428,12 +428,8 @@ fn geometry(cfg: &HwConfig, kind: &OpKind) -> Result<Geometry, HwError> {
             ));
         }
         let wb = &m.weight_buffer;
-        let slot_words = match cfg.mxu.dataflow {
-            Dataflow::WeightStationary => (r * c) as u64,
-            Dataflow::OutputStationary => (kk * c) as u64,
-            // IS streams the fold's `kr x N` rows of W (the stationary A tile comes from the UB).
-            Dataflow::InputStationary => (r * nn) as u64,
-        };
+        // IS streams the fold's `kr x N` rows of W (the stationary A tile comes from the UB).
+        let slot_words = mxu::access::weight_slot_words(&cfg.mxu, kk, nn) as u64;
         let buffers = (wb.words() / slot_words).min(nb as u64) as usize;
         if buffers == 0 {
             return Err(overflow(
@@ -1144,8 +1140,7 @@ impl<'a> Machine<'a> {
     fn fold<F: MacFormat>(&mut self, s: &Schedule, c: usize, cs: u64) -> Result<(), HwError> {
         let fold: Fold = s.folds[c];
         let cfg = self.cfg;
-        let (r, cc) = (cfg.mxu.rows, cfg.mxu.cols);
-        let (m, k, n) = (s.m, s.k, s.n);
+        let (k, n) = (s.k, s.n);
         let mask = cfg.mxu.input_format.mask();
         let slot = (c % self.plan.buffers) as u64 * self.plan.slot_words;
         let conv = match self.kind {
@@ -1160,71 +1155,43 @@ impl<'a> Machine<'a> {
             };
             addr.map_or(0, |a| ub.read(a, t) & mask)
         };
-        let df = cfg.mxu.dataflow;
         let ps = match &self.psums {
             Some(p) => p[c].clone(),
             None => {
-                let (a, w) = match df {
-                    Dataflow::WeightStationary => {
-                        let a = Matrix::from_fn(m, fold.kr, |mi, i| a_at(mi, fold.k0 + i, cs + 1 + (mi + i) as u64));
-                        let w = Matrix::from_fn(fold.kr, fold.nc, |i, j| {
-                            self.wbuf.read(slot + (i * cc + j) as u64, cs + (i + j) as u64) & mask
-                        });
-                        (a, w)
-                    }
-                    Dataflow::OutputStationary => {
-                        let a = Matrix::from_fn(fold.mr, k, |i, ki| a_at(fold.m0 + i, ki, cs + (ki + i) as u64));
-                        let w = Matrix::from_fn(k, fold.nc, |ki, j| {
-                            self.wbuf.read(slot + (ki * cc + j) as u64, cs + (ki + j) as u64) & mask
-                        });
-                        (a, w)
-                    }
-                    // WS on the transpose: PE (i, j)'s shadow register takes `A[m0+j][k0+i]` at
-                    // `cs + i + j`; row `i` streams `W[k0+i][nn]` at `cs + 1 + nn + i`.
-                    Dataflow::InputStationary => {
-                        let a = Matrix::from_fn(fold.mr, fold.kr, |j, i| {
-                            a_at(fold.m0 + j, fold.k0 + i, cs + (i + j) as u64)
-                        });
-                        let w = Matrix::from_fn(fold.kr, n, |i, nn| {
-                            self.wbuf.read(slot + (i * n + nn) as u64, cs + 1 + (nn + i) as u64) & mask
-                        });
-                        (a, w)
-                    }
-                };
+                // The fold's operands as the array reads them, each at its cycle
+                // ([`mxu::access`]): `A[m0..m0+mr][k0..k0+kr]` and `W[k0..k0+kr][n0..n0+nc]`.
+                let a = Matrix::from_fn(fold.mr, fold.kr, |i, j| {
+                    let (mi, ki) = (fold.m0 + i, fold.k0 + j);
+                    a_at(mi, ki, cs + s.a_read(c, mi, ki).expect("the fold reads its operands"))
+                });
+                let w = Matrix::from_fn(fold.kr, fold.nc, |i, j| {
+                    let (ki, ni) = (fold.k0 + i, fold.n0 + j);
+                    let word = s.weight_word(c, ki, ni).expect("the fold's tile holds its weights");
+                    let t = cs + s.w_read(c, ki, ni).expect("the fold reads its weights");
+                    self.wbuf.read(slot + word as u64, t) & mask
+                });
                 mxu::gemm(cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none())?.out
             }
         };
-        // Accumulator writes, in time order, through seq.acc_addr: per write, the row (WS, OS)
-        // or column (IS) of the fold's partial sums, its cycle; `golden(row)` is the address of
-        // its first word, `width` words `stride` apart.
-        let (rows, width, stride): (Vec<(usize, u64)>, usize, usize) = match df {
-            Dataflow::WeightStationary => ((0..m).map(|mi| (mi, cs + (mi + r + fold.nc) as u64)).collect(), fold.nc, 1),
-            Dataflow::OutputStationary => {
-                ((0..fold.mr).rev().map(|i| (i, cs + s.period - 1 - i as u64)).collect(), fold.nc, 1)
-            }
-            // Column `nn` of the output tile `out[m0..m0+mr][..]` leaves the array as row `nn`
-            // of the WS view: `mr` words `N` apart.
-            Dataflow::InputStationary => ((0..n).map(|nn| (nn, cs + (nn + r + fold.mr) as u64)).collect(), fold.mr, n),
-        };
-        let golden = |row: usize| match df {
-            Dataflow::WeightStationary => (row * n + fold.n0) as u64,
-            Dataflow::OutputStationary => ((fold.m0 + row) * n + fold.n0) as u64,
-            Dataflow::InputStationary => (fold.m0 * n + row) as u64,
-        };
-        let value =
-            |row: usize, j: usize| if df == Dataflow::InputStationary { ps.get(j, row) } else { ps.get(row, j) };
+        // Accumulator writes, in time order, through seq.acc_addr: it is loaded with each
+        // line's first word address when that line is written, advanced line to line.
+        let lines = s.result_lines(c);
+        let golden = |l: &mxu::access::ResultLine| (l.m * n + l.n) as u64;
+        let (psum_m, psum_n) = (fold.m0, fold.n0);
         let bits = addr_bits(cfg.memory.accumulator.words());
-        let mut reg = AddrReg::new(golden(rows[0].0), bits, rows[0].1, &self.acc_addr_faults);
-        for (idx, &(row, t)) in rows.iter().enumerate() {
+        let mut reg = AddrReg::new(golden(&lines[0]), bits, cs + lines[0].cycle, &self.acc_addr_faults);
+        for (idx, l) in lines.iter().enumerate() {
+            let t = cs + l.cycle;
             let base = reg.use_at(t);
-            for j in 0..width {
-                let addr = base + (j * stride) as u64;
-                let p = value(row, j);
+            for j in 0..l.len {
+                let addr = base + (j * l.stride(n)) as u64;
+                let (mi, ni) = l.element(j);
+                let p = ps.get(mi - psum_m, ni - psum_n);
                 let v = if fold.overwrite { p } else { F::add(self.acc.read(addr, t), p) };
                 self.acc.write(addr, v, t);
             }
-            if let Some(&(next, _)) = rows.get(idx + 1) {
-                reg.advance(golden(next) as i64 - golden(row) as i64);
+            if let Some(next) = lines.get(idx + 1) {
+                reg.advance(golden(next) as i64 - golden(l) as i64);
             }
         }
         Ok(())
