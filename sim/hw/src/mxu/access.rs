@@ -157,10 +157,9 @@ impl Schedule {
             Dataflow::WeightStationary => {
                 (0..self.m).map(|m| line(m, (m + self.rows + f.nc) as u64, m, f.n0, f.nc, false)).collect()
             }
-            Dataflow::OutputStationary => (0..f.mr)
-                .rev()
-                .map(|i| line(i, self.period - 1 - i as u64, f.m0 + i, f.n0, f.nc, false))
-                .collect(),
+            Dataflow::OutputStationary => {
+                (0..f.mr).rev().map(|i| line(i, self.period - 1 - i as u64, f.m0 + i, f.n0, f.nc, false)).collect()
+            }
             Dataflow::InputStationary => {
                 (0..self.n).map(|n| line(n, (n + self.rows + f.mr) as u64, f.m0, n, f.mr, true)).collect()
             }

@@ -2,58 +2,29 @@
 //! when each operand word is read from its SRAM and each result word written, and the GEMM
 //! recomputed fold by fold with some of those reads changed.
 //!
-//! From the GEMM's issue `S`, fold `c` starts at `T = S + fold.start`; as in
-//! [`faultline_hw::op`]:
-//! * WS: `A[m][k0 + i]` is read at `T + 1 + m + i` by every fold whose K range holds it (once per
-//!   column tile); OS: `A[m0 + i][k]` at `T + k + i` by every fold of its row tile.
-//! * `B[k][n]` is read into the weight buffer when its fold's tile is written there
-//!   ([`crate::inject::memory::tile_written`]), by every fold that multiplies by it (WS: one; OS: one
-//!   per row tile).
-//! * Result row `m` of a WS fold is written at `T + m + R + nc` (OS: row `i`, bottom row first,
-//!   at `T + period - 1 - i`); a fold that adds to earlier K folds reads the word in the same
-//!   cycle, before writing it back.
+//! From the GEMM's issue `S`, fold `c` starts at `T = S + fold.start`. The array's reads and
+//! writes are [`faultline_hw::mxu::access`]'s, the same that `faultline op` moves words by:
+//! * `A[m][k]` is read at `T + a_read` by every fold that covers it (WS: once per column tile,
+//!   OS and IS: once per fold of its row tile that covers `k`).
+//! * `W[k][n]` is read from its SRAM into the weight buffer when its fold's tile is written
+//!   there ([`crate::inject::memory::tile_written`]), by every fold that multiplies by it.
+//! * Result words are written line by line at `T + ` the line's cycle (WS rows top first, OS
+//!   rows bottom first, IS columns); a fold that adds to earlier K folds reads the word in the
+//!   same cycle, before writing it back.
 //!
 //! [`run`] recomputes a GEMM this way: every output a changed read reaches through its folds in
 //! order (each fold's partial sum from the operands that fold read, added to the accumulator
 //! word as the fold read it); every other output is the fault-free GEMM's, which the same
 //! recomputation gives when no read is changed.
 
-use crate::error::{Result, TrainError};
+use crate::error::Result;
 use crate::inject::memory::{self, tile_written, WordHit};
 use faultline_hw::isa::{self, Instr, MatOperand};
 use faultline_hw::matrix::Matrix;
 use faultline_hw::mxu::{self, Schedule};
-use faultline_hw::{Dataflow, ExecMode, FaultSchedule, HwConfig};
+use faultline_hw::{ExecMode, FaultSchedule, HwConfig};
 use faultline_num::{with_precision, MacFormat};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// The error for memory and sequencer faults in a training GEMM on an input-stationary array.
-pub fn unsupported_is() -> TrainError {
-    TrainError::Config(
-        "memory and sequencer faults in training GEMMs are mapped for mxu.dataflow WeightStationary or \
-         OutputStationary, not InputStationary (MXU register faults and fault-free runs support all three)"
-            .into(),
-    )
-}
-
-/// When fold `c` of `s`, run from cycle `at`, writes its result rows: (row within the fold,
-/// cycle), in write order.
-pub fn row_times(s: &Schedule, c: usize, at: u64) -> Vec<(usize, u64)> {
-    let ws = s.dataflow == Dataflow::WeightStationary;
-    let rows = if ws { s.m } else { s.folds[c].mr };
-    // WS rows leave top first, OS rows drain bottom first.
-    (0..rows).map(|k| if ws { k } else { rows - 1 - k }).map(|r| (r, row_time(s, c, at, r))).collect()
-}
-
-/// When fold `c` of `s`, run from cycle `at`, writes its result row `row`: WS row `m` at
-/// `at + m + R + nc`; OS row `i` at `at + period - 1 - i` (the bottom row drains first).
-pub fn row_time(s: &Schedule, c: usize, at: u64, row: usize) -> u64 {
-    if s.dataflow == Dataflow::WeightStationary {
-        at + (row + s.rows + s.folds[c].nc) as u64
-    } else {
-        at + s.period - 1 - row as u64
-    }
-}
 
 /// The (row, column) of element `idx` of an operand stored as `rows x cols` (transposed:
 /// `[cols][rows]`).
@@ -76,14 +47,9 @@ pub struct GemmMap<'a> {
 }
 
 impl<'a> GemmMap<'a> {
-    /// The map of `ins` issued at `start` (`None` if it is not a GEMM). An error for
-    /// `InputStationary`: this fold-by-fold map of SRAM and sequencer accesses models the WS
-    /// and OS folds only (IS's MXU register faults run through [`mxu`] like the others').
+    /// The map of `ins` issued at `start` (`None` if it is not a GEMM).
     pub fn new(hw: &HwConfig, ins: &'a Instr, start: u64) -> Result<Option<GemmMap<'a>>> {
         let Instr::Gemm { m, k, n, acc, .. } = *ins else { return Ok(None) };
-        if hw.mxu.dataflow == Dataflow::InputStationary {
-            return Err(unsupported_is());
-        }
         let s = Schedule::new(&hw.mxu, m, k, n)?;
         Ok(Some(GemmMap { ins, s: if acc { s.accumulating() } else { s }, start }))
     }
@@ -96,26 +62,17 @@ impl<'a> GemmMap<'a> {
     /// The reads of element `x` of buffer `buf` as an operand: (cycle, fold), in fold order.
     pub fn reads(&self, buf: isa::BufId, x: usize) -> Vec<(u64, usize)> {
         let (a, b, _) = self.operands();
-        let (s, ws) = (&self.s, self.s.dataflow == Dataflow::WeightStationary);
+        let s = &self.s;
         let mut v = Vec::new();
-        let at = |c: usize| self.start + s.folds[c].start;
         if a.buf == buf && x >= a.offset && x - a.offset < s.m * s.k {
             let (mm, kk) = coords(a, x - a.offset, s.m, s.k);
-            for (c, f) in s.folds.iter().enumerate() {
-                if ws && (f.k0..f.k0 + f.kr).contains(&kk) {
-                    v.push((at(c) + 1 + (mm + kk - f.k0) as u64, c));
-                } else if !ws && (f.m0..f.m0 + f.mr).contains(&mm) {
-                    v.push((at(c) + (kk + mm - f.m0) as u64, c));
-                }
-            }
+            let at = |c: usize| s.a_read(c, mm, kk).map(|t| (self.start + s.folds[c].start + t, c));
+            v.extend((0..s.folds.len()).filter_map(at));
         }
         if b.buf == buf && x >= b.offset && x - b.offset < s.k * s.n {
             let (kk, nn) = coords(b, x - b.offset, s.k, s.n);
-            for (c, f) in s.folds.iter().enumerate() {
-                if (f.k0..f.k0 + f.kr).contains(&kk) && (f.n0..f.n0 + f.nc).contains(&nn) {
-                    v.push((self.start + tile_written(s, c), c));
-                }
-            }
+            let read = |c: &usize| s.w_read(*c, kk, nn).is_some();
+            v.extend((0..s.folds.len()).filter(read).map(|c| (self.start + tile_written(s, c), c)));
         }
         v
     }
@@ -125,27 +82,18 @@ impl<'a> GemmMap<'a> {
     pub fn writes(&self, e: usize) -> Vec<(u64, usize, bool)> {
         let s = &self.s;
         let (mm, nn) = (e / s.n, e % s.n);
-        let mut v = Vec::new();
-        for (c, f) in s.folds.iter().enumerate() {
-            if !(f.n0..f.n0 + f.nc).contains(&nn) || !(f.m0..f.m0 + f.mr).contains(&mm) {
-                continue;
-            }
-            let row = mm - f.m0;
-            v.push((row_time(s, c, self.start + f.start, row), c, !f.overwrite));
-        }
-        v
+        let at = |(c, f): (usize, &faultline_hw::mxu::Fold)| {
+            s.result_write(c, mm, nn).map(|t| (self.start + f.start + t, c, !f.overwrite))
+        };
+        s.folds.iter().enumerate().filter_map(at).collect()
     }
 }
 
-/// The partial sums of fold `c` of `s`: `A`'s rows and columns the fold reads (all of
-/// `am`'s rows for WS) times `w` (the fold's `kr x nc` weights).
+/// The partial sums of fold `c` of `s`: the rows and columns of `A` the fold reads
+/// (`A[m0..m0+mr][k0..k0+kr]`) times `w` (the fold's `kr x nc` weights).
 pub fn fold_psum(hw: &HwConfig, s: &Schedule, c: usize, am: &Matrix, w: &Matrix) -> Result<Matrix> {
     let f = s.folds[c];
-    let a = if s.dataflow == Dataflow::WeightStationary {
-        Matrix::from_fn(s.m, f.kr, |i, j| am.get(i, f.k0 + j))
-    } else {
-        Matrix::from_fn(f.mr, s.k, |i, j| am.get(f.m0 + i, j))
-    };
+    let a = Matrix::from_fn(f.mr, f.kr, |i, j| am.get(f.m0 + i, f.k0 + j));
     Ok(mxu::gemm(hw, &a, w, ExecMode::Functional, &FaultSchedule::none())?.out)
 }
 
@@ -249,6 +197,7 @@ mod tests {
     use super::*;
     use crate::inject::memory::WordOp;
     use faultline_hw::isa::{BufId, Dest};
+    use faultline_hw::Dataflow;
     use faultline_num::Precision;
     use proptest::prelude::*;
 

@@ -18,9 +18,11 @@
 //!   reads the values it keeps (loss, output, next parameters and optimizer state) from DRAM
 //!   after the step's last cycle;
 //! * a GEMM's weight operand passes through the weight buffer fold by fold: fold `f`'s tile is
-//!   written into slot `f mod slots` (slot = `R x C` words, element `(i, j)` at `i * C + j`)
-//!   when fold `f - 1` starts (fold 0's when the GEMM issues), and element `(i, j)` is read
-//!   into the array `i + j` cycles after fold `f` starts (the skewed weight load).
+//!   written into slot `f mod slots` (the slot's size and each weight's word in it are
+//!   [`faultline_hw::mxu::access`]'s: WS `R x C` words, `W[k0+i][n0+j]` at `i * C + j`) when
+//!   fold `f - 1` starts (fold 0's when the GEMM issues), and each weight is read into the
+//!   array at its cycle of the fold (WS: `i + j` cycles after fold `f` starts, the skewed
+//!   weight load).
 //!
 //! As in [`faultline_hw::mem`], within a cycle writes come first, then reads, then faults: a
 //! read sees a fault that acted in `[its word's last write, the read)`. A fault on a word no
@@ -39,6 +41,7 @@ use faultline_graph::program::{Program, StepSchedule};
 use faultline_hw::dma::AddrReg;
 use faultline_hw::fault::ActiveFault;
 use faultline_hw::isa::{self, BufId, ExecUnit, Instr};
+use faultline_hw::mxu::Schedule;
 use faultline_hw::sites::DMA_ADDR_BITS;
 use faultline_hw::{HwConfig, Register, Unit};
 use faultline_num::NumFormat;
@@ -307,37 +310,42 @@ pub fn word_hits(m: &StepMap, f: ActiveFault) -> Vec<WordHit> {
 /// The words a weight-buffer fault changes: the weight of the GEMM fold whose tile sits in
 /// the faulted word while the fault acts (see the module docs), as its GEMM reads it.
 pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
-    let c = m.hw.mxu.cols;
-    let (slot_words, slots) = wbuf_slots(m.hw);
     let word = f.event.site.instance[0] as u64;
-    let (slot, i, j) = (word / slot_words, (word % slot_words) as usize / c, (word % slot_words) as usize % c);
     let mut hits = Vec::new();
     for (g, ins) in m.p.instrs.iter().enumerate() {
         let (Instr::Gemm { b, k, n, .. }, Some(map)) = (ins, m.gemm(g)) else { continue };
         let (s, start) = (&map.s, map.start);
+        let (slot_words, slots) = wbuf_slots(m.hw, s);
+        let (slot, off) = (word / slot_words, (word % slot_words) as usize);
         for (fi, fold) in s.folds.iter().enumerate() {
-            let written = start + tile_written(s, fi);
-            let read = start + fold.start + (i + j) as u64;
-            if fi as u64 % slots != slot || i >= fold.kr || j >= fold.nc || !f.acts_between(written, read) {
+            if fi as u64 % slots != slot {
                 continue;
             }
-            let (kk, nn) = (fold.k0 + i, fold.n0 + j);
-            let elem = b.offset + if b.transposed { nn * k + kk } else { kk * n + nn };
-            hits.push(WordHit::read(Some(g), b.buf, elem, WordOp::Fault(f)));
+            let Some((kk, nn)) = s.weight_at(fi, off) else { continue };
+            let written = start + tile_written(s, fi);
+            let read = start + fold.start + s.w_read(fi, kk, nn).expect("a tile's weights are read");
+            if f.acts_between(written, read) {
+                let elem = b.offset + if b.transposed { nn * k + kk } else { kk * n + nn };
+                hits.push(WordHit::read(Some(g), b.buf, elem, WordOp::Fault(f)));
+            }
         }
     }
     Ok(hits)
 }
 
-/// The weight buffer's tile slots: words per slot (`R x C`) and how many slots it holds.
-pub fn wbuf_slots(hw: &HwConfig) -> (u64, u64) {
-    let slot_words = (hw.mxu.rows * hw.mxu.cols) as u64;
-    (slot_words, (hw.memory.weight_buffer.words() / slot_words).max(1))
+/// The weight buffer's tile slots for a GEMM with schedule `s`: words per slot
+/// ([`faultline_hw::mxu::access`]: WS `R x C`, OS `K x C`, IS `R x N`) and how many slots
+/// it holds. At least two: a fold's tile is written while the fold before computes, so the
+/// step's schedule double-buffers tiles; where two OS or IS tiles do not fit the buffer, the
+/// second slot lies past its last word (a fault can reach only the words that exist).
+pub fn wbuf_slots(hw: &HwConfig, s: &Schedule) -> (u64, u64) {
+    let slot_words = s.weight_slot_words() as u64;
+    (slot_words, (hw.memory.weight_buffer.words() / slot_words).max(2))
 }
 
 /// When fold `f`'s weight tile is written into the weight buffer, from its GEMM's issue: when
 /// the previous fold starts (fold 0's at issue).
-pub fn tile_written(s: &faultline_hw::mxu::Schedule, f: usize) -> u64 {
+pub fn tile_written(s: &Schedule, f: usize) -> u64 {
     f.checked_sub(1).map_or(0, |p| s.folds[p].start)
 }
 

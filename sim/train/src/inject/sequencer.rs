@@ -6,14 +6,15 @@
 //! * `seq.tile`, the tile counter, is loaded with 0 when the GEMM issues, read at each fold
 //!   slot's start and then incremented. The MXU executes the fold the counter names: that fold's
 //!   activations, the weight tile then in that fold's weight-buffer slot (`fold mod slots`,
-//!   [`crate::inject::memory::wbuf_slots`]), that fold's output rows, overwriting or adding as that
-//!   fold does. A value past the last fold ends the loop: the remaining slots run nothing.
-//! * `seq.acc_addr` is loaded with a fold's first output-row address when that row is written
-//!   (WS: row `m` of a fold starting at `s` at `s + m + R + nc`; OS: row `i` at
-//!   `s + period - 1 - i`, bottom row first) and advanced by `+N` (WS) / `-N` (OS) per row; the
-//!   words of a row go to `acc_addr + j` in the memory the GEMM's result lives in. A narrower
-//!   WS fold's rows can start before the previous fold's last: the address is then kept per
-//!   fold, and a fault in the overlap changes both.
+//!   [`crate::inject::memory::wbuf_slots`]), that fold's output lines, overwriting or adding as
+//!   that fold does. A value past the last fold ends the loop: the remaining slots run nothing.
+//! * `seq.acc_addr` is loaded with a fold's first result-line address when that line is
+//!   written (the lines and their cycles are [`faultline_hw::mxu::access`]'s: WS rows top
+//!   first, OS rows bottom first, IS columns) and advanced line to line (WS `+N`, OS `-N`, IS
+//!   `+1`); element `j` of a line goes to `acc_addr + j` (IS: `acc_addr + j * N`) in the
+//!   memory the GEMM's result lives in. A narrower WS fold's rows can start before the
+//!   previous fold's last: the address is then kept per fold, and a fault in the overlap
+//!   changes both.
 //!
 //! The GEMM's timing does not change (the schedule is the program's). The effect is exact at
 //! the words: the result the GEMM leaves (rows never written keep what their words held before,
@@ -29,25 +30,26 @@
 //! of the step has written reads as 0 (the previous step's tiles are not tracked).
 
 use crate::error::Result;
-use crate::inject::gemm_fold::{fold_psum, row_times};
+use crate::inject::gemm_fold::fold_psum;
 use crate::inject::memory::{tile_written, wbuf_slots, StepMap, WordHit, WordOp};
 use faultline_hw::dma::AddrReg;
 use faultline_hw::fault::ActiveFault;
 use faultline_hw::isa::{self, Instr};
 use faultline_hw::matrix::Matrix;
+use faultline_hw::mxu::access::ResultLine;
 use faultline_hw::mxu::Schedule;
 use faultline_hw::sites::{addr_bits, DMA_ADDR_BITS, TILE_COUNTER_BITS};
-use faultline_hw::{Dataflow, Register, Unit};
+use faultline_hw::{Register, Unit};
 use faultline_num::{with_precision, MacFormat};
 use std::collections::BTreeMap;
 
 /// One fold slot of the loop as the sequencer ran it: the slot, the fold the tile counter
-/// named, and each output row's (row, write cycle, first word address).
+/// named, and each result line it wrote: (line, write cycle, first word address).
 #[derive(Debug, Clone, PartialEq)]
 struct Slot {
     slot: usize,
     fold: usize,
-    rows: Vec<(usize, u64, u64)>,
+    lines: Vec<(ResultLine, u64, u64)>,
 }
 
 /// The memory the result of GEMM `g` is written into, and the address of its element 0.
@@ -64,27 +66,27 @@ fn run_loop(m: &StepMap, g: usize, s: &Schedule, f: Option<ActiveFault>) -> Vec<
     let (tile_faults, acc_faults) = (on(Register::TileCounter), on(Register::AccAddr));
     let width = m.hw.memory.sram(mem).map_or(DMA_ADDR_BITS, |c| addr_bits(c.words()));
     let start = m.start(g);
-    let n = s.n;
-    let ws = s.dataflow == Dataflow::WeightStationary;
     let mut counter = AddrReg::new(0, TILE_COUNTER_BITS, start, &tile_faults);
     let mut slots = Vec::with_capacity(s.folds.len());
     for (q, fq) in s.folds.iter().enumerate() {
         let at = start + fq.start;
         let c = counter.use_at(at) as usize;
         counter.advance(1);
-        let Some(fold) = s.folds.get(c) else { break };
-        let times = row_times(s, c, at);
-        let m0 = if ws { 0 } else { fold.m0 };
-        let golden = |row: usize| base + ((m0 + row) * n + fold.n0) as u64;
-        let mut reg = AddrReg::new(golden(times[0].0), width, times[0].1, &acc_faults);
-        let mut rows = Vec::with_capacity(times.len());
-        for (idx, &(row, t)) in times.iter().enumerate() {
-            rows.push((row, t, reg.use_at(t)));
-            if let Some(&(next, _)) = times.get(idx + 1) {
-                reg.advance(golden(next) as i64 - golden(row) as i64);
+        if c >= s.folds.len() {
+            break;
+        }
+        let order = s.result_lines(c);
+        let golden = |l: &ResultLine| base + (l.m * s.n + l.n) as u64;
+        let mut reg = AddrReg::new(golden(&order[0]), width, at + order[0].cycle, &acc_faults);
+        let mut lines = Vec::with_capacity(order.len());
+        for (idx, l) in order.iter().enumerate() {
+            let t = at + l.cycle;
+            lines.push((*l, t, reg.use_at(t)));
+            if let Some(next) = order.get(idx + 1) {
+                reg.advance(golden(next) as i64 - golden(l) as i64);
             }
         }
-        slots.push(Slot { slot: q, fold: c, rows });
+        slots.push(Slot { slot: q, fold: c, lines });
     }
     slots
 }
@@ -96,10 +98,10 @@ pub fn counter_window(s: &Schedule) -> std::ops::Range<u64> {
 }
 
 /// The cycles (from the GEMM's issue) in which fold `c` of `s` uses `seq.acc_addr`: from its
-/// first result-row write (the register's load) to its last.
+/// first result-line write (the register's load) to its last.
 pub fn row_window(s: &Schedule, c: usize) -> std::ops::Range<u64> {
-    let t = row_times(s, c, s.folds[c].start);
-    t.first().map_or(0, |f| f.1)..t.last().map_or(0, |l| l.1)
+    let (lines, at) = (s.result_lines(c), s.folds[c].start);
+    lines.first().map_or(0, |f| at + f.cycle)..lines.last().map_or(0, |l| at + l.cycle)
 }
 
 /// Whether sequencer fault `f` changes the fold loop of GEMM `g` (a fold run out of turn or
@@ -143,10 +145,11 @@ fn words_typed<F: MacFormat>(m: &StepMap, g: usize, f: ActiveFault, golden: &[Ve
         let at = m.start(g) + s.folds[sl.slot].start;
         let w = weights(m, g, s, sl.fold, at, golden, &bm)?;
         let psum = fold_psum(m.hw, s, sl.fold, &am, &w)?;
-        for (row, t, first) in sl.rows {
-            for j in 0..fold.nc {
-                let addr = first + j as u64;
-                let p = psum.get(row, j);
+        for (l, t, first) in sl.lines {
+            for j in 0..l.len {
+                let addr = first + (j * l.stride(n)) as u64;
+                let (mm, nn) = l.element(j);
+                let p = psum.get(mm - fold.m0, nn - fold.n0);
                 let v = if fold.overwrite {
                     p
                 } else {
@@ -175,20 +178,22 @@ fn words_typed<F: MacFormat>(m: &StepMap, g: usize, f: ActiveFault, golden: &[Ve
 }
 
 /// The weights fold `c` of GEMM `g` multiplies by when it runs at cycle `at`: the words of its
-/// weight-buffer slot (`c mod slots`) then, each from the latest tile written there at or
-/// before `at` by any GEMM of the step that covers it (0 if none), in the MXU input format.
+/// weight-buffer slot (`c mod slots`) then, each from the latest tile written over that word
+/// at or before `at` by any GEMM of the step (0 if none), in the MXU input format.
 fn weights(m: &StepMap, g: usize, s: &Schedule, c: usize, at: u64, golden: &[Vec<u32>], bg: &Matrix) -> Result<Matrix> {
-    let (_, slots) = wbuf_slots(m.hw);
-    let slot = c as u64 % slots;
-    let fold = s.folds[c];
-    // Tiles written into the slot by `at`, newest first: (write cycle, GEMM, fold).
+    // Where fold `f` of a GEMM with schedule `sh` keeps its tile: its slot's first word.
+    let slot_base = |sh: &Schedule, f: usize| {
+        let (words, slots) = wbuf_slots(m.hw, sh);
+        (f as u64 % slots) * words
+    };
+    // Tiles written by `at`, newest first: (write cycle, GEMM, fold).
     let mut tiles: Vec<(u64, usize, usize)> = Vec::new();
     for h in 0..m.p.instrs.len() {
         let Some(sh) = m.gemm(h).map(|x| &x.s) else { continue };
         if m.start(h) > at {
             continue;
         }
-        for f in (0..sh.folds.len()).filter(|&f| f as u64 % slots == slot) {
+        for f in 0..sh.folds.len() {
             let t = m.start(h) + tile_written(sh, f);
             if t <= at {
                 tiles.push((t, h, f));
@@ -196,26 +201,28 @@ fn weights(m: &StepMap, g: usize, s: &Schedule, c: usize, at: u64, golden: &[Vec
         }
     }
     tiles.sort_by(|x, y| y.cmp(x));
-    // Only the tiles that cover some word of this fold's extent matter: the newest first.
+    let fold = s.folds[c];
+    let base = slot_base(s, c);
     let mut operands: BTreeMap<usize, Matrix> = BTreeMap::new();
     let mut w = Matrix::zeros(fold.kr, fold.nc);
-    let mut set = vec![false; fold.kr * fold.nc];
-    for (_, h, f) in tiles {
-        if set.iter().all(|&x| x) {
-            break;
-        }
-        let tf = m.gemm(h).expect("tiles come from GEMMs").s.folds[f];
-        if !operands.contains_key(&h) && h != g {
-            let (_, b) = isa::gemm_operands(m.hw, &m.p.instrs[h], golden)?.expect("a GEMM");
-            operands.insert(h, b);
-        }
-        let b = if h == g { bg } else { &operands[&h] };
-        for i in 0..fold.kr.min(tf.kr) {
-            for j in 0..fold.nc.min(tf.nc) {
-                if !set[i * fold.nc + j] {
-                    set[i * fold.nc + j] = true;
-                    w.set(i, j, b.get(tf.k0 + i, tf.n0 + j));
+    for i in 0..fold.kr {
+        for j in 0..fold.nc {
+            let word = base + s.weight_word(c, fold.k0 + i, fold.n0 + j).expect("the fold's own weights") as u64;
+            // The newest tile that wrote this word (a tile writes only its own weights).
+            for &(_, h, f) in &tiles {
+                let sh = &m.gemm(h).expect("tiles come from GEMMs").s;
+                let b0 = slot_base(sh, f);
+                if word < b0 || word - b0 >= sh.weight_slot_words() as u64 {
+                    continue;
                 }
+                let Some((kk, nn)) = sh.weight_at(f, (word - b0) as usize) else { continue };
+                if !operands.contains_key(&h) && h != g {
+                    let (_, b) = isa::gemm_operands(m.hw, &m.p.instrs[h], golden)?.expect("a GEMM");
+                    operands.insert(h, b);
+                }
+                let b = if h == g { bg } else { &operands[&h] };
+                w.set(i, j, b.get(kk, nn));
+                break;
             }
         }
     }

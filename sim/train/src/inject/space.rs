@@ -75,8 +75,8 @@ pub fn windows(exec: &Executor, sched: &StepSchedule) -> Vec<LiveWindow> {
                     let map = match GemmMap::new(hw, &p.instrs[g], sched.instrs[g].start) {
                         Ok(Some(map)) => map,
                         Ok(None) => continue,
-                        // No fold map (input stationary): possibly live for the whole GEMM
-                        // (injecting there is refused with the reason).
+                        // No fold schedule (a shape the MXU refuses): possibly live for the
+                        // whole GEMM (injecting there is refused with the reason).
                         Err(_) => {
                             push(all.clone(), span(g));
                             continue;
@@ -107,17 +107,20 @@ pub fn windows(exec: &Executor, sched: &StepSchedule) -> Vec<LiveWindow> {
 }
 
 /// The weight-buffer windows of one GEMM: each fold's tile, row by row, from its write into
-/// the slot to the last read of that row (element `(i, j)` is read `i + j` cycles into the
-/// fold).
+/// the slot to the last read of that row ([`faultline_hw::mxu::access`]: WS element `(i, j)`
+/// is read `i + j` cycles into the fold).
 fn wbuf_windows(hw: &HwConfig, map: &GemmMap, push: &mut impl FnMut(Range<u64>, Range<u64>)) {
-    let (slot_words, slots) = wbuf_slots(hw);
-    let c = hw.mxu.cols as u64;
-    for (f, fold) in map.s.folds.iter().enumerate() {
+    let s = &map.s;
+    let (slot_words, slots) = wbuf_slots(hw, s);
+    for (f, fold) in s.folds.iter().enumerate() {
         let base = (f as u64 % slots) * slot_words;
-        let written = map.start + tile_written(&map.s, f);
-        for i in 0..fold.kr as u64 {
-            let last_read = map.start + fold.start + i + fold.nc as u64 - 1;
-            push(base + i * c..base + i * c + fold.nc as u64, written..last_read);
+        let written = map.start + tile_written(s, f);
+        let last = fold.n0 + fold.nc - 1;
+        for k in fold.k0..fold.k0 + fold.kr {
+            // A tile row's words are consecutive; its last word is read last.
+            let first = base + s.weight_word(f, k, fold.n0).expect("the tile's own row") as u64;
+            let last_read = map.start + fold.start + s.w_read(f, k, last).expect("the tile's own row");
+            push(first..first + fold.nc as u64, written..last_read);
         }
     }
 }
