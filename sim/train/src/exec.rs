@@ -43,6 +43,15 @@ impl MxuFormat {
         }
     }
 
+    /// The format a run on `hw` uses when none is given: fp32 on an fp32 machine, else bf16.
+    pub fn default_for(hw: &HwConfig) -> MxuFormat {
+        if hw.mxu.input_format == NumFormat::Fp32 {
+            MxuFormat::Fp32
+        } else {
+            MxuFormat::Bf16
+        }
+    }
+
     /// The register format of MXU inputs.
     pub const fn input(self) -> NumFormat {
         match self {
