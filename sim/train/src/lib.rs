@@ -65,7 +65,7 @@ pub use dataset::{Batcher, BatcherState, Dataset, Split};
 pub use error::{Result, TrainError};
 pub use exec::{Effect, Executor, Injection, MxuFormat, StepOutput};
 pub use inject::{InjectionReport, StepFault};
-pub use state::{ModelState, Tensor32};
 pub use setup::{RunFlags, TrainSetup};
+pub use state::{ModelState, Tensor32};
 pub use trace::{RunDescription, TraceWriter};
 pub use trainer::{InitWeights, OptimizerKind, StepRecord, Summary, TrainOptions, TrainState, Trainer, MAX_STEPS};
