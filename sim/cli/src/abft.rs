@@ -4,17 +4,16 @@
 
 use crate::gemm::{random, GemmArgs};
 use anyhow::{bail, Context, Result};
-use faultline_fault::stats::Estimate;
+use faultline_fault::abft_trials::{self, FusedGemm};
 use faultline_hw::abft::{self, AbftOutcome};
 use faultline_hw::budget::HostMemory;
-use faultline_hw::fault::{FaultEvent, FaultSchedule};
+use faultline_hw::fault::FaultSchedule;
 use faultline_hw::mxu::{gemm, gemm_host_bytes, GemmStats};
-use faultline_hw::{ExecMode, HwConfig, Matrix, SiteClass, Unit};
+use faultline_hw::{ExecMode, HwConfig, Matrix};
 use faultline_num::NumFormat;
 use indicatif::{ProgressBar, ProgressStyle};
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use rayon::prelude::*;
 use std::io::IsTerminal;
 use std::time::Instant;
 
@@ -181,9 +180,8 @@ fn merge(j: &mut serde_json::Value, more: serde_json::Value) {
     }
 }
 
-/// `trials` single-bit flips of the fused GEMM, uniform over every MXU site bit (every class
-/// [`SiteClass::all`] has on `cfg`) and every cycle, drawn in order from `rng` (so the set does
-/// not depend on `threads`), run in parallel and classified.
+/// `trials` single-bit flips of the fused GEMM ([`abft_trials::run`] on `threads` workers),
+/// printed as a table or JSON.
 #[allow(clippy::too_many_arguments)]
 fn campaign(
     args: &GemmArgs,
@@ -198,27 +196,7 @@ fn campaign(
     mut rng: ChaCha8Rng,
     header: &str,
 ) -> Result<()> {
-    let classes: Vec<SiteClass> = SiteClass::all(cfg).into_iter().filter(|c| c.unit == Unit::Mxu).collect();
-    let bits: Vec<u64> = classes.iter().map(|c| c.bit_count(cfg)).collect();
-    let site_bits: u64 = bits.iter().sum();
     let cycles = cost.fused.total_cycles;
-    let events: Vec<(usize, FaultEvent)> = (0..trials)
-        .map(|_| {
-            let mut idx = rng.gen_range(0..site_bits);
-            let ci = bits
-                .iter()
-                .position(|&b| {
-                    let here = idx < b;
-                    if !here {
-                        idx -= b;
-                    }
-                    here
-                })
-                .expect("idx < site_bits");
-            let site = classes[ci].site_at(cfg, idx).expect("idx < the class's bit count");
-            (ci, FaultEvent::flip(site, 0, rng.gen_range(0..cycles)))
-        })
-        .collect();
     let bar = if !args.json && std::io::stderr().is_terminal() {
         let b = ProgressBar::new(trials);
         b.set_style(
@@ -234,28 +212,12 @@ fn campaign(
     };
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().context("starting worker threads")?;
     let start = Instant::now();
-    let outcomes: Vec<(usize, AbftOutcome)> = pool.install(|| {
-        events
-            .par_iter()
-            .map(|(ci, e)| {
-                let out = gemm(cfg, a, wf, ExecMode::CycleLevel, &FaultSchedule::one(*e))?.out;
-                bar.inc(1);
-                Ok((*ci, abft::classify(golden, &out, n, d)))
-            })
-            .collect::<Result<_>>()
-    })?;
+    let g = FusedGemm { a, wf, n, d, golden, cycles };
+    let run = pool.install(|| abft_trials::run(cfg, g, trials, &mut rng, || bar.inc(1)))?;
     bar.finish_and_clear();
     let wall = start.elapsed().as_secs_f64();
-    let count =
-        |pick: &dyn Fn(usize, AbftOutcome) -> bool| outcomes.iter().filter(|&&(c, o)| pick(c, o)).count() as u64;
-    let totals: Vec<u64> = AbftOutcome::ALL.iter().map(|&o| count(&|_, x| x == o)).collect();
-    let corrupted = count(&|_, o| o.corrupted());
-    let detection = Estimate::of(count(&|_, o| o == AbftOutcome::Detected), corrupted);
-    let per_class: Vec<(String, Vec<u64>)> = classes
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.pattern(), AbftOutcome::ALL.iter().map(|&o| count(&|ci, x| ci == i && x == o)).collect()))
-        .collect();
+    let (totals, corrupted, detection, per_class) = (run.totals(), run.corrupted(), run.detection(), run.by_class());
+    let site_bits = run.site_bits;
     if args.json {
         let outcome_map = |v: &[u64]| -> serde_json::Map<String, serde_json::Value> {
             AbftOutcome::ALL.iter().zip(v).map(|(o, &c)| (o.name().to_string(), c.into())).collect()

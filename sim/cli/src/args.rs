@@ -3,9 +3,6 @@
 use anyhow::{Context, Result};
 use faultline_hw::fault::FaultEvent;
 use faultline_hw::files::DirLock;
-use faultline_hw::HwConfig;
-use faultline_num::NumFormat;
-use faultline_train::MxuFormat;
 use std::path::Path;
 
 /// Locks the output directory `dir` (given as `flag`) for this process, creating it if needed:
@@ -18,16 +15,6 @@ pub fn lock_output(flag: &str, dir: &Path) -> Result<DirLock> {
 /// e.g. `flip:mxu.pe[3][5].psum[30]@0:40` or `stuck1:ub.word[0x40][7]@2:0+100`.
 pub fn parse_fault(text: &str) -> Result<FaultEvent> {
     text.parse().context("--fault")
-}
-
-/// The MXU input format a training run uses on `hw` when `--precision` is not given: fp32 on
-/// an fp32 config, else bf16 (as `train` and campaigns default it).
-pub fn config_precision(hw: &HwConfig) -> MxuFormat {
-    if hw.mxu.input_format == NumFormat::Fp32 {
-        MxuFormat::Fp32
-    } else {
-        MxuFormat::Bf16
-    }
 }
 
 #[cfg(test)]

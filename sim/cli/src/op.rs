@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use faultline_graph::OptimizerSpec;
 use faultline_hw::budget::HostMemory;
 use faultline_hw::fault::FaultSchedule;
 use faultline_hw::op::{self, ConvShape, OpKind};
@@ -155,7 +156,15 @@ fn kind_of(a: &OpArgs) -> Result<OpKind> {
         OpArg::Softmax => {
             OpKind::Softmax { rows: need(a.rows, "rows", "softmax")?, cols: need(a.cols, "cols", "softmax")? }
         }
-        OpArg::Adam => OpKind::Adam { n: need(a.n, "n", "adam")?, lr: 1e-3, b1: 0.9, b2: 0.999, eps: 1e-8, t: 1 },
+        OpArg::Adam => OpKind::Adam {
+            n: need(a.n, "n", "adam")?,
+            lr: 1e-3,
+            // The training optimizer's, in the VPU's fp32 (each the nearest f32 of its decimal).
+            b1: OptimizerSpec::ADAM_BETA1 as f32,
+            b2: OptimizerSpec::ADAM_BETA2 as f32,
+            eps: OptimizerSpec::ADAM_EPS as f32,
+            t: 1,
+        },
     })
 }
 

@@ -3,16 +3,14 @@
 
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
-use faultline_graph::{ModelSpec, OptimizerSpec, TrainGraph};
+use faultline_graph::ModelSpec;
 use faultline_hw::budget::HostMemory;
 use faultline_hw::{ExecMode, HwConfig};
-use faultline_train::source::{self, LoadOptions};
+use faultline_train::setup::{self, RunOutputs};
 use faultline_train::{
-    Checkpoint, InitWeights, MxuFormat, OptimizerKind, RunDescription, StepFault, TraceWriter, TrainOptions, Trainer,
-    MAX_STEPS,
+    Checkpoint, InitWeights, RunDescription, RunFlags, StepFault, Summary, TraceWriter, TrainSetup, Trainer, MAX_STEPS,
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use std::fmt;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -103,25 +101,6 @@ pub struct TrainArgs {
     pub json: bool,
 }
 
-/// The value of a run-defining flag: the one given, else the checkpoint's, else the default.
-/// A given value that contradicts the checkpoint is an error naming the flag.
-fn inherit<T: PartialEq + fmt::Display>(flag: &str, given: Option<T>, ck: Option<T>, default: T) -> Result<T> {
-    match (given, ck) {
-        (Some(g), Some(c)) if g != c => {
-            bail!("{flag} {g} contradicts the checkpoint, whose run has {flag} {c}; omit {flag} to continue that run")
-        }
-        (g, c) => Ok(g.or(c).unwrap_or(default)),
-    }
-}
-
-fn optimizer_of(spec: &OptimizerSpec) -> (OptimizerKind, f64) {
-    match *spec {
-        OptimizerSpec::Sgd { lr } => (OptimizerKind::Sgd, lr),
-        OptimizerSpec::Momentum { lr, .. } => (OptimizerKind::Momentum, lr),
-        OptimizerSpec::Adam { lr, .. } => (OptimizerKind::Adam, lr),
-    }
-}
-
 /// Runs `faultline train`.
 pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
     let _lock = a.save_checkpoint.as_deref().map(|d| crate::args::lock_output("--save-checkpoint", d)).transpose()?;
@@ -133,63 +112,29 @@ pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
         })?),
         None => None,
     };
-    let id = ck.as_ref().map(|c| &c.run);
     let start_step = ck.as_ref().map_or(0, |c| c.state.step);
-    // Nothing to train is an error, not a summary of no steps (whose losses would be NaN).
-    if start_step >= a.steps {
-        let rel = if start_step > a.steps { "past" } else { "already at" };
-        bail!(
-            "the checkpoint is at step {start_step}, {rel} --steps {}: nothing to train; --steps is the total \
-             to reach, so pass a larger value to continue",
-            a.steps
-        );
-    }
-    let seed = inherit("--seed", a.seed, id.map(|r| r.seed), 1)?;
-    let batch = inherit("--batch", a.batch, id.map(|r| r.batch as u64), 32)? as usize;
-    let eval_every = inherit("--eval-every", a.eval_every, id.map(|r| r.eval_every), 10)?;
-    let given_opt: Option<OptimizerKind> = a.optimizer.as_deref().map(str::parse).transpose()?;
-    let ck_opt = id.map(|r| optimizer_of(&r.optimizer));
-    let optimizer = inherit("--optimizer", given_opt, ck_opt.map(|o| o.0), OptimizerKind::Sgd)?;
-    let lr = match (a.lr, ck_opt) {
-        (Some(g), Some((_, c))) if g != c => {
-            bail!("--lr {g} contradicts the checkpoint, whose run has --lr {c}; omit --lr to continue that run")
-        }
-        (g, c) => g.or(c.map(|c| c.1)),
+    let todo = setup::steps_to_train(start_step, a.steps)?;
+    let flags = RunFlags {
+        seed: a.seed,
+        batch: a.batch,
+        eval_every: a.eval_every,
+        optimizer: a.optimizer.clone(),
+        lr: a.lr,
+        precision: a.precision.clone(),
+        data: a.data.clone(),
     };
-    if let Some(lr) = lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
-        bail!("--lr {lr}: the learning rate must be a positive number");
-    }
-    let given_prec: Option<MxuFormat> = a.precision.as_deref().map(str::parse).transpose()?;
-    let precision = inherit("--precision", given_prec, id.map(|r| r.precision), crate::args::config_precision(&hw))?;
-    let data_dir = a.data.clone().or_else(|| id.and_then(|r| r.data.dir.clone()));
-    let options = TrainOptions {
-        batch,
-        optimizer,
-        lr,
-        precision,
-        mode: match a.mode {
-            Mode::Functional => ExecMode::Functional,
-            Mode::Cycle => ExecMode::CycleLevel,
-        },
-        seed,
-        eval_every,
-        init: a.init_weights.clone().map_or(InitWeights::Seed, InitWeights::NpyDir),
-        allow_nonfinite: a.allow_nonfinite,
-        data_dir: data_dir.clone(),
+    let mode = match a.mode {
+        Mode::Functional => ExecMode::Functional,
+        Mode::Cycle => ExecMode::CycleLevel,
     };
-    // The graph first: a model error or an oversized model is reported before any data is made.
-    let tg = TrainGraph::build(&spec, batch, optimizer.spec(lr))?;
-    let losses = (a.steps - start_step).checked_mul(8);
-    mem.check(
-        &format!("training `{}` with batch {batch} for {} steps", spec.name, a.steps - start_step),
-        faultline_hw::budget::sum(&[faultline_train::exec::host_bytes(&tg), losses]),
-    )?;
-    let load = LoadOptions { mem: *mem, allow_nonfinite: a.allow_nonfinite };
-    let data = match &data_dir {
-        Some(dir) => source::load_dir(dir, &spec, seed, &load)?,
-        None => source::shipped(&spec, seed, mem)?,
-    };
-    let mut trainer = Trainer::from_graph(&spec, tg, &hw, data, options)?;
+    let init = a.init_weights.clone().map_or(InitWeights::Seed, InitWeights::NpyDir);
+    let options = flags.resolve(&hw, ck.as_ref().map(|c| &c.run), mode, init, a.allow_nonfinite)?;
+    let setup = TrainSetup { model: spec, hw, options };
+    let tg = setup.graph()?;
+    let what = format!("training `{}` with batch {} for {todo} steps", setup.model.name, setup.options.batch);
+    setup.check_memory(&tg, mem, &what, |_| todo.checked_mul(8))?;
+    let data = setup.data(mem)?;
+    let mut trainer = setup.trainer(tg, data)?;
     if let (Some(c), Some(dir)) = (ck, &a.resume) {
         trainer.restore(c, dir)?;
     }
@@ -198,15 +143,14 @@ pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
         bail!("fault `{f}` strikes step {}, after the run's last step {}", f.step, a.steps);
     }
     trainer.set_faults(faults)?;
-    let mut trace = match &a.trace {
+    let trace = match &a.trace {
         Some(p) => {
             let w = if a.resume.is_some() { TraceWriter::resume(p, start_step)? } else { TraceWriter::create(p)? };
-            run_description(&a, &spec, &trainer, start_step).write_for(p, a.resume.is_some())?;
+            run_description(&a, &setup.model, &trainer, start_step).write_for(p, a.resume.is_some())?;
             Some(w)
         }
         None => None,
     };
-    let todo = a.steps - start_step;
     let bar = if a.json || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
     } else {
@@ -219,31 +163,23 @@ pub fn run(a: TrainArgs, mem: &HostMemory) -> anyhow::Result<()> {
         b
     };
     let mut last_acc = String::new();
-    let summary = trainer.run(todo, |t, r| {
-        // The record goes out before the step's checkpoint, so a checkpoint at step N always
-        // has records 1..=N on disk.
-        if let Some(w) = trace.as_mut() {
-            w.write(r)?;
-        }
-        if let Some(dir) =
-            a.save_checkpoint.as_ref().filter(|_| a.checkpoint_every > 0 && r.step % a.checkpoint_every == 0)
-        {
-            t.checkpoint().save(&dir.join(format!("step-{:06}", r.step)))?;
-        }
+    let out = RunOutputs { trace, checkpoint: a.save_checkpoint.as_deref(), checkpoint_every: a.checkpoint_every };
+    let summary = setup::run_recorded(&mut trainer, todo, out, |r| {
         if let Some(t) = r.test_accuracy {
             last_acc = format!("  test acc {:.1}%", 100.0 * t);
         }
         bar.set_message(format!("loss {:.4}{last_acc}", r.loss));
         bar.inc(1);
-        Ok(())
-    })?;
+    });
     bar.finish_and_clear();
-    drop(trace);
-    if let Some(dir) = &a.save_checkpoint {
-        trainer.checkpoint().save(dir)?;
-    }
+    let summary = summary?;
+    print_summary(&a, &summary, &trainer, &setup.hw, start_step)
+}
+
+/// Prints the run's summary (as JSON with `--json`).
+fn print_summary(a: &TrainArgs, summary: &Summary, trainer: &Trainer, hw: &HwConfig, start_step: u64) -> Result<()> {
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        println!("{}", serde_json::to_string_pretty(summary)?);
         return Ok(());
     }
     for r in &summary.injections {

@@ -14,23 +14,23 @@ use crate::sample::Space;
 use crate::spec::{CampaignSpec, FaultModel, Lasts, Mode};
 use crate::store;
 use faultline_graph::checks::{BF16_UNIT, FP32_UNIT};
+use faultline_graph::ModelSpec;
 use faultline_graph::StepSchedule;
-use faultline_graph::{ModelSpec, TrainGraph};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::ecc::Decoded;
 use faultline_hw::isa::ExecUnit;
 use faultline_hw::{ExecMode, FaultSite, HwConfig};
-use faultline_num::{BitFault, NumFormat};
-use faultline_train::source::{self, LoadOptions};
+use faultline_num::BitFault;
 use faultline_train::{
-    inject, Executor, InitWeights, InjectionReport, ModelState, MxuFormat, StepFault, TrainOptions, TrainState, Trainer,
+    inject, Executor, InitWeights, InjectionReport, ModelState, MxuFormat, StepFault, TrainOptions, TrainSetup,
+    TrainState, Trainer,
 };
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -243,6 +243,94 @@ fn learn_clamp_bounds(
     Ok((losses, checksum))
 }
 
+/// What the golden run recorded.
+struct GoldenRun {
+    /// The states trials start from and are compared with.
+    states: GoldenStates,
+    /// Each step's loss.
+    losses: Vec<f64>,
+    /// Test accuracy at the end of each injection step's follow-up window.
+    window_accuracy: Vec<(u64, f64)>,
+    /// Each step's check residuals, and with an ABFT check each step's bounds: what a plan's
+    /// checks are calibrated on.
+    residuals: Vec<Vec<f32>>,
+    bounds: Vec<Vec<Option<f64>>>,
+}
+
+/// Runs the golden run of `spec` on `trainer` from its state (`protection` calibrated on it
+/// after), calling `golden_step` after each step; keeps the states around each injection
+/// step. A run whose loss or state stops being finite is an error naming `file`.
+fn golden_run(
+    trainer: &mut Trainer,
+    spec: &CampaignSpec,
+    file: &Path,
+    protection: Option<&protect::Applied>,
+    mut golden_step: impl FnMut(u64),
+) -> Result<GoldenRun> {
+    let steps = spec.inject_steps.steps();
+    let training = spec.mode == Mode::Training;
+    let (mut before, mut after, mut window_end) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+    let (mut losses, mut window_accuracy) = (vec![], vec![]);
+    // A plan's checks are calibrated on the golden run: residuals, and ABFT's bound.
+    let (mut residuals, mut bounds) = (vec![], vec![]);
+    let abft = protection.is_some_and(|p| p.checks.iter().any(|c| c.rule == Rule::AbftBound));
+    let input_unit = if trainer.exec.format == MxuFormat::Fp32 { FP32_UNIT } else { BF16_UNIT };
+    for step in 1..=spec.golden_steps {
+        let inject = training && steps.binary_search(&step).is_ok();
+        if inject {
+            before.insert(step, trainer.snapshot());
+        }
+        if abft {
+            let (x, y) = trainer.data.train.gather(&trainer.batcher.clone().next_indices());
+            let bufs = trainer.exec.step_buffers(&trainer.state, &x, &y)?;
+            bounds.push(protect::step_bounds(&trainer.exec.tg, trainer.exec.program(), &bufs, input_unit));
+        }
+        let r = trainer.step()?;
+        residuals.push(r.checks.clone());
+        if !r.loss.is_finite() || !finite(&trainer.state) {
+            return Err(FaultError::Invalid {
+                file: file.into(),
+                field: "train".into(),
+                value: format!("{:?}", spec.train),
+                allowed: format!("a run that trains: the golden run's loss or state is not finite at step {step}"),
+            });
+        }
+        losses.push(r.loss);
+        golden_step(step);
+        if inject {
+            after.insert(step, trainer.snapshot());
+        }
+        if training && step > spec.follow_up && steps.binary_search(&(step - spec.follow_up)).is_ok() {
+            window_accuracy.push((step - spec.follow_up, trainer.evaluate(&trainer.data.test)?));
+            window_end.insert(step - spec.follow_up, trainer.snapshot());
+        }
+    }
+    Ok(GoldenRun { states: GoldenStates { before, after, window_end }, losses, window_accuracy, residuals, bounds })
+}
+
+/// What `campaign.json` says of each of `space`'s classes on machine `hw`.
+fn class_info(space: &Space, hw: &HwConfig) -> Vec<ClassInfo> {
+    space
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ClassInfo {
+            class: c.pattern(),
+            bits: c.bits,
+            width: c.width(hw),
+            unit: c.class.unit.name().to_string(),
+            register: c.class.register_name().to_string(),
+            kind: c.class.kind(),
+            dims: c.class.dims(hw),
+            // Check bits hold no number.
+            format: c.class.format(hw).filter(|_| c.check_bits == 0).map(|f| f.name().to_string()),
+            weight: space.weight(i),
+            live_bit_cycles: c.live.iter().map(|w| w.bit_cycles(hw)).sum::<u128>() * c.width(hw) as u128
+                / c.class.width(hw) as u128,
+        })
+        .collect()
+}
+
 impl Campaign {
     /// Loads the spec's model, machine and data, checks the spec against them, runs the golden
     /// run and lays out the sampled space.
@@ -255,122 +343,41 @@ impl Campaign {
         spec: CampaignSpec,
         file: &Path,
         mem: &HostMemory,
-        mut golden_step: impl FnMut(u64),
+        golden_step: impl FnMut(u64),
     ) -> Result<Campaign> {
-        let model = ModelSpec::load(spec.resolve(file, &spec.model))?;
-        let hw = HwConfig::load(spec.resolve(file, &spec.hw))?;
-        let s = &spec.train;
-        let precision = s.precision.unwrap_or(if hw.mxu.input_format == NumFormat::Fp32 {
-            MxuFormat::Fp32
-        } else {
-            MxuFormat::Bf16
-        });
-        let options = TrainOptions {
-            batch: s.batch,
-            optimizer: s.optimizer,
-            lr: s.lr,
-            precision,
-            mode: ExecMode::Functional,
-            seed: s.seed,
-            // Trials evaluate once, at the window's end.
-            eval_every: 0,
-            init: InitWeights::Seed,
-            allow_nonfinite: false,
-            data_dir: s.data.as_ref().map(|d| spec.resolve(file, d)),
-        };
-        let mut tg = TrainGraph::build(&model, s.batch, s.optimizer.spec(s.lr))?;
-        let plan_file = spec.protection.as_ref().map(|p| spec.resolve(file, p));
-        let mut protection = match &plan_file {
-            Some(p) => Some(ProtectionPlan::load(p)?.apply(&mut tg, &Executor::machine(&hw, precision), p)?),
-            None => None,
-        };
-        // Checked before anything large is made: the golden run's step, and its snapshots
-        // (two states per injection step, each about the step's parameters).
-        let step_bytes = faultline_train::exec::host_bytes(&tg);
-        let snapshots = step_bytes.and_then(|b| b.checked_mul(2)?.checked_mul(spec.inject_steps.count()));
-        mem.check(
-            &format!("the golden run of campaign `{}` ({} steps of `{}`)", spec.name, spec.golden_steps, model.name),
-            faultline_hw::budget::sum(&[step_bytes, snapshots]),
-        )?;
-        let data = match &s.data {
-            Some(dir) => source::load_dir(
-                &spec.resolve(file, dir),
-                &model,
-                s.seed,
-                &LoadOptions { mem: *mem, allow_nonfinite: false },
-            )?,
-            None => source::shipped(&model, s.seed, mem)?,
-        };
-        let mut trainer = Trainer::from_graph(&model, tg, &hw, data, options)?;
+        let setup = Self::setup(&spec, file)?;
+        let (mut trainer, mut protection, step_bytes) = Self::golden_trainer(&setup, &spec, file, mem)?;
         if spec.mode == Mode::Inference {
             Inference::check_batches(&trainer, &spec.inject_steps, file)?;
         }
         // A plan's clamps learn their bounds on a first pass of the golden run.
-        let profile = match (&mut protection, &plan_file) {
-            (Some(p), Some(f)) if !p.clamps.is_empty() => {
-                Some(learn_clamp_bounds(&mut trainer, p, spec.golden_steps, f)?)
-            }
+        let profile = match &mut protection {
+            Some((p, f)) if !p.clamps.is_empty() => Some(learn_clamp_bounds(&mut trainer, p, spec.golden_steps, f)?),
             _ => None,
         };
         let steps = spec.inject_steps.steps();
-        let training = spec.mode == Mode::Training;
         // Inference faults strike the forward program, training faults the step program.
-        let inference_exec = (!training).then(|| trainer.exec.inference());
+        let inference_exec = (spec.mode == Mode::Inference).then(|| trainer.exec.inference());
         let (exec, sched) = match &inference_exec {
             Some(e) => (e, e.schedule()),
             None => (&trainer.exec, trainer.schedule.clone()),
         };
-        let ecc = protection.as_ref().map_or(&[][..], |p| &p.ecc[..]);
+        let ecc = protection.as_ref().map_or(&[][..], |(p, _)| &p.ecc[..]);
         let space = Space::new(exec, &sched, &spec, file, ecc)?;
         let classes: Vec<_> = space.classes.iter().map(|c| c.class).collect();
         spec.fault.check(&exec.hw, &classes, sched.total_cycles, file)?;
         let (cycles_per_step, instructions_per_step) = (sched.total_cycles, exec.program().instrs.len());
 
         let start = trainer.snapshot();
-        let (mut before, mut after, mut window_end) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
-        let (mut losses, mut window_accuracy) = (vec![], vec![]);
-        // A plan's checks are calibrated on the golden run: residuals, and ABFT's bound.
-        let (mut residuals, mut bounds) = (vec![], vec![]);
-        let abft = protection.as_ref().is_some_and(|p| p.checks.iter().any(|c| c.rule == Rule::AbftBound));
-        let input_unit = if precision == MxuFormat::Fp32 { FP32_UNIT } else { BF16_UNIT };
-        for step in 1..=spec.golden_steps {
-            let inject = training && steps.binary_search(&step).is_ok();
-            if inject {
-                before.insert(step, trainer.snapshot());
-            }
-            if abft {
-                let (x, y) = trainer.data.train.gather(&trainer.batcher.clone().next_indices());
-                let bufs = trainer.exec.step_buffers(&trainer.state, &x, &y)?;
-                bounds.push(protect::step_bounds(&trainer.exec.tg, trainer.exec.program(), &bufs, input_unit));
-            }
-            let r = trainer.step()?;
-            residuals.push(r.checks.clone());
-            if !r.loss.is_finite() || !finite(&trainer.state) {
-                return Err(FaultError::Invalid {
-                    file: file.into(),
-                    field: "train".into(),
-                    value: format!("{:?}", spec.train),
-                    allowed: format!("a run that trains: the golden run's loss or state is not finite at step {step}"),
-                });
-            }
-            losses.push(r.loss);
-            golden_step(step);
-            if inject {
-                after.insert(step, trainer.snapshot());
-            }
-            if training && step > spec.follow_up && steps.binary_search(&(step - spec.follow_up)).is_ok() {
-                window_accuracy.push((step - spec.follow_up, trainer.evaluate(&trainer.data.test)?));
-                window_end.insert(step - spec.follow_up, trainer.snapshot());
-            }
-        }
-        if let (Some(p), Some(f)) = (&mut protection, &plan_file) {
-            protect::calibrate(p, &residuals, &bounds, f)?;
+        let golden = golden_run(&mut trainer, &spec, file, protection.as_ref().map(|(p, _)| p), golden_step)?;
+        if let Some((p, f)) = &mut protection {
+            protect::calibrate(p, &golden.residuals, &golden.bounds, f)?;
         }
         let checksum = state_checksum(&trainer.state);
         if let Some((l, c)) = profile {
             // Every golden value is within its clamp's bound: the clamps changed nothing.
             let bits = |l: &[f64]| l.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            if bits(&l) != bits(&losses) || c != checksum {
+            if bits(&l) != bits(&golden.losses) || c != checksum {
                 return Err(FaultError::Output {
                     path: file.into(),
                     why: "the golden run with learned clamp bounds differs from the run that learned them".into(),
@@ -383,38 +390,23 @@ impl Campaign {
             None => None,
         };
         trainer.restore_snapshot(&start);
-        let ehw = &trainer.exec.hw;
-        let class_info = space
-            .classes
-            .iter()
-            .enumerate()
-            .map(|(i, c)| ClassInfo {
-                class: c.pattern(),
-                bits: c.bits,
-                width: c.width(ehw),
-                unit: c.class.unit.name().to_string(),
-                register: c.class.register_name().to_string(),
-                kind: c.class.kind(),
-                dims: c.class.dims(ehw),
-                // Check bits hold no number.
-                format: c.class.format(ehw).filter(|_| c.check_bits == 0).map(|f| f.name().to_string()),
-                weight: space.weight(i),
-                live_bit_cycles: c.live.iter().map(|w| w.bit_cycles(ehw)).sum::<u128>() * c.width(ehw) as u128
-                    / c.class.width(ehw) as u128,
-            })
-            .collect();
         let info = CampaignInfo {
             schema: SCHEMA,
             spec_file: fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf()).display().to_string(),
             code: CODE_VERSION.to_string(),
-            hw: hw.name.clone(),
+            hw: setup.hw.name.clone(),
             cycles_per_step,
             instructions_per_step,
             trials: space.trials(),
-            classes: class_info,
-            golden: Golden { test_accuracy, losses, window_accuracy, final_checksum: format!("{checksum:016x}") },
+            classes: class_info(&space, &trainer.exec.hw),
+            golden: Golden {
+                test_accuracy,
+                losses: golden.losses,
+                window_accuracy: golden.window_accuracy,
+                final_checksum: format!("{checksum:016x}"),
+            },
             spec,
-            protection,
+            protection: protection.map(|(p, _)| p),
             faults_from: None,
         };
         Ok(Campaign {
@@ -422,11 +414,63 @@ impl Campaign {
             info,
             space,
             trainer,
-            golden: GoldenStates { before, after, window_end },
+            golden: golden.states,
             inference,
             step_bytes,
             faults: None,
         })
+    }
+
+    /// The model, machine and training options of `spec` (read from `file`).
+    fn setup(spec: &CampaignSpec, file: &Path) -> Result<TrainSetup> {
+        let model = ModelSpec::load(spec.resolve(file, &spec.model))?;
+        let hw = HwConfig::load(spec.resolve(file, &spec.hw))?;
+        let s = &spec.train;
+        let options = TrainOptions {
+            batch: s.batch,
+            optimizer: s.optimizer,
+            lr: s.lr,
+            precision: s.precision.unwrap_or(MxuFormat::default_for(&hw)),
+            mode: ExecMode::Functional,
+            seed: s.seed,
+            // Trials evaluate once, at the window's end.
+            eval_every: 0,
+            init: InitWeights::Seed,
+            allow_nonfinite: false,
+            data_dir: s.data.as_ref().map(|d| spec.resolve(file, d)),
+        };
+        Ok(TrainSetup { model, hw, options })
+    }
+
+    /// The golden run's trainer: the step graph with the protection plan applied (the plan and
+    /// its file returned with it), checked against the host-memory budget (the step's bytes
+    /// returned), then the data.
+    #[allow(clippy::type_complexity)]
+    fn golden_trainer(
+        setup: &TrainSetup,
+        spec: &CampaignSpec,
+        file: &Path,
+        mem: &HostMemory,
+    ) -> Result<(Trainer, Option<(protect::Applied, PathBuf)>, Option<u64>)> {
+        let mut tg = setup.graph()?;
+        let protection = match spec.protection.as_ref().map(|p| spec.resolve(file, p)) {
+            Some(p) => {
+                let machine = Executor::machine(&setup.hw, setup.options.precision);
+                Some((ProtectionPlan::load(&p)?.apply(&mut tg, &machine, &p)?, p))
+            }
+            None => None,
+        };
+        // Checked before anything large is made: the golden run's step, and its snapshots
+        // (two states per injection step, each about the step's parameters).
+        let what = format!(
+            "the golden run of campaign `{}` ({} steps of `{}`)",
+            spec.name, spec.golden_steps, setup.model.name
+        );
+        let step_bytes = setup.check_memory(&tg, mem, &what, |step| {
+            step.and_then(|b| b.checked_mul(2)?.checked_mul(spec.inject_steps.count()))
+        })?;
+        let data = setup.data(mem)?;
+        Ok((setup.trainer(tg, data)?, protection, step_bytes))
     }
 
     /// Host bytes `threads` workers need (`None` past 2^64): check it before [`Campaign::run`].

@@ -23,17 +23,8 @@ pub enum FaultError {
         source: std::io::Error,
     },
     /// RON syntax error, unknown or missing field, wrong type.
-    #[error("{}:{line}:{col}: {}", shown(file), one_line(message))]
-    Parse {
-        /// The spec file.
-        file: PathBuf,
-        /// 1-based line.
-        line: usize,
-        /// 1-based column.
-        col: usize,
-        /// What the parser said.
-        message: String,
-    },
+    #[error(transparent)]
+    Parse(#[from] faultline_hw::files::RonError),
     /// A field parsed but its value cannot be used.
     #[error("{}: field `{field}` = {value}: {allowed}", shown(file))]
     Invalid {

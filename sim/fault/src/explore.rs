@@ -11,6 +11,7 @@ use crate::model::Anchor;
 use crate::outcome::Outcome;
 use crate::protect;
 use crate::protect::ProtectionPlan;
+use crate::record::Summary;
 use crate::spec::{check_dir_name, num, read_ron, relative_to, CampaignSpec, MAX_FIT_PER_BIT};
 use crate::stats::Estimate;
 use faultline_graph::op::{Op, Phase};
@@ -309,147 +310,197 @@ pub fn run(
 ) -> Result<ExploreResult> {
     let runs = spec.runs(file)?;
     let mut campaigns = Vec::new();
-    for (cfile, base) in runs.campaigns {
-        let plans: Vec<Option<&PlanFile>> = std::iter::once(None).chain(runs.plans.iter().map(Some)).collect();
-        let mut results: Vec<(PlanResult, Vec<Outcome>, Vec<bool>)> = Vec::new();
-        let mut layers = Vec::new();
-        let mut baseline: Option<Campaign> = None;
-        for &plan in &plans {
-            let cspec = CampaignSpec { protection: plan.map(|p| p.absolute.clone()), ..base.clone() };
-            let mut c = Campaign::prepare(cspec, &cfile, mem)?;
-            let pname = c.info.protection.as_ref().map_or("none".to_string(), |p| p.plan.name.clone());
-            progress(ExploreProgress::Plan { campaign: &base.name, plan: &pname });
-            mem.check(&format!("campaign `{}` on {threads} threads", base.name), c.host_bytes(threads))?;
-            // Which trials are the baseline's very faults: all of them under a plan that
-            // leaves the program alone; under one that adds instructions, the register faults
-            // translated onto the longer step (the rest are this campaign's own draws).
-            // Trials past the baseline's are a code's check-bit strata, which it lacks.
-            let mut paired: Vec<bool> =
-                (0..c.info.trials).map(|t| baseline.as_ref().is_none_or(|b| t < b.info.trials)).collect();
-            let mut translated_classes = HashSet::new();
-            if let (Some(b), Some(p)) = (&baseline, &c.info.protection) {
-                if p.cycles != p.base_cycles || !p.checks.is_empty() {
-                    let (bt, pt) = (b.trainer(), c.trainer());
-                    let maps: BTreeMap<ExecUnit, Option<CycleMap>> =
-                        ExecUnit::ALL.iter().map(|&u| (u, CycleMap::new(&bt, &pt, u))).collect();
-                    // Held for the whole run: one fault, of `bits` step faults, per trial.
-                    let per_trial = std::mem::size_of::<(Anchor, Vec<StepFault>)>() as u64
-                        + base.fault.bits() as u64 * std::mem::size_of::<StepFault>() as u64;
-                    mem.check(
-                        &format!("the {} translated faults of campaign `{}` under `{pname}`", c.info.trials, base.name),
-                        c.info.trials.checked_mul(per_trial),
-                    )?;
-                    let mut faults = Vec::with_capacity(c.info.trials as usize);
-                    paired.clear();
-                    for t in 0..b.info.trials {
-                        match translate(b, &maps, t) {
-                            Some((f, exact)) => {
-                                translated_classes.insert(f.0.class.pattern());
-                                faults.push(f);
-                                paired.push(exact);
-                            }
-                            None => {
-                                faults.push(c.upset(t));
-                                paired.push(false);
-                            }
-                        }
-                    }
-                    // Trials past the baseline's: this campaign's own strata (a code's check bits).
-                    for t in b.info.trials..c.info.trials {
-                        faults.push(c.upset(t));
-                        paired.push(false);
-                    }
-                    let from = format!(
-                        "the trials of unprotected campaign `{}`, register faults translated onto this step",
-                        base.name
-                    );
-                    c = c.with_faults(faults, from);
-                }
-            }
-            let dir = out.join(&base.name).join(&pname);
-            fs::create_dir_all(&dir).map_err(FaultError::io(&dir))?;
-            let opts = RunOptions { threads, shard: Shard::ALL, resume: true, mode: TrialMode::Hybrid };
-            let summary = c.run(&dir, opts, |p| progress(ExploreProgress::Campaign(p)))?;
-            let outcomes: Vec<Outcome> = crate::store::outcomes(&dir)?;
-            let base_cycles = baseline.as_ref().map_or(c.info.cycles_per_step, |b| b.info.cycles_per_step);
-            if plan.is_none() {
-                layers = layer_costs(&c, spec.intensity_threshold)?;
-            }
-            // Rates per unit of training work (the unprotected step): a translated class's
-            // share already is; a class drawn over the longer step scales by its length.
-            let longer = c.info.cycles_per_step as f64 / base_cycles as f64;
-            let total_bits: f64 = summary.classes.iter().map(|k| k.bits as f64).sum();
-            let strata: Vec<(f64, Estimate)> = summary
-                .classes
-                .iter()
-                .map(|k| {
-                    let drawn = c.info.faults_from.is_some() && !translated_classes.contains(&k.class);
-                    (k.bits as f64 / total_bits * if drawn { longer } else { 1.0 }, k.failure)
-                })
-                .collect();
-            let (fp_, flo, fhi) = crate::stats::stratified(&strata);
-            let scale = spec.fit_per_bit * total_bits;
-            let fp = c.held_out_false_positives(spec.held_out_seed)?.unwrap_or(Estimate::of(0, 0));
-            let p = c.info.protection.as_ref();
-            let count = |f: fn(Outcome) -> bool| {
-                Estimate::of(outcomes.iter().filter(|o| f(**o)).count() as u64, outcomes.len() as u64)
-            };
-            results.push((
-                PlanResult {
-                    plan: pname.clone(),
-                    file: plan.map(|p| p.written.display().to_string()),
-                    cycles: c.info.cycles_per_step,
-                    cycle_overhead: c.info.cycles_per_step as f64 / base_cycles as f64 - 1.0,
-                    area_bits: p.map_or(0, |p| p.area_bits),
-                    failure: Interval { p: fp_, lo: flo, hi: fhi },
-                    failure_fit: Interval { p: scale * fp_, lo: scale * flo, hi: scale * fhi },
-                    detected: count(|o| matches!(o, Outcome::DetectedRecovered | Outcome::Detected)),
-                    corrected: count(|o| o == Outcome::Corrected),
-                    unrecovered: count(|o| o == Outcome::Detected),
-                    paired_trials: paired.iter().filter(|&&x| x).count() as u64,
-                    failures_removed: 0,
-                    failures_added: 0,
-                    coverage: {
-                        let caught = outcomes.iter().filter(|o| o.detected() || **o == Outcome::Corrected).count();
-                        let failed = outcomes.iter().filter(|o| o.failure()).count();
-                        Estimate::of(caught as u64, (caught + failed) as u64)
-                    },
-                    false_positives: fp,
-                    pareto: false,
-                },
-                outcomes,
-                paired,
-            ));
-            if plan.is_none() {
-                baseline = Some(c);
-            }
-        }
-        // Paired with the baseline, trial by trial, where the trials are the same faults.
-        let base_outcomes = results[0].1.clone();
-        for (r, outcomes, paired) in &mut results {
-            let pairs =
-                || base_outcomes.iter().zip(outcomes.iter()).zip(paired.iter()).filter(|(_, &p)| p).map(|(x, _)| x);
-            r.failures_removed = pairs().filter(|(b, p)| b.failure() && !p.failure()).count() as u64;
-            r.failures_added = pairs().filter(|(b, p)| !b.failure() && p.failure()).count() as u64;
-        }
-        let mut plans: Vec<PlanResult> = results.into_iter().map(|(r, _, _)| r).collect();
-        mark_pareto(&mut plans);
-        let b = baseline.as_ref().expect("the baseline runs first");
-        campaigns.push(CampaignResult {
-            campaign: base.name.clone(),
-            model: b.model().to_string(),
-            hw: b.info.hw.clone(),
-            trials: base_outcomes.len() as u64,
-            base_cycles: plans[0].cycles,
-            plans,
-            layers,
-        });
+    for (cfile, base) in &runs.campaigns {
+        let ctx = Context { spec, out, threads, mem, progress: &progress };
+        campaigns.push(explore_campaign(&ctx, cfile, base, &runs.plans)?);
     }
     let result = ExploreResult { name: spec.name.clone(), fit_per_bit: spec.fit_per_bit, campaigns };
     let path = out.join("explore.json");
     let text = serde_json::to_string_pretty(&result).expect("results serialise") + "\n";
     fs::write(&path, text).map_err(FaultError::io(&path))?;
     Ok(result)
+}
+
+/// What every campaign of an exploration runs with.
+struct Context<'a, P> {
+    spec: &'a ExploreSpec,
+    out: &'a Path,
+    threads: usize,
+    mem: &'a HostMemory,
+    progress: &'a P,
+}
+
+/// Which trials of a campaign under a plan are the baseline's very faults (compared with it
+/// trial by trial), and the classes whose faults were translated from it.
+struct Pairing {
+    paired: Vec<bool>,
+    translated: HashSet<String>,
+}
+
+/// Campaign `base` (read from `cfile`) unprotected, then under each of `plan_files`, each run
+/// into `out/<campaign>/<plan>`; the plans compared with the baseline and marked Pareto.
+fn explore_campaign<P: Fn(ExploreProgress) + Sync>(
+    ctx: &Context<P>,
+    cfile: &Path,
+    base: &CampaignSpec,
+    plan_files: &[PlanFile],
+) -> Result<CampaignResult> {
+    let (mem, threads) = (ctx.mem, ctx.threads);
+    let plans: Vec<Option<&PlanFile>> = std::iter::once(None).chain(plan_files.iter().map(Some)).collect();
+    let mut results: Vec<(PlanResult, Vec<Outcome>, Vec<bool>)> = Vec::new();
+    let mut layers = Vec::new();
+    let mut baseline: Option<Campaign> = None;
+    for &plan in &plans {
+        let cspec = CampaignSpec { protection: plan.map(|p| p.absolute.clone()), ..base.clone() };
+        let c = Campaign::prepare(cspec, cfile, mem)?;
+        let pname = c.info.protection.as_ref().map_or("none".to_string(), |p| p.plan.name.clone());
+        (ctx.progress)(ExploreProgress::Plan { campaign: &base.name, plan: &pname });
+        mem.check(&format!("campaign `{}` on {threads} threads", base.name), c.host_bytes(threads))?;
+        let (c, pairing) = pair_with_baseline(c, baseline.as_ref(), base, &pname, mem)?;
+        let dir = ctx.out.join(&base.name).join(&pname);
+        fs::create_dir_all(&dir).map_err(FaultError::io(&dir))?;
+        let opts = RunOptions { threads, shard: Shard::ALL, resume: true, mode: TrialMode::Hybrid };
+        let summary = c.run(&dir, opts, |p| (ctx.progress)(ExploreProgress::Campaign(p)))?;
+        let outcomes: Vec<Outcome> = crate::store::outcomes(&dir)?;
+        let base_cycles = baseline.as_ref().map_or(c.info.cycles_per_step, |b| b.info.cycles_per_step);
+        if plan.is_none() {
+            layers = layer_costs(&c, ctx.spec.intensity_threshold)?;
+        }
+        let r = plan_result(ctx.spec, &c, plan, &summary, &outcomes, &pairing, base_cycles)?;
+        results.push((r, outcomes, pairing.paired));
+        if plan.is_none() {
+            baseline = Some(c);
+        }
+    }
+    // Paired with the baseline, trial by trial, where the trials are the same faults.
+    let base_outcomes = results[0].1.clone();
+    for (r, outcomes, paired) in &mut results {
+        let pairs = || base_outcomes.iter().zip(outcomes.iter()).zip(paired.iter()).filter(|(_, &p)| p).map(|(x, _)| x);
+        r.failures_removed = pairs().filter(|(b, p)| b.failure() && !p.failure()).count() as u64;
+        r.failures_added = pairs().filter(|(b, p)| !b.failure() && p.failure()).count() as u64;
+    }
+    let mut plans: Vec<PlanResult> = results.into_iter().map(|(r, _, _)| r).collect();
+    mark_pareto(&mut plans);
+    let b = baseline.as_ref().expect("the baseline runs first");
+    Ok(CampaignResult {
+        campaign: base.name.clone(),
+        model: b.model().to_string(),
+        hw: b.info.hw.clone(),
+        trials: base_outcomes.len() as u64,
+        base_cycles: plans[0].cycles,
+        plans,
+        layers,
+    })
+}
+
+/// Campaign `c` (of spec `base`, under plan `pname`) set to run the unprotected `baseline`'s
+/// very faults where it can, and which of its trials those are: all of them under a plan that
+/// leaves the program alone; under one that adds instructions, the register faults translated
+/// onto the longer step (the rest are this campaign's own draws). Trials past the baseline's
+/// are a code's check-bit strata, which it lacks. Without a baseline (`c` is it), every trial.
+fn pair_with_baseline(
+    mut c: Campaign,
+    baseline: Option<&Campaign>,
+    base: &CampaignSpec,
+    pname: &str,
+    mem: &HostMemory,
+) -> Result<(Campaign, Pairing)> {
+    let mut paired: Vec<bool> = (0..c.info.trials).map(|t| baseline.is_none_or(|b| t < b.info.trials)).collect();
+    let mut translated = HashSet::new();
+    if let (Some(b), Some(p)) = (baseline, &c.info.protection) {
+        if p.cycles != p.base_cycles || !p.checks.is_empty() {
+            let (bt, pt) = (b.trainer(), c.trainer());
+            let maps: BTreeMap<ExecUnit, Option<CycleMap>> =
+                ExecUnit::ALL.iter().map(|&u| (u, CycleMap::new(&bt, &pt, u))).collect();
+            // Held for the whole run: one fault, of `bits` step faults, per trial.
+            let per_trial = std::mem::size_of::<(Anchor, Vec<StepFault>)>() as u64
+                + base.fault.bits() as u64 * std::mem::size_of::<StepFault>() as u64;
+            mem.check(
+                &format!("the {} translated faults of campaign `{}` under `{pname}`", c.info.trials, base.name),
+                c.info.trials.checked_mul(per_trial),
+            )?;
+            let mut faults = Vec::with_capacity(c.info.trials as usize);
+            paired.clear();
+            for t in 0..b.info.trials {
+                match translate(b, &maps, t) {
+                    Some((f, exact)) => {
+                        translated.insert(f.0.class.pattern());
+                        faults.push(f);
+                        paired.push(exact);
+                    }
+                    None => {
+                        faults.push(c.upset(t));
+                        paired.push(false);
+                    }
+                }
+            }
+            // Trials past the baseline's: this campaign's own strata (a code's check bits).
+            for t in b.info.trials..c.info.trials {
+                faults.push(c.upset(t));
+                paired.push(false);
+            }
+            let from = format!(
+                "the trials of unprotected campaign `{}`, register faults translated onto this step",
+                base.name
+            );
+            c = c.with_faults(faults, from);
+        }
+    }
+    Ok((c, Pairing { paired, translated }))
+}
+
+/// The result of campaign `c` under `plan` (`None`: unprotected), whose run summed up to
+/// `summary` with `outcomes`, against an unprotected step of `base_cycles`; its paired
+/// comparison with the baseline (`failures_removed`, `failures_added`) is left at 0.
+fn plan_result(
+    spec: &ExploreSpec,
+    c: &Campaign,
+    plan: Option<&PlanFile>,
+    summary: &Summary,
+    outcomes: &[Outcome],
+    pairing: &Pairing,
+    base_cycles: u64,
+) -> Result<PlanResult> {
+    // Rates per unit of training work (the unprotected step): a translated class's share
+    // already is; a class drawn over the longer step scales by its length.
+    let longer = c.info.cycles_per_step as f64 / base_cycles as f64;
+    let total_bits: f64 = summary.classes.iter().map(|k| k.bits as f64).sum();
+    let strata: Vec<(f64, Estimate)> = summary
+        .classes
+        .iter()
+        .map(|k| {
+            let drawn = c.info.faults_from.is_some() && !pairing.translated.contains(&k.class);
+            (k.bits as f64 / total_bits * if drawn { longer } else { 1.0 }, k.failure)
+        })
+        .collect();
+    let (fp_, flo, fhi) = crate::stats::stratified(&strata);
+    let scale = spec.fit_per_bit * total_bits;
+    let fp = c.held_out_false_positives(spec.held_out_seed)?.unwrap_or(Estimate::of(0, 0));
+    let p = c.info.protection.as_ref();
+    let count =
+        |f: fn(Outcome) -> bool| Estimate::of(outcomes.iter().filter(|o| f(**o)).count() as u64, outcomes.len() as u64);
+    Ok(PlanResult {
+        plan: p.map_or("none".to_string(), |p| p.plan.name.clone()),
+        file: plan.map(|p| p.written.display().to_string()),
+        cycles: c.info.cycles_per_step,
+        cycle_overhead: c.info.cycles_per_step as f64 / base_cycles as f64 - 1.0,
+        area_bits: p.map_or(0, |p| p.area_bits),
+        failure: Interval { p: fp_, lo: flo, hi: fhi },
+        failure_fit: Interval { p: scale * fp_, lo: scale * flo, hi: scale * fhi },
+        detected: count(|o| matches!(o, Outcome::DetectedRecovered | Outcome::Detected)),
+        corrected: count(|o| o == Outcome::Corrected),
+        unrecovered: count(|o| o == Outcome::Detected),
+        paired_trials: pairing.paired.iter().filter(|&&x| x).count() as u64,
+        failures_removed: 0,
+        failures_added: 0,
+        coverage: {
+            let caught = outcomes.iter().filter(|o| o.detected() || **o == Outcome::Corrected).count();
+            let failed = outcomes.iter().filter(|o| o.failure()).count();
+            Estimate::of(caught as u64, (caught + failed) as u64)
+        },
+        false_positives: fp,
+        pareto: false,
+    })
 }
 
 /// Marks the plans no other plan dominates in (residual FIT, check bits, cycle overhead).

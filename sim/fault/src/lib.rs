@@ -11,7 +11,8 @@
 //! * [`record`]: the schema of the files a campaign writes, and the summary;
 //! * [`store`]: a campaign directory on disk: one writer, records identified by campaign,
 //!   bounded reads, resume and merge;
-//! * [`stats`]: Wilson intervals and stratified estimates.
+//! * [`stats`]: Wilson intervals and stratified estimates;
+//! * [`abft_trials`]: random flips of one GEMM with ABFT checksums (`faultline gemm --abft --trials`).
 //!
 //! **Architecture invariant:** this crate decides what to inject and how to judge it; how a
 //! fault acts on the machine is `train` and `hw`'s business. Records are a function of the spec
@@ -19,6 +20,7 @@
 
 #![warn(missing_docs)]
 
+pub mod abft_trials;
 pub mod campaign;
 pub mod error;
 pub mod explore;

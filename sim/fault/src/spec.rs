@@ -4,7 +4,7 @@
 
 use crate::error::{FaultError, Result};
 use crate::outcome::Thresholds;
-use faultline_hw::files::{read_text_capped, TEXT_FILE_LIMIT};
+use faultline_hw::files;
 use faultline_train::{MxuFormat, OptimizerKind, MAX_STEPS};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -225,20 +225,15 @@ pub enum Sampling {
     },
 }
 
-/// Parses RON text of any of this crate's files (campaigns, protection plans, explorations);
-/// `file` names it in errors (`file:line:col`: syntax, unknown or missing field).
+/// Parses RON text of any of this crate's files (campaigns, protection plans, explorations)
+/// ([`faultline_hw::files::parse_ron`]); `file` names it in errors.
 pub fn parse_ron<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T> {
-    ron::from_str(text).map_err(|e| FaultError::Parse {
-        file: file.to_path_buf(),
-        line: e.span.start.line,
-        col: e.span.start.col,
-        message: e.code.to_string(),
-    })
+    Ok(files::parse_ron(text, file)?)
 }
 
-/// Reads a RON file (at most [`TEXT_FILE_LIMIT`] bytes) and parses it ([`parse_ron`]).
+/// Reads a RON file of this crate ([`faultline_hw::files::read_ron`]).
 pub fn read_ron<T: DeserializeOwned>(path: &Path) -> Result<T> {
-    parse_ron(&read_text_capped(path, TEXT_FILE_LIMIT).map_err(FaultError::io(path))?, path)
+    files::read_ron(path, FaultError::io(path))
 }
 
 /// Longest name that becomes a directory name ([`check_dir_name`]).

@@ -17,17 +17,8 @@ pub enum GraphError {
         source: std::io::Error,
     },
     /// RON syntax error, unknown op or field, missing field or wrong type.
-    #[error("{file}:{line}:{col}: {message}")]
-    Parse {
-        /// Path of the model file.
-        file: PathBuf,
-        /// 1-based line.
-        line: usize,
-        /// 1-based column.
-        col: usize,
-        /// What the parser said.
-        message: String,
-    },
+    #[error(transparent)]
+    Parse(#[from] faultline_hw::files::RonError),
     /// A node's inputs do not have the shapes its op needs.
     #[error("{file}: node `{node}` ({op}): expected {expected}, found {found}")]
     Shape {

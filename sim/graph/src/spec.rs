@@ -18,6 +18,7 @@
 //! model input. The last layer is the model output, fed to the loss.
 
 use crate::error::GraphError;
+use faultline_hw::files::{parse_ron, read_ron};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -141,21 +142,16 @@ impl ModelSpec {
     /// Reads and parses a model file; errors carry `file:line:col`.
     pub fn load(path: impl AsRef<Path>) -> Result<ModelSpec, GraphError> {
         let path = path.as_ref();
-        let text = faultline_hw::files::read_text_capped(path, faultline_hw::files::TEXT_FILE_LIMIT)
-            .map_err(|source| GraphError::Io { file: path.to_path_buf(), source })?;
-        Self::from_ron(&text, path)
+        let mut spec: ModelSpec = read_ron(path, |source| GraphError::Io { file: path.to_path_buf(), source })?;
+        spec.file = path.to_path_buf();
+        Ok(spec)
     }
 
     /// Parses RON text; `file` is only used in error messages.
     pub fn from_ron(text: &str, file: impl AsRef<Path>) -> Result<ModelSpec, GraphError> {
-        let file = file.as_ref().to_path_buf();
-        let mut spec: ModelSpec = ron::from_str(text).map_err(|e| GraphError::Parse {
-            file: file.clone(),
-            line: e.span.start.line,
-            col: e.span.start.col,
-            message: e.code.to_string(),
-        })?;
-        spec.file = file;
+        let file = file.as_ref();
+        let mut spec: ModelSpec = parse_ron(text, file)?;
+        spec.file = file.to_path_buf();
         Ok(spec)
     }
 }

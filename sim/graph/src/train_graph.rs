@@ -40,6 +40,34 @@ pub enum OptimizerSpec {
     },
 }
 
+impl OptimizerSpec {
+    /// The heavy-ball coefficient `--optimizer momentum` uses.
+    pub const MOMENTUM: f64 = 0.9;
+    /// Adam's first-moment decay (Kingma and Ba's default, as every framework's).
+    pub const ADAM_BETA1: f64 = 0.9;
+    /// Adam's second-moment decay.
+    pub const ADAM_BETA2: f64 = 0.999;
+    /// Adam's denominator epsilon.
+    pub const ADAM_EPS: f64 = 1e-8;
+
+    /// Momentum with learning rate `lr` and coefficient [`OptimizerSpec::MOMENTUM`].
+    pub const fn momentum(lr: f64) -> OptimizerSpec {
+        OptimizerSpec::Momentum { lr, momentum: Self::MOMENTUM }
+    }
+
+    /// Adam with learning rate `lr` and the default decays and epsilon.
+    pub const fn adam(lr: f64) -> OptimizerSpec {
+        OptimizerSpec::Adam { lr, beta1: Self::ADAM_BETA1, beta2: Self::ADAM_BETA2, eps: Self::ADAM_EPS }
+    }
+
+    /// The learning rate.
+    pub const fn lr(&self) -> f64 {
+        match *self {
+            OptimizerSpec::Sgd { lr } | OptimizerSpec::Momentum { lr, .. } | OptimizerSpec::Adam { lr, .. } => lr,
+        }
+    }
+}
+
 /// How a parameter is initialised.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Init {

@@ -35,11 +35,7 @@ fn shipped_models_build_with_expected_sizes() {
 
 #[test]
 fn phases_are_contiguous_and_layers_tagged() {
-    for opt in [
-        SGD,
-        OptimizerSpec::Momentum { lr: 0.1, momentum: 0.9 },
-        OptimizerSpec::Adam { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8 },
-    ] {
+    for opt in [SGD, OptimizerSpec::momentum(0.1), OptimizerSpec::adam(1e-3)] {
         let tg = TrainGraph::build(&load("transformer-tiny.ron"), 4, opt).unwrap();
         let phases: Vec<Phase> = tg.graph.indices().map(|i| tg.graph.node(i).phase).collect();
         assert!(phases.windows(2).all(|w| w[0] <= w[1]), "phases out of order for {opt:?}");

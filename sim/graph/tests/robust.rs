@@ -75,7 +75,7 @@ proptest! {
 
     #[test]
     fn random_models_build_or_fail_cleanly(spec in model()) {
-        let opt = OptimizerSpec::Adam { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8 };
+        let opt = OptimizerSpec::adam(1e-3);
         let Ok(tg) = TrainGraph::build(&spec, 2, opt) else { return Ok(()) };
         let mut feeds = tg.initial_state(1);
         let xs = tg.graph.node(tg.input).shape.clone();

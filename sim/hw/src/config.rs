@@ -7,7 +7,7 @@
 //! ([`crate::files::TEXT_FILE_LIMIT`]).
 
 use crate::error::{one_line, ConfigError};
-use crate::files::{read_text_capped, TEXT_FILE_LIMIT};
+use crate::files::{parse_ron, read_ron};
 use faultline_num::{NumFormat, Precision};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -266,21 +266,16 @@ impl HwConfig {
     /// Reads, parses and validates a config file.
     pub fn load(path: impl AsRef<Path>) -> Result<HwConfig, ConfigError> {
         let path = path.as_ref();
-        let text = read_text_capped(path, TEXT_FILE_LIMIT)
-            .map_err(|source| ConfigError::Io { file: path.to_path_buf(), source })?;
-        Self::from_ron(&text, path)
+        let cfg: HwConfig = read_ron(path, |source| ConfigError::Io { file: path.to_path_buf(), source })?;
+        cfg.validate(path)?;
+        Ok(cfg)
     }
 
     /// Parses and validates RON text; `file` is only used in error messages.
     pub fn from_ron(text: &str, file: impl AsRef<Path>) -> Result<HwConfig, ConfigError> {
-        let file = file.as_ref().to_path_buf();
-        let cfg: HwConfig = ron::from_str(text).map_err(|e| ConfigError::Parse {
-            file: file.clone(),
-            line: e.span.start.line,
-            col: e.span.start.col,
-            message: e.code.to_string(),
-        })?;
-        cfg.validate(&file)?;
+        let file = file.as_ref();
+        let cfg: HwConfig = parse_ron(text, file)?;
+        cfg.validate(file)?;
         Ok(cfg)
     }
 
@@ -503,6 +498,7 @@ pub fn inline_path() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::files::TEXT_FILE_LIMIT;
 
     const GOOD: &str = r#"(
         name: "t",

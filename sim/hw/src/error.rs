@@ -30,9 +30,12 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// RON syntax error, unknown field, missing field or wrong type.
+    #[error(transparent)]
+    Ron(#[from] crate::files::RonError),
+    /// A SCALE-Sim config or topology that does not parse.
     #[error("{file}:{line}:{col}: {}", one_line(message))]
     Parse {
-        /// Path of the config file.
+        /// Path of the file.
         file: PathBuf,
         /// 1-based line of the error.
         line: usize,

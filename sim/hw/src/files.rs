@@ -1,12 +1,15 @@
 //! Host files, read and written by one set of rules that every command follows:
 //! * only regular files are read ([`open_regular`]): a FIFO with no writer would hang a reader
 //!   forever, and a device such as `/dev/zero` never ends;
+//! * a RON file parses with one error form ([`read_ron`], [`RonError`]);
 //! * every read is bounded: a whole file by a cap ([`read_capped`]), a JSONL file line by line
 //!   with a cap on each line ([`JsonLines`]), so memory never depends on what a file claims;
 //! * an output directory has one writer at a time ([`DirLock`]): two processes appending to
 //!   one `records.jsonl` would each record every trial.
 
 use crate::budget::human_bytes;
+use crate::error::one_line;
+use serde::de::DeserializeOwned;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -99,6 +102,42 @@ pub fn read_capped(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
 pub fn read_text_capped(path: &Path, limit: u64) -> std::io::Result<String> {
     String::from_utf8(read_capped(path, limit)?)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8 text ({e})")))
+}
+
+/// A RON file (hardware config, model, campaign, protection plan, exploration) that does not
+/// parse: a syntax error, an unknown or missing field, a wrong type. Each crate's error wraps
+/// this one, so every RON file reports `file:line:col: message` alike, on one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}:{line}:{col}: {}", one_line(&file.display().to_string()), one_line(message))]
+pub struct RonError {
+    /// The file (or `<inline>`).
+    pub file: PathBuf,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub col: usize,
+    /// What the parser said.
+    pub message: String,
+}
+
+/// Parses RON text; `file` names it in errors.
+pub fn parse_ron<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T, RonError> {
+    ron::from_str(text).map_err(|e| RonError {
+        file: file.to_path_buf(),
+        line: e.span.start.line,
+        col: e.span.start.col,
+        message: e.code.to_string(),
+    })
+}
+
+/// Reads a RON file by the rules above (a regular file, at most [`TEXT_FILE_LIMIT`] bytes of
+/// UTF-8) and parses it ([`parse_ron`]); `io` makes the caller's error of a read error.
+pub fn read_ron<T: DeserializeOwned, E: From<RonError>>(
+    path: &Path,
+    io: impl FnOnce(std::io::Error) -> E,
+) -> Result<T, E> {
+    let text = read_text_capped(path, TEXT_FILE_LIMIT).map_err(io)?;
+    Ok(parse_ron(&text, path)?)
 }
 
 /// A JSONL file read line by line, each line at most [`JSONL_LINE_LIMIT`] bytes: memory stays

@@ -18,7 +18,8 @@
 //! * [`dma`]: DRAM <-> SRAM transfer costs and the DMA address registers.
 //! * [`timing`]: whole-op cycle accounting (tile pipeline, double buffering, stalls, overlap).
 //! * [`op`]: whole ops (matmul, conv2d, relu, softmax, adam) through DMA, SRAM and MXU/VPU.
-//! * [`scalesim`]: SCALE-Sim's run configs and topologies read as they are, and its counts.
+//! * [`scalesim`]: SCALE-Sim's run configs and topologies read as they are, and its counts;
+//!   [`scalesim_reports`]: its three reports of a run.
 //!
 //! **Architecture invariant:** this crate knows nothing of graphs, training or campaigns. It
 //! executes hardware operations on raw bits and reports cycles; callers decide what they mean.
@@ -41,6 +42,7 @@ pub mod mem;
 pub mod mxu;
 pub mod op;
 pub mod scalesim;
+pub mod scalesim_reports;
 pub mod sites;
 pub mod timing;
 pub mod vpu;

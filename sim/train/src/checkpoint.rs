@@ -325,7 +325,7 @@ mod tests {
                 model_digest: "00".into(),
                 hw: "h".into(),
                 hw_digest: "01".into(),
-                optimizer: OptimizerSpec::Adam { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8 },
+                optimizer: OptimizerSpec::adam(1e-3),
                 precision: MxuFormat::Bf16,
                 batch: 4,
                 seed: 3,

@@ -43,6 +43,15 @@ impl MxuFormat {
         }
     }
 
+    /// The format a run on `hw` uses when none is given: fp32 on an fp32 machine, else bf16.
+    pub fn default_for(hw: &HwConfig) -> MxuFormat {
+        if hw.mxu.input_format == NumFormat::Fp32 {
+            MxuFormat::Fp32
+        } else {
+            MxuFormat::Bf16
+        }
+    }
+
     /// The register format of MXU inputs.
     pub const fn input(self) -> NumFormat {
         match self {
@@ -364,7 +373,7 @@ impl Executor {
             _ => (None, Vec::new()),
         };
         let mut bufs = self.bind(p, state, x, labels)?;
-        let mut out = run(&self.hw, self.mode, p, &mut bufs, seq.as_ref().or(fault), false, &groups)?;
+        let mut out = run(&self.hw, self.mode, p, &mut bufs, seq.as_ref().or(fault), &groups)?;
         if let Some(inj) = &seq {
             // The GEMM's result is what the fault corrupts first.
             let e = out.effect.get_or_insert_with(|| Effect::none(p, inj.instr, p.instrs[inj.instr].writes()[0]));
@@ -431,7 +440,7 @@ impl Executor {
     /// [`Executor::step_buffers`], labels optional (an inference program has none).
     fn buffers(&self, state: &ModelState, x: &[f32], labels: Option<&[u32]>) -> Result<Vec<Vec<u32>>> {
         let mut bufs = self.bind(&self.step, state, x, labels)?;
-        run(&self.hw, ExecMode::Functional, &self.step, &mut bufs, None, true, &[])?;
+        run_keeping_buffers(&self.hw, ExecMode::Functional, &self.step, &mut bufs, None)?;
         Ok(bufs)
     }
 
@@ -474,7 +483,7 @@ impl Executor {
             if stale {
                 let mut bufs = self.bind(&self.step, state, x, labels)?;
                 let so_far = Injection::words(inj.instr, words.clone());
-                run(&self.hw, ExecMode::Functional, &self.step, &mut bufs, Some(&so_far), true, &[])?;
+                run_keeping_buffers(&self.hw, ExecMode::Functional, &self.step, &mut bufs, Some(&so_far))?;
                 (golden, stale) = (bufs, false);
             }
             let w = self.gemm_words(&map, g, f, &golden)?;
@@ -551,21 +560,46 @@ pub fn run_program(
     bufs: &mut [Vec<u32>],
     fault: Option<&Injection>,
 ) -> Result<StepOutput> {
-    run(hw, mode, p, bufs, fault, false, &[])
+    run(hw, mode, p, bufs, fault, &[])
 }
 
-/// [`run_program`]; `keep` keeps every buffer (no releases). `groups` splits the injection's
-/// words by the instruction they come from (the first word's index, the instruction: the GEMMs
-/// a sequencer fault strikes), each counted apart: the effect reported is the first group's
-/// that changed a word, on its instruction. Empty: one group, the effect on the instruction
-/// that first sees a changed word.
+/// [`run_program`], freeing each buffer once no later instruction reads it (`p.release`).
+/// `groups` splits the injection's words by the instruction they come from (the first word's
+/// index, the instruction: the GEMMs a sequencer fault strikes), each counted apart: the effect
+/// reported is the first group's that changed a word, on its instruction. Empty: one group, the
+/// effect on the instruction that first sees a changed word.
 fn run(
     hw: &HwConfig,
     mode: ExecMode,
     p: &Program,
     bufs: &mut [Vec<u32>],
     fault: Option<&Injection>,
-    keep: bool,
+    groups: &[(usize, usize)],
+) -> Result<StepOutput> {
+    interpret(hw, mode, p, bufs, fault, &p.release, groups)
+}
+
+/// [`run`] with every buffer kept: what the step leaves in all of them, as operands of a
+/// replay or of a fault's next GEMM.
+fn run_keeping_buffers(
+    hw: &HwConfig,
+    mode: ExecMode,
+    p: &Program,
+    bufs: &mut [Vec<u32>],
+    fault: Option<&Injection>,
+) -> Result<StepOutput> {
+    interpret(hw, mode, p, bufs, fault, &[], &[])
+}
+
+/// Interprets `p`, freeing the buffers `release[i]` after instruction `i` (none past the
+/// slice's end); see [`run`].
+fn interpret(
+    hw: &HwConfig,
+    mode: ExecMode,
+    p: &Program,
+    bufs: &mut [Vec<u32>],
+    fault: Option<&Injection>,
+    release: &[Vec<BufId>],
     groups: &[(usize, usize)],
 ) -> Result<StepOutput> {
     if let Some(f) = fault {
@@ -613,9 +647,9 @@ fn run(
         }
         if let Some(m) = mem.as_mut() {
             m.apply(bufs, Some(i), true);
-        } else if !keep {
+        } else {
             // A memory fault may read any earlier buffer's words: nothing is freed then.
-            for r in &p.release[i] {
+            for r in release.get(i).into_iter().flatten() {
                 bufs[r.index()] = Vec::new();
             }
         }

@@ -19,6 +19,8 @@
 //! * [`digits`], [`synth`]: the shipped datasets (generated, deterministic).
 //! * [`npy`], [`idx`], [`source`]: `.npy` and MNIST IDX loaders, and which data a run uses.
 //! * [`trace`]: the per-step JSONL trace (resumable) and the run description beside it.
+//! * [`setup`]: a run set up in named steps (options, graph, memory check, data, trainer) and
+//!   run with its trace and checkpoints.
 //!
 //! ```no_run
 //! use faultline_train::{source, TrainOptions, Trainer};
@@ -45,6 +47,7 @@ pub mod exec;
 pub mod idx;
 pub mod inject;
 pub mod npy;
+pub mod setup;
 pub mod source;
 pub mod state;
 pub mod synth;
@@ -56,6 +59,7 @@ pub use dataset::{Batcher, BatcherState, Dataset, Split};
 pub use error::{Result, TrainError};
 pub use exec::{Effect, Executor, Injection, MxuFormat, StepOutput};
 pub use inject::{InjectionReport, StepFault};
+pub use setup::{RunFlags, TrainSetup};
 pub use state::{ModelState, Tensor32};
 pub use trace::{RunDescription, TraceWriter};
 pub use trainer::{InitWeights, OptimizerKind, StepRecord, Summary, TrainOptions, TrainState, Trainer, MAX_STEPS};

@@ -28,9 +28,9 @@ pub const MAX_STEPS: u64 = 1 << 24;
 pub enum OptimizerKind {
     /// Plain SGD.
     Sgd,
-    /// SGD with heavy-ball momentum 0.9.
+    /// SGD with heavy-ball momentum ([`OptimizerSpec::MOMENTUM`]).
     Momentum,
-    /// Adam (beta1 0.9, beta2 0.999, eps 1e-8).
+    /// Adam ([`OptimizerSpec::adam`]'s decays and epsilon).
     Adam,
 }
 
@@ -58,9 +58,20 @@ impl OptimizerKind {
         let lr = lr.unwrap_or(self.default_lr());
         match self {
             OptimizerKind::Sgd => OptimizerSpec::Sgd { lr },
-            OptimizerKind::Momentum => OptimizerSpec::Momentum { lr, momentum: 0.9 },
-            OptimizerKind::Adam => OptimizerSpec::Adam { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8 },
+            OptimizerKind::Momentum => OptimizerSpec::momentum(lr),
+            OptimizerKind::Adam => OptimizerSpec::adam(lr),
         }
+    }
+
+    /// The family and learning rate of a graph's optimizer (the inverse of
+    /// [`OptimizerKind::spec`]).
+    pub const fn of(spec: &OptimizerSpec) -> (OptimizerKind, f64) {
+        let kind = match spec {
+            OptimizerSpec::Sgd { .. } => OptimizerKind::Sgd,
+            OptimizerSpec::Momentum { .. } => OptimizerKind::Momentum,
+            OptimizerSpec::Adam { .. } => OptimizerKind::Adam,
+        };
+        (kind, spec.lr())
     }
 }
 
@@ -539,9 +550,7 @@ impl Trainer {
             None => self.evaluate(&self.data.test)?,
         };
         let opt = self.exec.tg.optimizer;
-        let lr = match opt {
-            OptimizerSpec::Sgd { lr } | OptimizerSpec::Momentum { lr, .. } | OptimizerSpec::Adam { lr, .. } => lr,
-        };
+        let lr = opt.lr();
         Ok(Summary {
             model: self.exec.tg.model.clone(),
             hw: self.exec.hw.name.clone(),
