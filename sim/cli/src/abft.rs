@@ -1,11 +1,11 @@
 //! `faultline gemm --abft [--trials N]`: an int8 GEMM with exact integer checksum columns
-//! (`faultline_hw::abft`, after Li et al. 2021), its cycle overhead, and optionally one fault or
+//! (`faultline_hw::protect::abft`, after Li et al. 2021), its cycle overhead, and optionally one fault or
 //! a campaign of random single-bit flips classified by what the check saw.
 
 use crate::gemm::{random, GemmArgs};
 use anyhow::{bail, Context, Result};
 use faultline_fault::stats::Estimate;
-use faultline_hw::abft::{self, AbftOutcome};
+use faultline_hw::protect::abft::{self, AbftOutcome};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
 use faultline_hw::mxu::{gemm, gemm_host_bytes, GemmStats};

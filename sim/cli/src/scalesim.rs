@@ -10,7 +10,7 @@ use faultline_hw::error::one_line;
 use faultline_hw::fault::FaultSchedule;
 use faultline_hw::mxu::{gemm, gemm_host_bytes, Schedule};
 use faultline_hw::op::{self, OpKind};
-use faultline_hw::scalesim::{self, Layer, ScaleSimConfig, ScaleSimCounts};
+use faultline_hw::interop::scalesim::{self, Layer, ScaleSimConfig, ScaleSimCounts};
 use faultline_hw::{ExecMode, HwConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;

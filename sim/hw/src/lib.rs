@@ -1,7 +1,5 @@
 //! The simulated accelerator at register granularity.
 //!
-//! * [`abft`]: exact-checksum ABFT for int8 GEMMs (Li et al. 2021): fused weight checksum
-//!   columns and integer residuals.
 //! * [`budget`]: host-memory limits checked before allocating.
 //! * [`files`]: reads of regular files only, each bounded; one writer per output directory.
 //! * [`config`]: the hardware description (RON), validated on load.
@@ -14,33 +12,34 @@
 //!   stepped clock by clock, plus its functional twin.
 //! * [`mem`]: unified buffer, accumulator SRAM, weight buffer and DRAM as word arrays, with a
 //!   functional (peek/poke) and a timed, fault-seeing (read/write) access path.
-//! * [`ecc`]: parity and Hsiao SEC-DED codes protecting SRAM words and registers.
+//! * [`protect`]: [`protect::ecc`] (parity and Hsiao SEC-DED codes protecting SRAM words and
+//!   registers) and [`protect::abft`] (exact-checksum ABFT for int8 GEMMs, Li et al. 2021).
 //! * [`dma`]: DRAM <-> SRAM transfer costs and the DMA address registers.
 //! * [`timing`]: whole-op cycle accounting (tile pipeline, double buffering, stalls, overlap).
 //! * [`op`]: whole ops (matmul, conv2d, relu, softmax, adam) through DMA, SRAM and MXU/VPU.
-//! * [`scalesim`]: SCALE-Sim's run configs and topologies read as they are, and its counts.
+//! * [`interop`]: [`interop::scalesim`], SCALE-Sim's run configs and topologies read as they
+//!   are, and its counts.
 //!
 //! **Architecture invariant:** this crate knows nothing of graphs, training or campaigns. It
 //! executes hardware operations on raw bits and reports cycles; callers decide what they mean.
 
 #![warn(missing_docs)]
 
-pub mod abft;
 pub mod budget;
 pub mod config;
 pub mod dma;
-pub mod ecc;
 pub mod error;
 pub mod fault;
 pub mod files;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
+pub mod interop;
 pub mod isa;
 pub mod matrix;
 pub mod mem;
 pub mod mxu;
 pub mod op;
-pub mod scalesim;
+pub mod protect;
 pub mod sites;
 pub mod timing;
 pub mod vpu;
