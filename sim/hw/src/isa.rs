@@ -24,7 +24,7 @@
 //!   `graph::residency`); GEMM and VPU instructions read and write buffers wherever they live,
 //!   and only DMA instructions cross between DRAM and the SRAMs.
 
-use crate::dma::{self, Direction};
+use crate::memory::dma::{self, Direction};
 use crate::error::HwError;
 use crate::fault::{FaultSchedule, FaultTime};
 use crate::matrix::Matrix;
@@ -398,7 +398,7 @@ pub enum Instr {
     },
     /// A DMA transfer between DRAM and an on-chip SRAM (TPUv1's *read host memory* / *write
     /// host memory*): `dst[dst_offset + i] = src[src_offset + i]` for `len` words (a tile of a
-    /// larger tensor moves with an offset). Costed by [`crate::dma`]; the engine's address
+    /// larger tensor moves with an offset). Costed by [`crate::memory::dma`]; the engine's address
     /// registers are sites.
     Dma {
         /// Load (DRAM to SRAM) or store (SRAM to DRAM).

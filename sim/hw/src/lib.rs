@@ -10,11 +10,11 @@
 //! * [`fault`]: fault events applied at the clock's commit boundary.
 //! * [`vpu`]: the vector unit (elementwise ops, reductions, optimizer updates), lane registers
 //!   stepped clock by clock, plus its functional twin.
-//! * [`mem`]: unified buffer, accumulator SRAM, weight buffer and DRAM as word arrays, with a
-//!   functional (peek/poke) and a timed, fault-seeing (read/write) access path.
+//! * [`memory`]: unified buffer, accumulator SRAM, weight buffer and DRAM as word arrays, with a
+//!   functional (peek/poke) and a timed, fault-seeing (read/write) access path; [`memory::dma`],
+//!   DRAM <-> SRAM transfer costs and the DMA address registers.
 //! * [`protect`]: [`protect::ecc`] (parity and Hsiao SEC-DED codes protecting SRAM words and
 //!   registers) and [`protect::abft`] (exact-checksum ABFT for int8 GEMMs, Li et al. 2021).
-//! * [`dma`]: DRAM <-> SRAM transfer costs and the DMA address registers.
 //! * [`timing`]: whole-op cycle accounting (tile pipeline, double buffering, stalls, overlap).
 //! * [`op`]: whole ops (matmul, conv2d, relu, softmax, adam) through DMA, SRAM and MXU/VPU.
 //! * [`interop`]: [`interop::scalesim`], SCALE-Sim's run configs and topologies read as they
@@ -27,7 +27,6 @@
 
 pub mod budget;
 pub mod config;
-pub mod dma;
 pub mod error;
 pub mod fault;
 pub mod files;
@@ -36,7 +35,7 @@ pub mod fuzz;
 pub mod interop;
 pub mod isa;
 pub mod matrix;
-pub mod mem;
+pub mod memory;
 pub mod mxu;
 pub mod op;
 pub mod protect;

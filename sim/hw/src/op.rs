@@ -32,11 +32,11 @@
 //! stored from the accumulator once complete (WS: after the last K fold of an N tile; OS: after
 //! each fold). VPU tiles are chunks: load the inputs, run ([`crate::vpu::timing`]; softmax is
 //! `ReduceMax, Sub, Exp, ReduceSum, Recip, Mul` back to back), store the outputs. See
-//! [`crate::timing`] for the pipeline and [`crate::dma`] for transfer costs.
+//! [`crate::timing`] for the pipeline and [`crate::memory::dma`] for transfer costs.
 //!
 //! # When values move (cycle-approximate, exact for fault timing)
 //!
-//! * DMA word `i` moves at [`crate::dma::word_cycle`], through `dma.src_addr`/`dma.dst_addr`
+//! * DMA word `i` moves at [`crate::memory::dma::word_cycle`], through `dma.src_addr`/`dma.dst_addr`
 //!   (loaded when the transfer's data phase starts, `start + overhead`).
 //! * WS fold at compute start `s`: UB word of `A[m][k0+i]` is read at `s + 1 + m + i`, weight
 //!   `(i, j)` at `s + i + j`; output row `m` is written to the accumulator at `s + m + R + nc`
@@ -69,12 +69,12 @@
 
 use crate::budget::{product, sum};
 use crate::config::{Dataflow, HwConfig, SramConfig};
-use crate::dma::{self, AddrReg, Direction, Transfer};
+use crate::memory::dma::{self, AddrReg, Direction, Transfer};
 use crate::error::HwError;
 use crate::fault::{ActiveFault, FaultEvent, FaultSchedule, FaultTime, FaultWindow};
 use crate::isa::{View, Window};
 use crate::matrix::Matrix;
-use crate::mem::Memory;
+use crate::memory::Memory;
 use crate::mxu::{self, Fold, Schedule};
 use crate::sites::{addr_bits, FaultSite, Register, Unit, DMA_ADDR_BITS, TILE_COUNTER_BITS};
 use crate::timing::{self, OpTiming, TileTiming, TileWork};

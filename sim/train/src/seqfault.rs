@@ -31,7 +31,7 @@
 use crate::error::Result;
 use crate::gemmfold::{fold_psum, row_times};
 use crate::memfault::{tile_written, wbuf_slots, StepMap, WordHit, WordOp};
-use faultline_hw::dma::AddrReg;
+use faultline_hw::memory::dma::AddrReg;
 use faultline_hw::fault::ActiveFault;
 use faultline_hw::isa::{self, Instr};
 use faultline_hw::matrix::Matrix;
