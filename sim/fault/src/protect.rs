@@ -40,7 +40,7 @@ use faultline_graph::checks::{abft_bound, CheckKind, Side};
 use faultline_graph::op::{Op, Phase};
 use faultline_graph::TrainGraph;
 use faultline_hw::protect::ecc::Code;
-use faultline_hw::sites::glob_match;
+use faultline_hw::fault::glob_match;
 use faultline_hw::{HwConfig, SiteClass};
 use serde::{Deserialize, Serialize};
 use std::path::Path;

@@ -3,11 +3,11 @@
 //! * [`budget`]: host-memory limits checked before allocating.
 //! * [`files`]: reads of regular files only, each bounded; one writer per output directory.
 //! * [`config`]: the hardware description (RON), validated on load.
-//! * [`sites`]: every injectable bit, addressable as a [`sites::FaultSite`] with a stable text form.
+//! * [`fault`]: the fault vocabulary: every injectable bit, addressable as a [`fault::FaultSite`]
+//!   with a stable text form, and fault events applied at the clock's commit boundary.
 //! * [`mxu`]: the systolic matrix unit, stepped clock by clock, plus its bit-exact functional twin.
 //! * [`isa`]: the instruction set (GEMM, VPU instructions with addressing views) and how one
 //!   instruction executes and what it costs.
-//! * [`fault`]: fault events applied at the clock's commit boundary.
 //! * [`vpu`]: the vector unit (elementwise ops, reductions, optimizer updates), lane registers
 //!   stepped clock by clock, plus its functional twin.
 //! * [`memory`]: unified buffer, accumulator SRAM, weight buffer and DRAM as word arrays, with a
@@ -39,15 +39,13 @@ pub mod memory;
 pub mod mxu;
 pub mod op;
 pub mod protect;
-pub mod sites;
 pub mod timing;
 pub mod vpu;
 
 pub use config::{Dataflow, HwConfig, MxuConfig};
 pub use error::{ConfigError, HwError};
-pub use fault::{FaultEvent, FaultSchedule};
+pub use fault::{FaultEvent, FaultSchedule, FaultSite, Register, SiteClass, SiteKind, Unit};
 pub use matrix::Matrix;
-pub use sites::{FaultSite, Register, SiteClass, SiteKind, Unit};
 
 /// How an operation is executed. Both give identical bits when no fault is active.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

@@ -118,7 +118,7 @@ use crate::config::{Dataflow, HwConfig, MxuConfig};
 use crate::error::HwError;
 use crate::fault::{ActiveFault, FaultEvent, FaultSchedule, FaultWindow};
 use crate::matrix::Matrix;
-use crate::sites::{FaultSite, Register, Unit};
+use crate::fault::{FaultSite, Register, Unit};
 use crate::ExecMode;
 use faultline_num::{with_precision, MacFormat, Precision};
 use serde::{Deserialize, Serialize};

@@ -76,7 +76,7 @@ use crate::isa::{View, Window};
 use crate::matrix::Matrix;
 use crate::memory::Memory;
 use crate::mxu::{self, Fold, Schedule};
-use crate::sites::{addr_bits, FaultSite, Register, Unit, DMA_ADDR_BITS, TILE_COUNTER_BITS};
+use crate::fault::{addr_bits, FaultSite, Register, Unit, DMA_ADDR_BITS, TILE_COUNTER_BITS};
 use crate::timing::{self, OpTiming, TileTiming, TileWork};
 use crate::vpu::{self, Axis, VpuOp};
 use crate::ExecMode;

@@ -57,7 +57,7 @@
 use crate::config::HwConfig;
 use crate::error::HwError;
 use crate::fault::{ActiveFault, FaultSchedule, FaultWindow};
-use crate::sites::{FaultSite, Register, Unit};
+use crate::fault::{FaultSite, Register, Unit};
 use crate::ExecMode;
 use faultline_num::canonical_f32_bits;
 use serde::{Deserialize, Serialize};
@@ -1008,7 +1008,7 @@ mod tests {
     use super::*;
     use crate::config::Dataflow;
     use crate::fault::FaultEvent;
-    use crate::sites::FaultSite;
+    use crate::fault::FaultSite;
     use faultline_num::Precision;
     use proptest::prelude::*;
 

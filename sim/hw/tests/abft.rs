@@ -5,7 +5,7 @@
 use faultline_hw::protect::abft::{self, AbftOutcome};
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
 use faultline_hw::mxu::{gemm, Schedule};
-use faultline_hw::sites::{FaultSite, Register};
+use faultline_hw::fault::{FaultSite, Register};
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
 use faultline_num::Precision;
 use proptest::prelude::*;

@@ -48,7 +48,7 @@ use faultline_graph::StepSchedule;
 use faultline_hw::budget::HostMemory;
 use faultline_hw::isa::{self, Instr};
 use faultline_hw::mxu::{self, PeArrayState};
-use faultline_hw::sites::glob_match;
+use faultline_hw::fault::glob_match;
 use faultline_hw::vpu::{self, LaneState};
 use faultline_hw::{FaultSchedule, FaultSite, HwConfig, Register, SiteClass, Unit};
 use faultline_num::NumFormat;

@@ -4,7 +4,7 @@
 use crate::config::HwConfig;
 use crate::error::HwError;
 use crate::fault::ActiveFault;
-use crate::sites::Unit;
+use crate::fault::Unit;
 use std::collections::BTreeMap;
 
 /// One memory array.
@@ -144,7 +144,7 @@ impl Memory {
 mod tests {
     use super::*;
     use crate::fault::FaultEvent;
-    use crate::sites::FaultSite;
+    use crate::fault::FaultSite;
 
     fn flip(unit: Unit, addr: u64, bit: u32, at: u64) -> ActiveFault {
         FaultEvent::flip(FaultSite::word(unit, addr, bit), 0, at).activate(0)
