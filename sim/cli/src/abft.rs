@@ -5,10 +5,10 @@
 use crate::gemm::{random, GemmArgs};
 use anyhow::{bail, Context, Result};
 use faultline_fault::stats::Estimate;
-use faultline_hw::protect::abft::{self, AbftOutcome};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
 use faultline_hw::mxu::{gemm, gemm_host_bytes, GemmStats};
+use faultline_hw::protect::abft::{self, AbftOutcome};
 use faultline_hw::{ExecMode, HwConfig, Matrix, SiteClass, Unit};
 use faultline_num::NumFormat;
 use indicatif::{ProgressBar, ProgressStyle};

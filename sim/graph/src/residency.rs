@@ -29,8 +29,8 @@
 
 use crate::error::GraphError;
 use crate::program::{Buffer, Program, Role, Tag};
-use faultline_hw::memory::dma::Direction;
 use faultline_hw::isa::{BufId, Instr};
+use faultline_hw::memory::dma::Direction;
 use faultline_hw::{HwConfig, Unit};
 use serde::Serialize;
 use std::collections::BTreeMap;

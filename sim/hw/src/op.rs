@@ -69,14 +69,14 @@
 
 use crate::budget::{product, sum};
 use crate::config::{Dataflow, HwConfig, SramConfig};
-use crate::memory::dma::{self, AddrReg, Direction, Transfer};
 use crate::error::HwError;
+use crate::fault::{addr_bits, FaultSite, Register, Unit, DMA_ADDR_BITS, TILE_COUNTER_BITS};
 use crate::fault::{ActiveFault, FaultEvent, FaultSchedule, FaultTime, FaultWindow};
 use crate::isa::{View, Window};
 use crate::matrix::Matrix;
+use crate::memory::dma::{self, AddrReg, Direction, Transfer};
 use crate::memory::Memory;
 use crate::mxu::{self, Fold, Schedule};
-use crate::fault::{addr_bits, FaultSite, Register, Unit, DMA_ADDR_BITS, TILE_COUNTER_BITS};
 use crate::timing::{self, OpTiming, TileTiming, TileWork};
 use crate::vpu::{self, Axis, VpuOp};
 use crate::ExecMode;

@@ -32,8 +32,8 @@
 //! (compute busy = union of `[cs_f, ready_f)`).
 
 use crate::config::{HwConfig, SramConfig};
-use crate::memory::dma::{bandwidth, data_cycles, overhead, Direction, Transfer};
 use crate::error::HwError;
+use crate::memory::dma::{bandwidth, data_cycles, overhead, Direction, Transfer};
 use serde::{Deserialize, Serialize};
 
 /// What one tile needs, in bytes and cycles.

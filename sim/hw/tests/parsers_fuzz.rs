@@ -9,8 +9,8 @@
 
 use faultline_hw::fault::{FaultEvent, FaultTime};
 use faultline_hw::fuzz::{apply, edit, numbers, Edit, NUMBERS};
-use faultline_hw::op::{self, OpKind};
 use faultline_hw::interop::scalesim::{self, ScaleSimConfig};
+use faultline_hw::op::{self, OpKind};
 use faultline_hw::{Dataflow, HwConfig, SiteClass};
 use faultline_num::{BitFault, Precision};
 use proptest::prelude::*;

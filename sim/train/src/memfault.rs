@@ -36,10 +36,10 @@
 use crate::error::{Result, TrainError};
 use crate::gemmfold::GemmMap;
 use faultline_graph::program::{Program, StepSchedule};
-use faultline_hw::memory::dma::AddrReg;
 use faultline_hw::fault::ActiveFault;
-use faultline_hw::isa::{self, BufId, ExecUnit, Instr};
 use faultline_hw::fault::DMA_ADDR_BITS;
+use faultline_hw::isa::{self, BufId, ExecUnit, Instr};
+use faultline_hw::memory::dma::AddrReg;
 use faultline_hw::{HwConfig, Register, Unit};
 use faultline_num::NumFormat;
 

@@ -4,8 +4,8 @@
 //! and the same flip is masked in hardware (the step's result is bit-identical to golden).
 
 use faultline_graph::ModelSpec;
-use faultline_hw::isa::{ExecUnit, Instr};
 use faultline_hw::fault::SiteKind;
+use faultline_hw::isa::{ExecUnit, Instr};
 use faultline_hw::{Dataflow, FaultSite, HwConfig, Register, SiteClass, Unit};
 use faultline_train::{inject, source, space, ModelState, StepFault, TrainOptions, Trainer};
 use std::path::{Path, PathBuf};

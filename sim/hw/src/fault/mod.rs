@@ -31,4 +31,6 @@ mod event;
 mod site;
 
 pub use event::{ActiveFault, FaultEvent, FaultSchedule, FaultTime, FaultWindow, FAULT_FORM};
-pub use site::{addr_bits, glob_match, FaultSite, Register, SiteClass, SiteKind, Unit, DMA_ADDR_BITS, TILE_COUNTER_BITS};
+pub use site::{
+    addr_bits, glob_match, FaultSite, Register, SiteClass, SiteKind, Unit, DMA_ADDR_BITS, TILE_COUNTER_BITS,
+};
