@@ -1,24 +1,34 @@
 //! The simulated accelerator at register granularity.
 //!
-//! * [`budget`]: host-memory limits checked before allocating.
-//! * [`files`]: reads of regular files only, each bounded; one writer per output directory.
+//! The machine and its vocabulary:
 //! * [`config`]: the hardware description (RON), validated on load.
 //! * [`fault`]: the fault vocabulary: every injectable bit, addressable as a [`fault::FaultSite`]
 //!   with a stable text form, and fault events applied at the clock's commit boundary.
+//! * [`isa`]: the instruction set (GEMM, VPU and DMA instructions; addressing views, conv
+//!   geometry), what one instruction costs and how it executes.
+//!
+//! The units, each a folder with its closed-form schedule, functional twin, stepped model and
+//! checked entry points in files of their own:
 //! * [`mxu`]: the systolic matrix unit, stepped clock by clock, plus its bit-exact functional twin.
-//! * [`isa`]: the instruction set (GEMM, VPU instructions with addressing views) and how one
-//!   instruction executes and what it costs.
 //! * [`vpu`]: the vector unit (elementwise ops, reductions, optimizer updates), lane registers
 //!   stepped clock by clock, plus its functional twin.
+//!
+//! The memory path and whole ops:
 //! * [`memory`]: unified buffer, accumulator SRAM, weight buffer and DRAM as word arrays, with a
 //!   functional (peek/poke) and a timed, fault-seeing (read/write) access path; [`memory::dma`],
 //!   DRAM <-> SRAM transfer costs and the DMA address registers.
-//! * [`protect`]: [`protect::ecc`] (parity and Hsiao SEC-DED codes protecting SRAM words and
-//!   registers) and [`protect::abft`] (exact-checksum ABFT for int8 GEMMs, Li et al. 2021).
 //! * [`timing`]: whole-op cycle accounting (tile pipeline, double buffering, stalls, overlap).
 //! * [`op`]: whole ops (matmul, conv2d, relu, softmax, adam) through DMA, SRAM and MXU/VPU.
+//!
+//! Around the machine:
+//! * [`protect`]: [`protect::ecc`] (parity and Hsiao SEC-DED codes protecting SRAM words and
+//!   registers) and [`protect::abft`] (exact-checksum ABFT for int8 GEMMs, Li et al. 2021).
 //! * [`interop`]: [`interop::scalesim`], SCALE-Sim's run configs and topologies read as they
 //!   are, and its counts.
+//! * [`budget`]: host-memory limits checked before allocating.
+//! * [`files`]: reads of regular files only, each bounded; one writer per output directory.
+//! * [`error`], [`matrix`]: the crate's errors and its bit matrix; `fuzz` (feature `fuzzing`):
+//!   input mutations for the parser tests.
 //!
 //! **Architecture invariant:** this crate knows nothing of graphs, training or campaigns. It
 //! executes hardware operations on raw bits and reports cycles; callers decide what they mean.
