@@ -108,17 +108,15 @@ pub struct ConvShape {
 }
 
 impl ConvShape {
-    /// Output height and width; `None` for a stride of 0, a kernel larger than the padded input,
-    /// or a padded size that does not fit `usize`.
+    /// The kernel window, in the instruction set's conv geometry (the one definition of a
+    /// convolution's output size and im2col layout).
+    fn window(&self) -> Window {
+        Window { kh: self.kh, kw: self.kw, stride: self.stride, padding: self.pad }
+    }
+    /// Output height and width ([`Window::output_hw`]); `None` for a stride or kernel of 0, a
+    /// kernel larger than the padded input, or a padded size that does not fit `usize`.
     fn out_hw(&self) -> Option<(usize, usize)> {
-        if self.stride == 0 {
-            return None;
-        }
-        let out = |size: usize, k: usize| {
-            let padded = self.pad.checked_mul(2)?.checked_add(size)?;
-            (padded.checked_sub(k)? / self.stride).checked_add(1)
-        };
-        Some((out(self.h, self.kh)?, out(self.w, self.kw)?))
+        self.window().output_hw(self.h, self.w)
     }
     /// Output height (0 for a shape [`OpKind::check`] refuses).
     pub fn out_h(&self) -> usize {
@@ -152,8 +150,7 @@ impl ConvShape {
     /// of it, and the op tests check the two agree.
     pub fn im2col(&self, x: &[u32]) -> Matrix {
         let (m, k, _) = self.gemm();
-        let window = Window { kh: self.kh, kw: self.kw, stride: self.stride, padding: self.pad };
-        let view = View::Im2Col { window, image: [self.batch, self.h, self.w, self.c_in] };
+        let view = View::Im2Col { window: self.window(), image: [self.batch, self.h, self.w, self.c_in] };
         Matrix { rows: m, cols: k, data: view.gather(x, m * k).into_owned() }
     }
 }
