@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 use faultline_graph::{ModelSpec, OptimizerSpec, TrainGraph};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::{ExecMode, HwConfig};
-use faultline_train::source::{self, LoadOptions};
+use faultline_train::data::source::{self, LoadOptions};
 use faultline_train::{
     Checkpoint, InitWeights, MxuFormat, OptimizerKind, RunDescription, StepFault, TraceWriter, TrainOptions, Trainer,
     MAX_STEPS,

@@ -21,7 +21,7 @@ use faultline_hw::isa::ExecUnit;
 use faultline_hw::protect::ecc::Decoded;
 use faultline_hw::{ExecMode, FaultSite, HwConfig};
 use faultline_num::{BitFault, NumFormat};
-use faultline_train::source::{self, LoadOptions};
+use faultline_train::data::source::{self, LoadOptions};
 use faultline_train::{
     inject, Executor, InitWeights, InjectionReport, ModelState, MxuFormat, StepFault, TrainOptions, TrainState, Trainer,
 };

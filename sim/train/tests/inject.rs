@@ -7,7 +7,7 @@ use faultline_graph::ModelSpec;
 use faultline_hw::fault::SiteKind;
 use faultline_hw::isa::{ExecUnit, Instr};
 use faultline_hw::{Dataflow, FaultSite, HwConfig, Register, SiteClass, Unit};
-use faultline_train::{inject, source, space, ModelState, StepFault, TrainOptions, Trainer};
+use faultline_train::{data::source, inject, space, ModelState, StepFault, TrainOptions, Trainer};
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
