@@ -1,14 +1,14 @@
 //! `faultline gemm --abft [--trials N]`: an int8 GEMM with exact integer checksum columns
-//! (`faultline_hw::abft`, after Li et al. 2021), its cycle overhead, and optionally one fault or
+//! (`faultline_hw::protect::abft`, after Li et al. 2021), its cycle overhead, and optionally one fault or
 //! a campaign of random single-bit flips classified by what the check saw.
 
 use crate::gemm::{random, GemmArgs};
 use anyhow::{bail, Context, Result};
 use faultline_fault::abft_trials::{self, FusedGemm};
-use faultline_hw::abft::{self, AbftOutcome};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::fault::FaultSchedule;
 use faultline_hw::mxu::{gemm, gemm_host_bytes, GemmStats};
+use faultline_hw::protect::abft::{self, AbftOutcome};
 use faultline_hw::{ExecMode, HwConfig, Matrix};
 use faultline_num::NumFormat;
 use indicatif::{ProgressBar, ProgressStyle};

@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use faultline_hw::sites::glob_match;
+use faultline_hw::fault::glob_match;
 use faultline_hw::{HwConfig, SiteClass, SiteKind};
 use faultline_train::{Executor, MxuFormat};
 use serde::Serialize;

@@ -4,7 +4,7 @@
 
 mod common;
 use common::faultline_limited;
-use faultline_train::{idx, npy};
+use faultline_train::data::{idx, npy};
 use std::path::Path;
 
 /// Children run with a 2 GiB address space.

@@ -1,11 +1,11 @@
 //! Random single-bit flips of one GEMM with ABFT checksum columns (`faultline gemm --abft
 //! --trials N`): each flip uniform over every MXU site bit and every cycle of the fused GEMM,
-//! run at cycle level and classified by what the check saw ([`faultline_hw::abft::classify`]).
+//! run at cycle level and classified by what the check saw ([`faultline_hw::protect::abft::classify`]).
 
 use crate::stats::Estimate;
-use faultline_hw::abft::{self, AbftOutcome};
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
 use faultline_hw::mxu::gemm;
+use faultline_hw::protect::abft::{self, AbftOutcome};
 use faultline_hw::{ExecMode, HwConfig, HwError, Matrix, SiteClass, Unit};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;

@@ -17,8 +17,8 @@ use faultline_graph::checks::{BF16_UNIT, FP32_UNIT};
 use faultline_graph::ModelSpec;
 use faultline_graph::StepSchedule;
 use faultline_hw::budget::HostMemory;
-use faultline_hw::ecc::Decoded;
 use faultline_hw::isa::ExecUnit;
+use faultline_hw::protect::ecc::Decoded;
 use faultline_hw::{ExecMode, FaultSite, HwConfig};
 use faultline_num::BitFault;
 use faultline_train::{

@@ -116,7 +116,7 @@ impl FaultModel {
     /// and shift down where they would pass the register's or row's end, so every bit of the
     /// class is struck by the same number of anchors except near the ends. An anchor in a
     /// code's check bits strikes bits of the codeword (its data and check bits), numbered past
-    /// the data width as [`faultline_hw::ecc::Code::decode_error`] numbers them.
+    /// the data width as [`faultline_hw::protect::ecc::Code::decode_error`] numbers them.
     pub fn upset(self, hw: &HwConfig, a: &Anchor, step_cycles: u64) -> Vec<StepFault> {
         let width = a.class.width(hw);
         let fault = |elem: u64, bit: u32, kind: BitFault, duration: u64| {

@@ -4,7 +4,7 @@
 //! Mechanisms:
 //! * `Ecc(code: Parity | Secded, on: [class globs])`: a check code on every word or register
 //!   of the site classes (SRAM words, PE or VPU registers, DMA and sequencer registers). Its
-//!   decoder ([`faultline_hw::ecc`]) runs on each read of a word whose bits an upset changed:
+//!   decoder ([`faultline_hw::protect::ecc`]) runs on each read of a word whose bits an upset changed:
 //!   SECDED corrects single errors and detects double ones, parity detects odd-weight errors.
 //!   Cost: the check bits, `words x check_bits(width)`. They are fault sites too: a campaign
 //!   samples them as one more stratum per coded class (`ub.word[*].check`), whose upsets the
@@ -39,8 +39,8 @@ use crate::spec::num;
 use faultline_graph::checks::{abft_bound, CheckKind, Side};
 use faultline_graph::op::{Op, Phase};
 use faultline_graph::TrainGraph;
-use faultline_hw::ecc::Code;
-use faultline_hw::sites::glob_match;
+use faultline_hw::fault::glob_match;
+use faultline_hw::protect::ecc::Code;
 use faultline_hw::{HwConfig, SiteClass};
 use serde::{Deserialize, Serialize};
 use std::path::Path;

@@ -16,7 +16,7 @@
 use crate::outcome::Outcome;
 use crate::spec::{CampaignSpec, Sampling};
 use crate::stats::{stratified, Estimate};
-use faultline_hw::sites::SiteKind;
+use faultline_hw::fault::SiteKind;
 use faultline_train::InjectionReport;
 use serde::{Deserialize, Serialize};
 

@@ -11,7 +11,7 @@ use crate::model::Anchor;
 use crate::protect::EccInfo;
 use crate::spec::{CampaignSpec, Sampling, MAX_TRIALS};
 use faultline_graph::StepSchedule;
-use faultline_hw::sites::glob_match;
+use faultline_hw::fault::glob_match;
 use faultline_hw::{HwConfig, SiteClass};
 use faultline_train::inject::space::{windows, LiveWindow};
 use faultline_train::{Executor, StepFault};

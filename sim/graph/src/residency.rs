@@ -29,8 +29,8 @@
 
 use crate::error::GraphError;
 use crate::program::{Buffer, Program, Role, Tag};
-use faultline_hw::dma::Direction;
 use faultline_hw::isa::{BufId, Instr};
+use faultline_hw::memory::dma::Direction;
 use faultline_hw::{HwConfig, Unit};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -81,7 +81,7 @@ pub fn place(p: &Program, cfg: &HwConfig) -> Result<Program, GraphError> {
         on_dram.resize(q.buffers.len(), false);
         match allocate(&q, cfg, &on_dram, false) {
             Ok(placement) => {
-                q.dma_overhead = faultline_hw::dma::overhead(cfg).unwrap_or(0);
+                q.dma_overhead = faultline_hw::memory::dma::overhead(cfg).unwrap_or(0);
                 let single = with_homes(q.clone(), placement);
                 // Double buffering: alternate tiles take their words from the other end of
                 // the SRAM, so a tile's loads need not wait for the previous tile to finish

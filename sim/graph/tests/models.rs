@@ -230,7 +230,7 @@ fn program_lowers_matmuls_to_gemms_and_its_schedule_adds_up() {
         let p = program::Program::step(&tg).place(&cfg).unwrap();
         let s = p.schedule(&tg.graph, &cfg);
         let file = format!("{file} on {hw}");
-        let overhead = faultline_hw::dma::overhead(&cfg).unwrap();
+        let overhead = faultline_hw::memory::dma::overhead(&cfg).unwrap();
         // Busy cycles add up per phase, layer and unit; the step is the critical path.
         let busy = s.mxu_cycles + s.vpu_cycles + s.dma_cycles;
         assert_eq!(s.per_phase.values().sum::<u64>(), busy);

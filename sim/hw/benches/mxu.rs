@@ -7,8 +7,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
+use faultline_hw::fault::{FaultSite, Register};
 use faultline_hw::mxu::{gemm, gemm_timing};
-use faultline_hw::sites::{FaultSite, Register};
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
 use faultline_num::{NumFormat, Precision};
 use rand::{Rng, SeedableRng};

@@ -3,8 +3,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
+use faultline_hw::fault::{FaultSite, Register};
 use faultline_hw::op::{self, ConvShape, OpKind};
-use faultline_hw::sites::{FaultSite, Register};
 use faultline_hw::{ExecMode, HwConfig};
 use faultline_num::f32_to_bf16_bits;
 use rand::{Rng, SeedableRng};

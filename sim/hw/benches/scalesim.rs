@@ -5,8 +5,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use faultline_hw::fault::FaultSchedule;
+use faultline_hw::interop::scalesim::load_topology;
 use faultline_hw::mxu::{gemm, gemm_timing};
-use faultline_hw::scalesim::load_topology;
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
 use faultline_num::{NumFormat, Precision};
 use rand::{Rng, SeedableRng};

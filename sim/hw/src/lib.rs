@@ -1,57 +1,61 @@
 //! The simulated accelerator at register granularity.
 //!
-//! * [`abft`]: exact-checksum ABFT for int8 GEMMs (Li et al. 2021): fused weight checksum
-//!   columns and integer residuals.
-//! * [`budget`]: host-memory limits checked before allocating.
-//! * [`files`]: reads of regular files only, each bounded; one writer per output directory.
+//! The machine and its vocabulary:
 //! * [`config`]: the hardware description (RON), validated on load.
-//! * [`sites`]: every injectable bit, addressable as a [`sites::FaultSite`] with a stable text form.
+//! * [`fault`]: the fault vocabulary: every injectable bit, addressable as a [`fault::FaultSite`]
+//!   with a stable text form, and fault events applied at the clock's commit boundary.
+//! * [`isa`]: the instruction set (GEMM, VPU and DMA instructions; addressing views, conv
+//!   geometry), what one instruction costs and how it executes.
+//!
+//! The units, each a folder with its closed-form schedule, functional twin, stepped model and
+//! checked entry points in files of their own:
 //! * [`mxu`]: the systolic matrix unit, stepped clock by clock, plus its bit-exact functional twin.
-//! * [`isa`]: the instruction set (GEMM, VPU instructions with addressing views) and how one
-//!   instruction executes and what it costs.
-//! * [`fault`]: fault events applied at the clock's commit boundary.
 //! * [`vpu`]: the vector unit (elementwise ops, reductions, optimizer updates), lane registers
 //!   stepped clock by clock, plus its functional twin.
-//! * [`mem`]: unified buffer, accumulator SRAM, weight buffer and DRAM as word arrays, with a
-//!   functional (peek/poke) and a timed, fault-seeing (read/write) access path.
-//! * [`ecc`]: parity and Hsiao SEC-DED codes protecting SRAM words and registers.
-//! * [`dma`]: DRAM <-> SRAM transfer costs and the DMA address registers.
+//!
+//! The memory path and whole ops:
+//! * [`memory`]: unified buffer, accumulator SRAM, weight buffer and DRAM as word arrays, with a
+//!   functional (peek/poke) and a timed, fault-seeing (read/write) access path; [`memory::dma`],
+//!   DRAM <-> SRAM transfer costs and the DMA address registers.
 //! * [`timing`]: whole-op cycle accounting (tile pipeline, double buffering, stalls, overlap).
 //! * [`op`]: whole ops (matmul, conv2d, relu, softmax, adam) through DMA, SRAM and MXU/VPU.
-//! * [`scalesim`]: SCALE-Sim's run configs and topologies read as they are, and its counts;
-//!   [`scalesim_reports`]: its three reports of a run.
+//!
+//! Around the machine:
+//! * [`protect`]: [`protect::ecc`] (parity and Hsiao SEC-DED codes protecting SRAM words and
+//!   registers) and [`protect::abft`] (exact-checksum ABFT for int8 GEMMs, Li et al. 2021).
+//! * [`interop`]: [`interop::scalesim`], SCALE-Sim's run configs and topologies read as they
+//!   are, and its counts; [`interop::scalesim_reports`], its three reports of a run.
+//! * [`budget`]: host-memory limits checked before allocating.
+//! * [`files`]: reads of regular files only, each bounded; one writer per output directory.
+//! * [`error`], [`matrix`]: the crate's errors and its bit matrix; `fuzz` (feature `fuzzing`):
+//!   input mutations for the parser tests.
 //!
 //! **Architecture invariant:** this crate knows nothing of graphs, training or campaigns. It
 //! executes hardware operations on raw bits and reports cycles; callers decide what they mean.
 
 #![warn(missing_docs)]
 
-pub mod abft;
 pub mod budget;
 pub mod config;
-pub mod dma;
-pub mod ecc;
 pub mod error;
 pub mod fault;
 pub mod files;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
+pub mod interop;
 pub mod isa;
 pub mod matrix;
-pub mod mem;
+pub mod memory;
 pub mod mxu;
 pub mod op;
-pub mod scalesim;
-pub mod scalesim_reports;
-pub mod sites;
+pub mod protect;
 pub mod timing;
 pub mod vpu;
 
 pub use config::{Dataflow, HwConfig, MxuConfig};
 pub use error::{ConfigError, HwError};
-pub use fault::{FaultEvent, FaultSchedule};
+pub use fault::{FaultEvent, FaultSchedule, FaultSite, Register, SiteClass, SiteKind, Unit};
 pub use matrix::Matrix;
-pub use sites::{FaultSite, Register, SiteClass, SiteKind, Unit};
 
 /// How an operation is executed. Both give identical bits when no fault is active.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

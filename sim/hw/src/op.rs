@@ -32,11 +32,11 @@
 //! stored from the accumulator once complete (WS: after the last K fold of an N tile; OS: after
 //! each fold). VPU tiles are chunks: load the inputs, run ([`crate::vpu::timing`]; softmax is
 //! `ReduceMax, Sub, Exp, ReduceSum, Recip, Mul` back to back), store the outputs. See
-//! [`crate::timing`] for the pipeline and [`crate::dma`] for transfer costs.
+//! [`crate::timing`] for the pipeline and [`crate::memory::dma`] for transfer costs.
 //!
 //! # When values move (cycle-approximate, exact for fault timing)
 //!
-//! * DMA word `i` moves at [`crate::dma::word_cycle`], through `dma.src_addr`/`dma.dst_addr`
+//! * DMA word `i` moves at [`crate::memory::dma::word_cycle`], through `dma.src_addr`/`dma.dst_addr`
 //!   (loaded when the transfer's data phase starts, `start + overhead`).
 //! * WS fold at compute start `s`: UB word of `A[m][k0+i]` is read at `s + 1 + m + i`, weight
 //!   `(i, j)` at `s + i + j`; output row `m` is written to the accumulator at `s + m + R + nc`
@@ -69,14 +69,14 @@
 
 use crate::budget::{product, sum};
 use crate::config::{Dataflow, HwConfig, SramConfig};
-use crate::dma::{self, AddrReg, Direction, Transfer};
 use crate::error::HwError;
+use crate::fault::{addr_bits, FaultSite, Register, Unit, DMA_ADDR_BITS, TILE_COUNTER_BITS};
 use crate::fault::{ActiveFault, FaultEvent, FaultSchedule, FaultTime, FaultWindow};
 use crate::isa::{View, Window};
 use crate::matrix::Matrix;
-use crate::mem::Memory;
+use crate::memory::dma::{self, AddrReg, Direction, Transfer};
+use crate::memory::Memory;
 use crate::mxu::{self, Fold, Schedule};
-use crate::sites::{addr_bits, FaultSite, Register, Unit, DMA_ADDR_BITS, TILE_COUNTER_BITS};
 use crate::timing::{self, OpTiming, TileTiming, TileWork};
 use crate::vpu::{self, Axis, VpuOp};
 use crate::ExecMode;
@@ -108,17 +108,15 @@ pub struct ConvShape {
 }
 
 impl ConvShape {
-    /// Output height and width; `None` for a stride of 0, a kernel larger than the padded input,
-    /// or a padded size that does not fit `usize`.
+    /// The kernel window, in the instruction set's conv geometry (the one definition of a
+    /// convolution's output size and im2col layout).
+    fn window(&self) -> Window {
+        Window { kh: self.kh, kw: self.kw, stride: self.stride, padding: self.pad }
+    }
+    /// Output height and width ([`Window::output_hw`]); `None` for a stride or kernel of 0, a
+    /// kernel larger than the padded input, or a padded size that does not fit `usize`.
     fn out_hw(&self) -> Option<(usize, usize)> {
-        if self.stride == 0 {
-            return None;
-        }
-        let out = |size: usize, k: usize| {
-            let padded = self.pad.checked_mul(2)?.checked_add(size)?;
-            (padded.checked_sub(k)? / self.stride).checked_add(1)
-        };
-        Some((out(self.h, self.kh)?, out(self.w, self.kw)?))
+        self.window().output_hw(self.h, self.w)
     }
     /// Output height (0 for a shape [`OpKind::check`] refuses).
     pub fn out_h(&self) -> usize {
@@ -152,8 +150,7 @@ impl ConvShape {
     /// of it, and the op tests check the two agree.
     pub fn im2col(&self, x: &[u32]) -> Matrix {
         let (m, k, _) = self.gemm();
-        let window = Window { kh: self.kh, kw: self.kw, stride: self.stride, padding: self.pad };
-        let view = View::Im2Col { window, image: [self.batch, self.h, self.w, self.c_in] };
+        let view = View::Im2Col { window: self.window(), image: [self.batch, self.h, self.w, self.c_in] };
         Matrix { rows: m, cols: k, data: view.gather(x, m * k).into_owned() }
     }
 }

@@ -18,7 +18,7 @@
 //! total = max(ready_last, end of the last store)
 //! ```
 //!
-//! (`overhead` and `bw` as in [`crate::dma`]; the transfer's `start` is `data_start - overhead`.)
+//! (`overhead` and `bw` as in [`crate::memory::dma`]; the transfer's `start` is `data_start - overhead`.)
 //! So a DMA-bound op takes `overhead + sum ceil(bytes_i / bw)` plus the compute it cannot hide
 //! (before the first and after the last transfer) and any wait for a buffer to be released.
 //! The whole op's cycles are this
@@ -32,8 +32,8 @@
 //! (compute busy = union of `[cs_f, ready_f)`).
 
 use crate::config::{HwConfig, SramConfig};
-use crate::dma::{bandwidth, data_cycles, overhead, Direction, Transfer};
 use crate::error::HwError;
+use crate::memory::dma::{bandwidth, data_cycles, overhead, Direction, Transfer};
 use serde::{Deserialize, Serialize};
 
 /// What one tile needs, in bytes and cycles.

@@ -1,11 +1,11 @@
-//! int8 ABFT with exact integer checksums (`faultline_hw::abft`) on the MXU: fault-free
+//! int8 ABFT with exact integer checksums (`faultline_hw::protect::abft`) on the MXU: fault-free
 //! residuals are exactly zero, the digits reconstruct the row sums, every single-element error
 //! in `C` is caught, and faults injected at cycle level land in the outcome they should.
 
-use faultline_hw::abft::{self, AbftOutcome};
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
+use faultline_hw::fault::{FaultSite, Register};
 use faultline_hw::mxu::{gemm, Schedule};
-use faultline_hw::sites::{FaultSite, Register};
+use faultline_hw::protect::abft::{self, AbftOutcome};
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
 use faultline_num::Precision;
 use proptest::prelude::*;

@@ -7,9 +7,9 @@
 //! allocates) while the test runs, which made the peak depend on timing.
 
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
+use faultline_hw::fault::{FaultSite, Register};
 use faultline_hw::mxu::{gemm, gemm_host_bytes};
 use faultline_hw::op::{self, ConvShape, OpKind};
-use faultline_hw::sites::{FaultSite, Register};
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
 use faultline_num::Precision;
 use std::alloc::{GlobalAlloc, Layout, System};

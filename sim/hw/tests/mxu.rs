@@ -1,8 +1,8 @@
 //! MXU behaviour across modules: the functional twin, the cycle formula and the fault hook.
 
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
+use faultline_hw::fault::{FaultSite, Register};
 use faultline_hw::mxu::{self, cycle_level, gemm, PeArrayState, Schedule};
-use faultline_hw::sites::{FaultSite, Register};
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
 use faultline_num::{with_precision, MacFormat, NumFormat, Precision};
 use proptest::prelude::*;

@@ -1,9 +1,9 @@
 //! Whole ops through DMA, SRAM, MXU/VPU: twin equality, memory and control faults, timing.
 
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
+use faultline_hw::fault::{FaultSite, Register, SiteClass, Unit};
 use faultline_hw::mxu;
 use faultline_hw::op::{self, ConvShape, OpKind};
-use faultline_hw::sites::{FaultSite, Register, SiteClass, Unit};
 use faultline_hw::{Dataflow, ExecMode, HwConfig, HwError, Matrix};
 use faultline_num::{f32_to_bf16_bits, Precision};
 use proptest::prelude::*;

@@ -1,6 +1,6 @@
 //! Fuzz-style property tests of the hardware crate's text parsers: the hardware config
 //! (`HwConfig::from_ron`), the fault form (`FaultEvent: FromStr`) and SCALE-Sim's run configs
-//! and topologies (`faultline_hw::scalesim`), fed mutated valid inputs (the shipped configs and
+//! and topologies (`faultline_hw::interop::scalesim`), fed mutated valid inputs (the shipped configs and
 //! topologies; printed fault events) and random bytes. Whatever the input: no panic, and either
 //! a value that is valid (a config passing `validate` that the timing model can cost; a fault
 //! that prints back to itself; a SCALE-Sim config whose machine validates on every shipped base;
@@ -9,8 +9,8 @@
 
 use faultline_hw::fault::{FaultEvent, FaultTime};
 use faultline_hw::fuzz::{apply, edit, numbers, Edit, NUMBERS};
+use faultline_hw::interop::scalesim::{self, ScaleSimConfig};
 use faultline_hw::op::{self, OpKind};
-use faultline_hw::scalesim::{self, ScaleSimConfig};
 use faultline_hw::{Dataflow, HwConfig, SiteClass};
 use faultline_num::{BitFault, Precision};
 use proptest::prelude::*;

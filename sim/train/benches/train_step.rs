@@ -7,7 +7,7 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use faultline_graph::ModelSpec;
 use faultline_hw::{ExecMode, HwConfig};
-use faultline_train::{source, StepFault, TrainOptions, Trainer};
+use faultline_train::{data::source, StepFault, TrainOptions, Trainer};
 use std::hint::black_box;
 use std::path::Path;
 

@@ -21,10 +21,10 @@
 //! appears once under the file name its step implies, each file's shape and checksum must
 //! match, and the batcher state must be the one its seed reaches after `step` batches.
 
-use crate::dataset::{Batcher, BatcherState};
+use crate::data::dataset::{Batcher, BatcherState};
+use crate::data::npy;
 use crate::error::{io_err, Result, TrainError};
 use crate::exec::MxuFormat;
-use crate::npy;
 use crate::state::{ModelState, Tensor32};
 use crate::trainer::MAX_STEPS;
 use faultline_graph::OptimizerSpec;
@@ -299,7 +299,7 @@ impl Checkpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataset::Batcher;
+    use crate::data::dataset::Batcher;
 
     /// Moves a checkpoint to another step, keeping its batcher consistent with the step.
     fn at_step(c: &mut Checkpoint, step: u64) {

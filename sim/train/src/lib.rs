@@ -15,15 +15,16 @@
 //!   records, summary), optimizer choice and run options.
 //! * [`state`]: parameters and optimizer state, initialised from a seed or `.npy` files.
 //! * [`checkpoint`]: exact save/restore of weights, optimizer state, data-order RNG and step.
-//! * [`dataset`]: in-memory datasets, seeded splits, minibatch order.
-//! * [`digits`], [`synth`]: the shipped datasets (generated, deterministic).
-//! * [`npy`], [`idx`], [`source`]: `.npy` and MNIST IDX loaders, and which data a run uses.
+//! * [`data`]: the data a run trains on: in-memory datasets, seeded splits and minibatch order
+//!   ([`data::dataset`]), the shipped datasets ([`data::digits`], [`data::synth`]), `.npy` and
+//!   MNIST IDX readers ([`data::npy`], [`data::idx`]) and which data a run uses
+//!   ([`data::source`]).
 //! * [`trace`]: the per-step JSONL trace (resumable) and the run description beside it.
 //! * [`setup`]: a run set up in named steps (options, graph, memory check, data, trainer) and
 //!   run with its trace and checkpoints.
 //!
 //! ```no_run
-//! use faultline_train::{source, TrainOptions, Trainer};
+//! use faultline_train::{data::source, TrainOptions, Trainer};
 //! let spec = faultline_graph::ModelSpec::load("models/mlp-digits.ron")?;
 //! let hw = faultline_hw::HwConfig::load("configs/tpu-32x32.ron")?;
 //! let mut t = Trainer::new(&spec, &hw, source::shipped(&spec, 1, &Default::default())?, TrainOptions::default())?;
@@ -40,22 +41,17 @@
 #![warn(missing_docs)]
 
 pub mod checkpoint;
-pub mod dataset;
-pub mod digits;
+pub mod data;
 pub mod error;
 pub mod exec;
-pub mod idx;
 pub mod inject;
-pub mod npy;
 pub mod setup;
-pub mod source;
 pub mod state;
-pub mod synth;
 pub mod trace;
 pub mod trainer;
 
 pub use checkpoint::{Checkpoint, DataIdentity, RunIdentity};
-pub use dataset::{Batcher, BatcherState, Dataset, Split};
+pub use data::dataset::{Batcher, BatcherState, Dataset, Split};
 pub use error::{Result, TrainError};
 pub use exec::{Effect, Executor, Injection, MxuFormat, StepOutput};
 pub use inject::{InjectionReport, StepFault};

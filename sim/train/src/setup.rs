@@ -12,10 +12,10 @@
 //! [`run_recorded`] then runs the trainer, writing the trace and checkpoints as it goes.
 
 use crate::checkpoint::RunIdentity;
-use crate::dataset::Split;
+use crate::data::dataset::Split;
+use crate::data::source::{self, LoadOptions};
 use crate::error::{Result, TrainError};
 use crate::exec::MxuFormat;
-use crate::source::{self, LoadOptions};
 use crate::trace::TraceWriter;
 use crate::trainer::{InitWeights, OptimizerKind, StepRecord, Summary, TrainOptions, Trainer};
 use faultline_graph::{GraphError, ModelSpec, TrainGraph};

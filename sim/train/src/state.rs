@@ -1,8 +1,8 @@
 //! The trainable state of a model: parameters and optimizer state as fp32 tensors, by name,
 //! and how it is initialised (from a seed or from a directory of `.npy` files).
 
+use crate::data::npy;
 use crate::error::{shape_str, Result, TrainError};
-use crate::npy;
 use faultline_graph::TrainGraph;
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! checkpoints.
 
 use crate::checkpoint::{Checkpoint, DataIdentity, RunIdentity};
-use crate::dataset::{Batcher, Dataset, Split};
+use crate::data::dataset::{Batcher, Dataset, Split};
 use crate::error::{Result, TrainError};
 use crate::exec::{accuracy, Executor, MxuFormat};
 use crate::inject::{self, InjectionReport, StepFault};

@@ -9,7 +9,7 @@ use faultline_graph::{ModelSpec, TrainGraph};
 use faultline_hw::isa::Instr;
 use faultline_hw::{ExecMode, FaultSite, HwConfig, Register};
 use faultline_num::BitFault;
-use faultline_train::{inject, source, ModelState, MxuFormat, StepFault, TrainOptions, Trainer};
+use faultline_train::{data::source, inject, ModelState, MxuFormat, StepFault, TrainOptions, Trainer};
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {

@@ -4,11 +4,11 @@
 //! and the same flip is masked in hardware (the step's result is bit-identical to golden).
 
 use faultline_graph::ModelSpec;
+use faultline_hw::fault::SiteKind;
 use faultline_hw::isa::{ExecUnit, Instr};
-use faultline_hw::sites::SiteKind;
 use faultline_hw::{Dataflow, FaultSite, HwConfig, Register, SiteClass, Unit};
 use faultline_train::inject::{self, space};
-use faultline_train::{source, ModelState, StepFault, TrainOptions, Trainer};
+use faultline_train::{data::source, ModelState, StepFault, TrainOptions, Trainer};
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {

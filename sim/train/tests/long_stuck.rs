@@ -9,7 +9,7 @@ use faultline_graph::ModelSpec;
 use faultline_hw::isa::ExecUnit;
 use faultline_hw::{ExecMode, HwConfig};
 use faultline_num::BitFault;
-use faultline_train::{inject, source, InjectionReport, StepFault, TrainOptions, TrainState, Trainer};
+use faultline_train::{data::source, inject, InjectionReport, StepFault, TrainOptions, TrainState, Trainer};
 use std::collections::BTreeSet;
 use std::path::Path;
 

@@ -6,7 +6,7 @@
 
 use faultline_graph::ModelSpec;
 use faultline_hw::HwConfig;
-use faultline_train::{source, MxuFormat, OptimizerKind, TrainOptions, Trainer};
+use faultline_train::{data::source, MxuFormat, OptimizerKind, TrainOptions, Trainer};
 use std::path::Path;
 
 #[test]

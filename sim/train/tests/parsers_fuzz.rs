@@ -4,7 +4,7 @@
 
 use faultline_hw::budget::HostMemory;
 use faultline_hw::fuzz::{apply, edit, mutate};
-use faultline_train::{idx, npy, Checkpoint, TrainOptions, Trainer};
+use faultline_train::{data::idx, data::npy, Checkpoint, TrainOptions, Trainer};
 use proptest::prelude::*;
 use std::path::Path;
 
@@ -28,7 +28,7 @@ fn checkpoint_dir() -> tempfile::TempDir {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let spec = faultline_graph::ModelSpec::load(root.join("models/mlp-digits.ron")).unwrap();
     let hw = faultline_hw::HwConfig::load(root.join("configs/tpu-8x8.ron")).unwrap();
-    let data = faultline_train::source::shipped(&spec, 1, &HostMemory::default()).unwrap();
+    let data = faultline_train::data::source::shipped(&spec, 1, &HostMemory::default()).unwrap();
     let mut t = Trainer::new(&spec, &hw, data, TrainOptions { batch: 4, ..Default::default() }).unwrap();
     t.step().unwrap();
     t.step().unwrap();

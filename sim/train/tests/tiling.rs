@@ -7,7 +7,7 @@
 use faultline_graph::ModelSpec;
 use faultline_hw::isa::{Instr, View};
 use faultline_hw::{ExecMode, HwConfig, Unit};
-use faultline_train::{inject, source, MxuFormat, OptimizerKind, StepFault, TrainOptions, Trainer};
+use faultline_train::{data::source, inject, MxuFormat, OptimizerKind, StepFault, TrainOptions, Trainer};
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {

@@ -3,7 +3,7 @@
 
 use faultline_graph::{reference, ModelSpec, Tensor, TrainGraph};
 use faultline_hw::{ExecMode, HwConfig};
-use faultline_train::{source, Batcher, InitWeights, MxuFormat, OptimizerKind, TrainOptions, Trainer};
+use faultline_train::{data::source, Batcher, InitWeights, MxuFormat, OptimizerKind, TrainOptions, Trainer};
 use npyz::WriterBuilder;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -79,7 +79,7 @@ fn fp32_training_matches_f64_reference() {
         // The f64 side: same files, same batch order, the graph crate's reference interpreter.
         let mut state: BTreeMap<String, Tensor> = tg.initial_state(0);
         for p in tg.params() {
-            let a = faultline_train::npy::read_f32(&dir.path().join(format!("{}.npy", p.name))).unwrap();
+            let a = faultline_train::data::npy::read_f32(&dir.path().join(format!("{}.npy", p.name))).unwrap();
             state.insert(p.name.clone(), Tensor::new(&a.shape, a.data.iter().map(|&v| v as f64).collect()).unwrap());
         }
         let mut batcher = Batcher::new(data.train.len(), 32, 5).unwrap();
@@ -272,7 +272,8 @@ fn bad_inputs_are_reported_not_panicked() {
     // Bad IDX magic in a data directory.
     let d = tempfile::tempdir().unwrap();
     std::fs::write(d.path().join("train-images-idx3-ubyte"), [0u8, 0, 9, 3, 0, 0, 0, 0]).unwrap();
-    std::fs::write(d.path().join("train-labels-idx1-ubyte"), faultline_train::idx::encode_idx(&[0], &[])).unwrap();
+    std::fs::write(d.path().join("train-labels-idx1-ubyte"), faultline_train::data::idx::encode_idx(&[0], &[]))
+        .unwrap();
     let e = source::load_dir(d.path(), &spec, 1, &Default::default()).unwrap_err().to_string();
     assert!(e.contains("train-images-idx3-ubyte") && e.contains("bad magic"), "{e}");
     // An empty data directory, and x.npy with the wrong per-sample size.
@@ -280,7 +281,7 @@ fn bad_inputs_are_reported_not_panicked() {
         source::load_dir(tempfile::tempdir().unwrap().path(), &spec, 1, &Default::default()).unwrap_err().to_string();
     assert!(e.contains("no dataset found"), "{e}");
     write_npy_f32(&d.path().join("x.npy"), &[3, 10], &[0.0; 30]);
-    faultline_train::npy::write_labels(&d.path().join("y.npy"), &[0, 1, 2]).unwrap();
+    faultline_train::data::npy::write_labels(&d.path().join("y.npy"), &[0, 1, 2]).unwrap();
     let e = source::load_dir(d.path(), &spec, 1, &Default::default()).unwrap_err().to_string();
     assert!(e.contains("x.npy") && e.contains("64 values per sample") && e.contains("[3, 10]"), "{e}");
     // Batch larger than the data.
@@ -292,12 +293,12 @@ fn bad_inputs_are_reported_not_panicked() {
 #[test]
 fn trains_from_npy_data_directory() {
     let spec = model("mlp-digits");
-    let src = faultline_train::digits::digits().subset(&(0..400).collect::<Vec<_>>());
+    let src = faultline_train::data::digits::digits().subset(&(0..400).collect::<Vec<_>>());
     let d = tempfile::tempdir().unwrap();
     write_npy_f32(&d.path().join("x.npy"), &[300, 8, 8], &src.x[..300 * 64]);
-    faultline_train::npy::write_labels(&d.path().join("y.npy"), &src.y[..300]).unwrap();
+    faultline_train::data::npy::write_labels(&d.path().join("y.npy"), &src.y[..300]).unwrap();
     write_npy_f32(&d.path().join("x_test.npy"), &[100, 64], &src.x[300 * 64..]);
-    faultline_train::npy::write_labels(&d.path().join("y_test.npy"), &src.y[300..]).unwrap();
+    faultline_train::data::npy::write_labels(&d.path().join("y_test.npy"), &src.y[300..]).unwrap();
     let split = source::load_dir(d.path(), &spec, 1, &Default::default()).unwrap();
     assert_eq!((split.train.len(), split.test.len()), (300, 100));
     let mut t = Trainer::new(&spec, &hw(), split, TrainOptions::default()).unwrap();

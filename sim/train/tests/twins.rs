@@ -5,7 +5,7 @@
 
 use faultline_graph::ModelSpec;
 use faultline_hw::{ExecMode, FaultSchedule, HwConfig};
-use faultline_train::{source, Injection, MxuFormat, OptimizerKind, TrainOptions, Trainer};
+use faultline_train::{data::source, Injection, MxuFormat, OptimizerKind, TrainOptions, Trainer};
 use std::path::Path;
 
 fn trainer(model: &str, config: &str, precision: MxuFormat, mode: ExecMode) -> Trainer {

@@ -24,7 +24,7 @@
 //!   array at its cycle of the fold (WS: `i + j` cycles after fold `f` starts, the skewed
 //!   weight load).
 //!
-//! As in [`faultline_hw::mem`], within a cycle writes come first, then reads, then faults: a
+//! As in [`faultline_hw::memory`], within a cycle writes come first, then reads, then faults: a
 //! read sees a fault that acted in `[its word's last write, the read)`. A fault on a word no
 //! buffer occupies then, or that is rewritten before it is read, is masked.
 //!
@@ -38,11 +38,11 @@
 use crate::error::{Result, TrainError};
 use crate::inject::gemm_fold::GemmMap;
 use faultline_graph::program::{Program, StepSchedule};
-use faultline_hw::dma::AddrReg;
 use faultline_hw::fault::ActiveFault;
+use faultline_hw::fault::DMA_ADDR_BITS;
 use faultline_hw::isa::{self, BufId, ExecUnit, Instr};
+use faultline_hw::memory::dma::AddrReg;
 use faultline_hw::mxu::Schedule;
-use faultline_hw::sites::DMA_ADDR_BITS;
 use faultline_hw::{HwConfig, Register, Unit};
 use faultline_num::NumFormat;
 

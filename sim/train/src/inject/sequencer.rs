@@ -32,13 +32,13 @@
 use crate::error::Result;
 use crate::inject::gemm_fold::fold_psum;
 use crate::inject::memory::{tile_written, wbuf_slots, StepMap, WordHit, WordOp};
-use faultline_hw::dma::AddrReg;
 use faultline_hw::fault::ActiveFault;
+use faultline_hw::fault::{addr_bits, DMA_ADDR_BITS, TILE_COUNTER_BITS};
 use faultline_hw::isa::{self, Instr};
 use faultline_hw::matrix::Matrix;
+use faultline_hw::memory::dma::AddrReg;
 use faultline_hw::mxu::access::ResultLine;
 use faultline_hw::mxu::Schedule;
-use faultline_hw::sites::{addr_bits, DMA_ADDR_BITS, TILE_COUNTER_BITS};
 use faultline_hw::{Register, Unit};
 use faultline_num::{with_precision, MacFormat};
 use std::collections::BTreeMap;

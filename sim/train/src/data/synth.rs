@@ -1,6 +1,6 @@
 //! Generated toy datasets: 2-D spirals and blobs, and a token-sequence task for transformers.
 
-use crate::dataset::Dataset;
+use super::dataset::Dataset;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::f32::consts::PI;

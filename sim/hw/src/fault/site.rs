@@ -1,13 +1,5 @@
-//! Every injectable bit of the machine, with one address each.
-//!
-//! A [`FaultSite`] is `unit.element[i][j].register[bit]`, e.g. `mxu.pe[3][5].psum[30]` or
-//! `mxu.pe[0][7].weight_shadow[14]`. Memories (added with the memory system) print as
-//! `ub.word[0x1f40][7]`: the word is the element and there is no register name. The text form is
-//! stable (traces and reports key on it) and `parse(display(x)) == x`.
-//!
-//! Sites are grouped in [`SiteClass`]es (one per unit/register pair); a class knows its element
-//! dimensions and bit width for a given [`HwConfig`], so campaigns can count bits per class (for
-//! AVF/FIT) and sample sites uniformly by bit index.
+//! Fault sites: every injectable bit of the machine ([`FaultSite`]) and the classes they are
+//! counted and sampled in ([`SiteClass`]).
 
 use crate::config::HwConfig;
 use crate::error::{one_line, HwError};

@@ -147,7 +147,7 @@ mod tests {
     use super::*;
     use crate::config::Dataflow;
     use crate::fault::FaultEvent;
-    use crate::sites::{FaultSite, Register, Unit};
+    use crate::fault::{FaultSite, Register, Unit};
     use faultline_num::Precision;
 
     #[test]

@@ -2,7 +2,7 @@
 //! `0x00 0x00 <type> <ndims>`, `ndims` u32 dimensions, then the data. Only unsigned-byte data
 //! (type `0x08`) occurs in MNIST and is supported.
 
-use crate::dataset::{Dataset, Split};
+use super::dataset::{Dataset, Split};
 use crate::error::{io_err, Result, TrainError};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::files::read_capped;

@@ -2,8 +2,8 @@
 //! DETAILED_ACCESS_REPORT.csv) of a topology run on Faultline's array: SCALE-Sim's column
 //! names, filled by its conventions or Faultline's, then Faultline's own columns.
 
+use super::scalesim::{Layer, ScaleSimConfig, ScaleSimCounts};
 use crate::mxu::Schedule;
-use crate::scalesim::{Layer, ScaleSimConfig, ScaleSimCounts};
 use crate::HwConfig;
 use std::path::{Path, PathBuf};
 
@@ -39,7 +39,7 @@ pub struct LayerResult {
     pub layer: Layer,
     /// Its GEMM, `[M, K, N]`.
     pub gemm: [usize; 3],
-    /// SCALE-Sim's counts ([`crate::scalesim::counts`]).
+    /// SCALE-Sim's counts ([`super::scalesim::counts`]).
     pub ss: ScaleSimCounts,
     /// The register-level array's cycles (a count, from first operand in to last accumulator
     /// write).

@@ -1,9 +1,9 @@
 //! Which data a run trains on: a shipped dataset chosen to fit the model's input (the real 8x8
 //! digits, or generated sequences/spirals/blobs), or a directory of `.npy` arrays or MNIST IDX files.
 
-use crate::dataset::{Dataset, Split};
+use super::dataset::{Dataset, Split};
+use super::{digits, idx, npy, synth};
 use crate::error::{shape_str, Result, TrainError};
-use crate::{digits, idx, npy, synth};
 use faultline_graph::ModelSpec;
 use faultline_hw::budget::{product, HostMemory};
 use std::path::Path;

@@ -1,18 +1,9 @@
-//! Fault events for the cycle-level model, applied at the clock's commit boundary.
-//!
-//! Each clock computes the next state from the current one and then commits it (D/Q). Faults
-//! act on the committed state: a flip at cycle `t` inverts the bit in the value latched at the
-//! end of cycle `t`, so everything that reads the register at cycle `t + 1` sees it. A stuck-at
-//! forces the bit at every commit of its cycle range. Because faults touch only committed state,
-//! their effect does not depend on the order in which PEs are evaluated.
-//!
-//! A [`FaultEvent`] has one text form, `KIND:SITE@TILE:CYCLE[+DURATION]` ([`FAULT_FORM`]), the
-//! same for every command and trace: [`FaultEvent`]'s `Display` writes it and its `FromStr`
-//! parses it back (`parse(display(e)) == e`).
+//! Fault events ([`FaultEvent`]) and how they act on a unit's clock ([`ActiveFault`],
+//! [`FaultSchedule`]).
 
 use crate::config::HwConfig;
 use crate::error::{one_line, HwError};
-use crate::sites::{FaultSite, Unit};
+use crate::fault::{FaultSite, Unit};
 use crate::ExecMode;
 use faultline_num::BitFault;
 use serde::{Deserialize, Serialize};
@@ -247,7 +238,7 @@ impl FaultSchedule {
 mod tests {
     use super::*;
     use crate::config::Dataflow;
-    use crate::sites::{Register, SiteClass};
+    use crate::fault::{Register, SiteClass};
     use faultline_num::Precision;
     use proptest::prelude::*;
 

@@ -1,17 +1,17 @@
 //! The shipped 8x8 digits: the UCI optical-digits test set (1797 handwritten samples, 43
 //! writers; see `data/README.md`), embedded as IDX files and read with the same loader as MNIST.
 
-use crate::dataset::Dataset;
-use crate::idx::parse_idx;
+use super::dataset::Dataset;
+use super::idx::parse_idx;
 use std::path::Path;
 
 /// Side of the square image.
 pub const SIDE: usize = 8;
 
 /// Raw IDX bytes of the images (1797 x 8 x 8, values 0..=16).
-const IMAGES: &[u8] = include_bytes!("../data/digits-images-idx3-ubyte");
+const IMAGES: &[u8] = include_bytes!("../../data/digits-images-idx3-ubyte");
 /// Raw IDX bytes of the labels (1797, values 0..=9).
-const LABELS: &[u8] = include_bytes!("../data/digits-labels-idx1-ubyte");
+const LABELS: &[u8] = include_bytes!("../../data/digits-labels-idx1-ubyte");
 
 /// Number of samples in the shipped set.
 pub const DEFAULT_LEN: usize = 1797;

@@ -1,0 +1,260 @@
+//! The interpreters: one instruction executed on a table of buffers ([`execute`], at cycle
+//! level with its fault-free result [`execute_faulty`], or with edited VPU operands
+//! [`execute_vpu_edited`]), and the GEMM operand loads they share.
+
+use super::{cycles, BufId, Dest, Instr, MatOperand};
+use crate::error::HwError;
+use crate::fault::FaultSchedule;
+use crate::matrix::Matrix;
+use crate::{mxu, vpu, ExecMode, HwConfig};
+use faultline_num::{f32_to_bf16_bits, NumFormat};
+use std::borrow::Cow;
+
+/// One fp32 word as the MXU's input converter rounds it to `format` (what [`gemm_operands`]
+/// does to every operand word).
+pub fn to_input(format: NumFormat, raw: u32) -> u32 {
+    match format {
+        NumFormat::Fp32 => raw,
+        NumFormat::Bf16 => f32_to_bf16_bits(f32::from_bits(raw)),
+        other => other.f64_to_bits(f32::from_bits(raw) as f64),
+    }
+}
+
+/// The `rows x cols` matrix stored at the front of `s` (transposed: stored `[cols][rows]`), with
+/// every fp32 word rounded to the MXU's input format by its input converter.
+fn load_matrix(format: NumFormat, s: &[u32], rows: usize, cols: usize, transposed: bool) -> Matrix {
+    fn gather(s: &[u32], rows: usize, cols: usize, transposed: bool, f: impl Fn(u32) -> u32) -> Vec<u32> {
+        if !transposed {
+            return s[..rows * cols].iter().map(|&x| f(x)).collect();
+        }
+        // Transposed in square blocks (a block's reads and writes stay in a few cache lines),
+        // then converted in one contiguous, vectorisable pass.
+        const T: usize = 16;
+        let mut data = vec![0u32; rows * cols];
+        for p0 in (0..cols).step_by(T) {
+            let pe = (p0 + T).min(cols);
+            for i0 in (0..rows).step_by(T) {
+                for i in i0..(i0 + T).min(rows) {
+                    for (d, p) in data[i * cols + p0..i * cols + pe].iter_mut().zip(p0..) {
+                        *d = s[p * rows + i];
+                    }
+                }
+            }
+        }
+        for x in &mut data {
+            *x = f(*x);
+        }
+        data
+    }
+    let data = match format {
+        NumFormat::Fp32 => gather(s, rows, cols, transposed, |x| x),
+        NumFormat::Bf16 => gather(s, rows, cols, transposed, |x| f32_to_bf16_bits(f32::from_bits(x))),
+        other => gather(s, rows, cols, transposed, |x| other.f64_to_bits(f32::from_bits(x) as f64)),
+    };
+    Matrix { rows, cols, data }
+}
+
+/// The operands of a GEMM as the MXU receives them: `A` (`M x K`) and `B` (`K x N`) read from
+/// `bufs` and rounded to the input format by the input converters; `None` for other
+/// instructions. Errors if a buffer holds too few words.
+pub fn gemm_operands(cfg: &HwConfig, instr: &Instr, bufs: &[Vec<u32>]) -> Result<Option<(Matrix, Matrix)>, HwError> {
+    let Instr::Gemm { a, b, m, k, n, .. } = instr else { return Ok(None) };
+    let src = |o: &MatOperand, rows: usize, cols: usize| -> Result<Matrix, HwError> {
+        let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
+        if s.len() < rows * cols {
+            return Err(missing(instr, "operand", o.buf, o.offset + rows * cols, o.offset + s.len()));
+        }
+        Ok(load_matrix(cfg.mxu.input_format, s, rows, cols, o.transposed))
+    };
+    Ok(Some((src(a, *m, *k)?, src(b, *k, *n)?)))
+}
+
+/// What an accumulating GEMM ([`Instr::Gemm`]'s `acc`) adds to: its result's words as they are
+/// (accumulator-format bits); `None` for other instructions. Errors if the buffer is too short.
+pub fn accumulators(instr: &Instr, bufs: &[Vec<u32>]) -> Result<Option<Matrix>, HwError> {
+    let &Instr::Gemm { out, m, n, acc: true, .. } = instr else { return Ok(None) };
+    let have = bufs[out.buf.index()].len();
+    let data = bufs[out.buf.index()]
+        .get(out.offset..out.offset + m * n)
+        .ok_or_else(|| missing(instr, "accumulated output", out.buf, out.offset + m * n, have))?;
+    Ok(Some(Matrix { rows: m, cols: n, data: data.to_vec() }))
+}
+
+/// Executes `instr` on `cfg` in `mode`, reading and writing `bufs` (one word vector per buffer;
+/// an empty destination buffer written from word 0 receives the output vector whole, so a
+/// caller sizes a buffer first only when instructions fill it in parts). `faults` (sites of the
+/// instruction's unit, times relative to its own schedule as in [`crate::mxu`] and
+/// [`crate::vpu`]) need [`ExecMode::CycleLevel`]. Returns the instruction's cycles.
+pub fn execute(
+    cfg: &HwConfig,
+    instr: &Instr,
+    bufs: &mut [Vec<u32>],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> Result<u64, HwError> {
+    match instr {
+        Instr::Gemm { .. } => Ok(execute_gemm(cfg, instr, bufs, mode, faults, false)?.0),
+        Instr::Vpu { .. } => execute_vpu(cfg, instr, bufs, mode, faults, None),
+        Instr::Dma { src, src_offset, dst, dst_offset, len, .. } => {
+            let (src, dst, len) = (*src, Dest { buf: *dst, offset: *dst_offset }, *len);
+            if bufs[src.index()].len() < src_offset + len {
+                return Err(missing(instr, "source", src, src_offset + len, bufs[src.index()].len()));
+            }
+            if src == dst.buf {
+                let b = &mut bufs[src.index()];
+                if b.len() < dst.offset + len {
+                    return Err(missing(instr, "destination", dst.buf, dst.offset + len, b.len()));
+                }
+                b.copy_within(*src_offset..src_offset + len, dst.offset);
+                return Ok(cycles(cfg, instr));
+            }
+            // The source is taken out for the copy (no temporary vector) and put back.
+            let from = std::mem::take(&mut bufs[src.index()]);
+            let done = put(&mut bufs[dst.buf.index()], dst.offset, Cow::Borrowed(&from[*src_offset..src_offset + len]));
+            bufs[src.index()] = from;
+            done.map_err(|have| missing(instr, "destination", dst.buf, dst.offset + len, have))?;
+            Ok(cycles(cfg, instr))
+        }
+    }
+}
+
+/// [`execute`] for a GEMM: its cycles and, with `golden`, its fault-free result (from the run
+/// itself when it computed it on the way, [`mxu::GemmOutput::golden`], else from a functional
+/// run on the same operands).
+fn execute_gemm(
+    cfg: &HwConfig,
+    instr: &Instr,
+    bufs: &mut [Vec<u32>],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+    golden: bool,
+) -> Result<(u64, Option<Vec<u32>>), HwError> {
+    let Instr::Gemm { out, .. } = instr else { unreachable!("execute_gemm runs GEMMs") };
+    let (am, bm) = gemm_operands(cfg, instr, bufs)?.expect("a GEMM has operands");
+    let acc = accumulators(instr, bufs)?;
+    let res = mxu::gemm_into(cfg, &am, &bm, acc.as_ref(), mode, faults)?;
+    let fault_free = match (golden, res.golden) {
+        (false, _) => None,
+        (true, Some(g)) => Some(g.data),
+        (true, None) => {
+            Some(mxu::gemm_into(cfg, &am, &bm, acc.as_ref(), ExecMode::Functional, &FaultSchedule::none())?.out.data)
+        }
+    };
+    write_result(instr, bufs, *out, res.out.data)?;
+    Ok((res.stats.total_cycles, fault_free))
+}
+
+/// [`execute`] at cycle level with `faults`, also returning what each destination's written
+/// words ([`Instr::dests`] order, `out_len` each) would be without them: from the run itself
+/// when it computed them (a windowed faulty GEMM), else from a functional run first.
+pub fn execute_faulty(
+    cfg: &HwConfig,
+    instr: &Instr,
+    bufs: &mut [Vec<u32>],
+    faults: &FaultSchedule,
+) -> Result<(u64, Vec<Vec<u32>>), HwError> {
+    if matches!(instr, Instr::Gemm { .. }) {
+        let (c, golden) = execute_gemm(cfg, instr, bufs, ExecMode::CycleLevel, faults, true)?;
+        return Ok((c, golden.into_iter().collect()));
+    }
+    let (dests, len) = (instr.dests(), instr.out_len());
+    let before: Vec<Vec<u32>> = dests.iter().map(|d| bufs[d.buf.index()].clone()).collect();
+    execute(cfg, instr, bufs, ExecMode::Functional, &FaultSchedule::none())?;
+    let mut golden = Vec::with_capacity(dests.len());
+    for (d, b) in dests.iter().zip(before) {
+        let all = std::mem::replace(&mut bufs[d.buf.index()], b);
+        golden.push(all[d.offset..d.offset + len].to_vec());
+    }
+    let c = execute(cfg, instr, bufs, ExecMode::CycleLevel, faults)?;
+    Ok((c, golden))
+}
+
+/// [`execute`] for a VPU instruction whose operands, as the lanes read them (operand `o`'s
+/// element `e`: `inputs[o][e]`, after the view's gather), `edit` may change first.
+pub fn execute_vpu_edited(
+    cfg: &HwConfig,
+    instr: &Instr,
+    bufs: &mut [Vec<u32>],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+    edit: &mut OperandEdit<'_>,
+) -> Result<u64, HwError> {
+    execute_vpu(cfg, instr, bufs, mode, faults, Some(edit))
+}
+
+/// A change to a VPU instruction's gathered operands (see [`execute_vpu_edited`]).
+pub type OperandEdit<'a> = dyn FnMut(&mut [Vec<u32>]) + 'a;
+
+fn execute_vpu(
+    cfg: &HwConfig,
+    instr: &Instr,
+    bufs: &mut [Vec<u32>],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+    edit: Option<&mut OperandEdit<'_>>,
+) -> Result<u64, HwError> {
+    let Instr::Vpu { op, n, ins, outs, acc } = instr else { unreachable!("execute_vpu runs VPU instructions") };
+    let n = *n;
+    let mut inputs = Vec::with_capacity(ins.len());
+    for o in ins {
+        let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
+        let need = o.view.span(n);
+        if s.len() < need {
+            return Err(missing(instr, "operand", o.buf, o.offset + need, o.offset + s.len()));
+        }
+        inputs.push(o.view.gather(s, n));
+    }
+    if let (true, Some(d), Some(x)) = (*acc, outs.first(), inputs.first_mut()) {
+        // The output's words enter first, as a row before the input's.
+        let len = instr.out_len();
+        let Some(init) = bufs[d.buf.index()].get(d.offset..d.offset + len) else {
+            return Err(missing(instr, "accumulated output", d.buf, d.offset + len, bufs[d.buf.index()].len()));
+        };
+        *x = Cow::Owned(init.iter().chain(x.iter()).copied().collect());
+    }
+    let res = match edit {
+        None => {
+            let refs: Vec<&[u32]> = inputs.iter().map(|c| c.as_ref()).collect();
+            vpu::run(cfg, *op, &refs, mode, faults)?
+        }
+        Some(edit) => {
+            let mut owned: Vec<Vec<u32>> = inputs.into_iter().map(|c| c.into_owned()).collect();
+            edit(&mut owned);
+            let refs: Vec<&[u32]> = owned.iter().map(|c| c.as_slice()).collect();
+            vpu::run(cfg, *op, &refs, mode, faults)?
+        }
+    };
+    for (d, v) in outs.iter().zip(res.out) {
+        write_result(instr, bufs, *d, v)?;
+    }
+    Ok(res.stats.cycles)
+}
+
+/// The error for a buffer `b` of `instr` holding `have` words where it needs `need`.
+fn missing(instr: &Instr, what: &str, b: BufId, need: usize, have: usize) -> HwError {
+    HwError::Shape {
+        op: instr.name().to_string(),
+        detail: format!("{what} buffer {} holds {have} words, the instruction needs {need}", b.0),
+    }
+}
+
+/// Writes `v`, one result of `instr` (`out_len` words), at `d` (see [`execute`] for how an
+/// empty destination is filled). Errors if the destination holds too few words.
+pub fn write_result(instr: &Instr, bufs: &mut [Vec<u32>], d: Dest, mut v: Vec<u32>) -> Result<(), HwError> {
+    let len = instr.out_len();
+    v.truncate(len);
+    put(&mut bufs[d.buf.index()], d.offset, Cow::Owned(v))
+        .map_err(|have| missing(instr, "output", d.buf, d.offset + len, have))
+}
+
+/// Writes `v` at word `offset` of `buf`; an empty buffer written from word 0 takes `v` whole.
+/// `Err(words held)` if the buffer is too short.
+fn put(buf: &mut Vec<u32>, offset: usize, v: Cow<'_, [u32]>) -> Result<(), usize> {
+    if buf.is_empty() && offset == 0 {
+        *buf = v.into_owned();
+        return Ok(());
+    }
+    let have = buf.len();
+    buf.get_mut(offset..offset + v.len()).ok_or(have)?.copy_from_slice(&v);
+    Ok(())
+}

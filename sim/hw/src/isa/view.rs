@@ -1,0 +1,212 @@
+//! Addressing: the [`View`] through which an operand reads its buffer, so that broadcasts,
+//! per-row scalars, repeats and im2col/col2im gathers are addressing, not arithmetic.
+
+use super::Window;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// The address pattern through which an operand reads its buffer: element `e` of the operand
+/// (`0 <= e < n`) is the buffer word given below, counted from the operand's offset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum View {
+    /// Word `e`.
+    Whole,
+    /// Word `e / cols`: a per-row scalar repeated across each row of `cols`.
+    PerRow {
+        /// Row length of the operand.
+        cols: usize,
+    },
+    /// Word `e % len`: a row vector of `len` repeated over the leading dimensions.
+    Cycle {
+        /// Length of the repeated vector.
+        len: usize,
+    },
+    /// `[N, D] -> [N, T, D]`: word `(e / (T*D)) * D + e % D`.
+    RepeatRows {
+        /// Row length `D`.
+        d: usize,
+        /// Repeats `T`.
+        t: usize,
+    },
+    /// The im2col matrix `[N*OH*OW, KH*KW*C]` of an NHWC image (zero in the padding).
+    Im2Col {
+        /// Kernel window.
+        window: Window,
+        /// Image shape `[N, H, W, C]`.
+        image: [usize; 4],
+    },
+    /// Image-shaped `[N, H, W, C]`: for kernel offset `tap`, the im2col entry (of a `cols`
+    /// buffer `[N*OH*OW, KH*KW*C]`) that was copied from each pixel at that offset, zero where
+    /// that offset copied nothing. Col2im is the sum of these over the taps.
+    Col2ImTap {
+        /// Kernel window.
+        window: Window,
+        /// Image shape `[N, H, W, C]`.
+        image: [usize; 4],
+        /// Kernel offset `kh_i * KW + kw_j`.
+        tap: usize,
+    },
+}
+
+impl View {
+    /// Buffer words (past the operand's offset) the view reads for an operand of `n` elements.
+    pub fn span(&self, n: usize) -> usize {
+        match *self {
+            View::Whole => n,
+            View::PerRow { cols } => n.div_ceil(cols.max(1)),
+            View::Cycle { len } => len.min(n),
+            View::RepeatRows { t, .. } => n / t.max(1),
+            View::Im2Col { image, .. } => image.iter().product(),
+            View::Col2ImTap { window, image, .. } => {
+                let (oh, ow) = window.output_hw(image[1], image[2]).unwrap_or((0, 0));
+                image[0] * oh * ow * window.kh * window.kw * image[3]
+            }
+        }
+    }
+
+    /// The smallest run of operand elements (of `n`) that a tile may start at a multiple of, so
+    /// that the tile reads a contiguous part of the buffer through the same kind of view.
+    pub(super) fn row_unit(&self, n: usize) -> Option<usize> {
+        match *self {
+            View::Whole => Some(1),
+            View::PerRow { cols } => Some(cols),
+            View::Cycle { len } => Some(len),
+            View::RepeatRows { d, t } => Some(d * t),
+            // One sample's im2col rows (or image).
+            View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => {
+                (image[0] > 0 && n.is_multiple_of(image[0])).then(|| n / image[0])
+            }
+        }
+    }
+
+    /// Narrows the view of an `n`-element operand (and the operand's `offset`) to elements
+    /// `e0 .. e0 + len`, both multiples of [`View::row_unit`].
+    pub(super) fn skip(&mut self, offset: &mut usize, e0: usize, len: usize, n: usize) {
+        // An image view's operand elements and buffer words per sample.
+        let (per_sample, words) = match *self {
+            View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => {
+                let samples = image[0].max(1);
+                (n / samples, self.span(n) / samples)
+            }
+            _ => (1, 1),
+        };
+        match self {
+            View::Whole => *offset += e0,
+            View::PerRow { cols } => *offset += e0 / *cols,
+            View::Cycle { .. } => {}
+            View::RepeatRows { t, .. } => *offset += e0 / *t,
+            View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => {
+                *offset += e0 / per_sample * words;
+                image[0] = len / per_sample;
+            }
+        }
+    }
+
+    /// The operand elements (of `n`) that read word `x` through this view, ascending.
+    pub fn readers(&self, x: usize, n: usize) -> Vec<usize> {
+        if x >= self.span(n) {
+            return Vec::new();
+        }
+        match *self {
+            View::Whole => vec![x],
+            View::PerRow { cols } => (x * cols..((x + 1) * cols).min(n)).collect(),
+            View::Cycle { len } => (x..n).step_by(len.max(1)).collect(),
+            View::RepeatRows { d, t } => {
+                let (r, c) = (x / d.max(1), x % d.max(1));
+                (0..t).map(|k| (r * t + k) * d + c).filter(|&e| e < n).collect()
+            }
+            View::Im2Col { .. } | View::Col2ImTap { .. } => {
+                // Word i gathered as i + 1, so that the zeros the view reads no word for
+                // (padding, taps that copied nothing) are told apart.
+                let idx: Vec<u32> = (1..=self.span(n) as u32).collect();
+                let got = self.gather(&idx, n);
+                (0..n).filter(|&e| got[e] == x as u32 + 1).collect()
+            }
+        }
+    }
+
+    /// The `n` operand words read from `src` (which starts at the operand's offset).
+    pub fn gather<'a>(&self, src: &'a [u32], n: usize) -> Cow<'a, [u32]> {
+        match *self {
+            View::Whole => Cow::Borrowed(&src[..n]),
+            // Built with slice copies and fills (an iterator chain here costs a branch per word).
+            View::PerRow { cols } => {
+                let mut out = Vec::with_capacity(n);
+                for &s in &src[..n / cols] {
+                    out.resize(out.len() + cols, s);
+                }
+                Cow::Owned(out)
+            }
+            View::Cycle { len } => {
+                let mut out = Vec::with_capacity(n);
+                while len > 0 && out.len() < n {
+                    out.extend_from_slice(&src[..len.min(n - out.len())]);
+                }
+                Cow::Owned(out)
+            }
+            View::RepeatRows { d, t } => {
+                let mut out = Vec::with_capacity(n);
+                for row in src[..n / t].chunks(d) {
+                    for _ in 0..t {
+                        out.extend_from_slice(row);
+                    }
+                }
+                Cow::Owned(out)
+            }
+            View::Im2Col { window, image } => {
+                let (oh, ow) = window.output_hw(image[1], image[2]).unwrap_or((0, 0));
+                let c = image[3];
+                let cols = window.kh * window.kw * c;
+                let mut out = vec![0u32; image[0] * oh * ow * cols];
+                window.for_each_im2col_pixel(&image, |row, off, from| {
+                    let dst = row * cols + off * c;
+                    out[dst..dst + c].copy_from_slice(&src[from..from + c]);
+                });
+                Cow::Owned(out)
+            }
+            View::Col2ImTap { window, image, tap } => {
+                let c = image[3];
+                let cols = window.kh * window.kw * c;
+                let mut out = vec![0u32; image.iter().product()];
+                window.for_each_im2col_pixel(&image, |row, off, to| {
+                    if off == tap {
+                        let from = row * cols + off * c;
+                        out[to..to + c].copy_from_slice(&src[from..from + c]);
+                    }
+                });
+                Cow::Owned(out)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `View::readers` says exactly which elements read each word, as a gather of the view
+    /// does, for every kind (the im2col ones with strides that skip pixels and with padding).
+    #[test]
+    fn a_view_reads_exactly_the_words_its_gather_reads() {
+        let image = [2, 5, 5, 3];
+        let views = [
+            (View::Whole, 12),
+            (View::PerRow { cols: 4 }, 12),
+            (View::Cycle { len: 5 }, 15),
+            (View::RepeatRows { d: 3, t: 2 }, 12),
+            (View::Im2Col { window: Window { kh: 2, kw: 2, stride: 3, padding: 0 }, image }, 2 * 2 * 2 * 12),
+            (View::Im2Col { window: Window { kh: 3, kw: 3, stride: 1, padding: 1 }, image }, 2 * 25 * 27),
+            (View::Col2ImTap { window: Window { kh: 2, kw: 2, stride: 3, padding: 0 }, image, tap: 3 }, 150),
+        ];
+        for (view, n) in views {
+            let span = view.span(n);
+            // Word i gathered as i + 1: a 0 is an element that reads no word.
+            let idx: Vec<u32> = (1..=span as u32).collect();
+            let read = view.gather(&idx, n);
+            for x in 0..span + 3 {
+                let readers: Vec<usize> = (0..n).filter(|&e| read[e] == x as u32 + 1).collect();
+                assert_eq!(view.readers(x, n), readers, "{view:?}, word {x}");
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The VPU's entry points: checked ops ([`run`], [`run_observed`], [`run_f32`]) dispatched to
+//! the functional twin or the stepped lanes by mode.
+
+use super::cycle::cycle_level;
+use super::functional::functional;
+use super::schedule::VpuSchedule;
+use super::{LaneState, VpuOp, VpuStats};
+use crate::config::HwConfig;
+use crate::error::HwError;
+use crate::fault::{FaultSchedule, FaultSite, FaultWindow, Unit};
+use crate::ExecMode;
+
+/// Result of a VPU op.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VpuOutput {
+    /// One vector of fp32 bits per output of the op (see [`VpuOp`]); NaNs canonical.
+    pub out: Vec<Vec<u32>>,
+    /// Cycle and work counts.
+    pub stats: VpuStats,
+}
+
+impl VpuOutput {
+    /// The first (for most ops, the only) output.
+    pub fn into_first(self) -> Vec<u32> {
+        self.out.into_iter().next().unwrap_or_default()
+    }
+}
+
+/// Checks the op's inputs and returns `n`.
+fn check(op: &VpuOp, inputs: &[&[u32]]) -> Result<usize, HwError> {
+    let shape = |detail: String| HwError::Shape { op: format!("vpu.{}", op.name()), detail };
+    if inputs.len() != op.inputs() {
+        return Err(shape(format!("takes {} inputs, got {}", op.inputs(), inputs.len())));
+    }
+    let n = inputs[0].len();
+    if let Some((i, x)) = inputs.iter().enumerate().find(|(_, x)| x.len() != n) {
+        return Err(shape(format!("input 0 has {n} elements but input {i} has {}", x.len())));
+    }
+    if n == 0 {
+        return Err(shape("empty input".into()));
+    }
+    if let Some((cols, _, _)) = op.reduction() {
+        if cols == 0 || !n.is_multiple_of(cols) {
+            return Err(shape(format!("{n} elements do not form rows of cols = {cols}")));
+        }
+    }
+    Ok(n)
+}
+
+/// Runs `op` on the vector unit of `cfg`.
+///
+/// `inputs` are fp32 bit vectors, one per input of the op ([`VpuOp::inputs`]), all of the same
+/// length. In [`ExecMode::CycleLevel`] every lane register is stepped and `faults` (VPU sites
+/// only) are injected; in [`ExecMode::Functional`] `faults` must be empty. A fault's time counts
+/// from its vector's issue cycle and must fall before the op ends. Both modes give the same bits
+/// and the same cycle count when there is no fault.
+pub fn run(
+    cfg: &HwConfig,
+    op: VpuOp,
+    inputs: &[&[u32]],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> Result<VpuOutput, HwError> {
+    let (n, sched) = checked(cfg, &op, inputs, mode, faults)?;
+    let out = match mode {
+        ExecMode::Functional => functional(cfg, &op, inputs, n),
+        ExecMode::CycleLevel => cycle_level(cfg, &op, inputs, n, &sched, faults, |_, _| {}),
+    };
+    Ok(VpuOutput { out, stats: sched.stats(cfg, &op, n) })
+}
+
+/// [`run`] at cycle level with `observe` called after every commit (faults applied) with the
+/// cycle (from the op's first issue, the clock fault times count on) and the lanes' registers:
+/// the hook for waveform (VCD) export. The same checks and bits as [`run`] in
+/// [`ExecMode::CycleLevel`].
+pub fn run_observed(
+    cfg: &HwConfig,
+    op: VpuOp,
+    inputs: &[&[u32]],
+    faults: &FaultSchedule,
+    observe: impl FnMut(u64, &LaneState),
+) -> Result<VpuOutput, HwError> {
+    let (n, sched) = checked(cfg, &op, inputs, ExecMode::CycleLevel, faults)?;
+    let out = cycle_level(cfg, &op, inputs, n, &sched, faults, observe);
+    Ok(VpuOutput { out, stats: sched.stats(cfg, &op, n) })
+}
+
+/// Checks the inputs of `op` and that `faults` can be placed in it (VPU sites, in a vector,
+/// before the op ends); returns `n` and the op's schedule.
+fn checked(
+    cfg: &HwConfig,
+    op: &VpuOp,
+    inputs: &[&[u32]],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> Result<(usize, VpuSchedule), HwError> {
+    let n = check(op, inputs)?;
+    let sched = VpuSchedule::new(cfg, op, n)?;
+    if !faults.is_empty() {
+        let origin = |v: usize, _: &FaultSite| sched.issue(v as u64);
+        let window = FaultWindow {
+            op: format!("{} instruction", op.name()),
+            tile_name: "vector",
+            tiles: usize::try_from(sched.vectors).unwrap_or(usize::MAX),
+            end: sched.cycles,
+            origin: &origin,
+        };
+        faults.check(cfg, mode, &[Unit::Vpu], &window)?;
+    }
+    Ok((n, sched))
+}
+
+/// [`run`] on `f32` slices, returning `f32` outputs (bits preserved exactly).
+pub fn run_f32(
+    cfg: &HwConfig,
+    op: VpuOp,
+    inputs: &[&[f32]],
+    mode: ExecMode,
+    faults: &FaultSchedule,
+) -> Result<(Vec<Vec<f32>>, VpuStats), HwError> {
+    let bits: Vec<Vec<u32>> = inputs.iter().map(|x| x.iter().map(|v| v.to_bits()).collect()).collect();
+    let refs: Vec<&[u32]> = bits.iter().map(|v| v.as_slice()).collect();
+    let o = run(cfg, op, &refs, mode, faults)?;
+    Ok((o.out.into_iter().map(|v| v.into_iter().map(f32::from_bits).collect()).collect(), o.stats))
+}
