@@ -114,6 +114,13 @@ impl Schedule {
         } as u64)
     }
 
+    /// The last cycle (from the fold's start) fold `c` reads a weight of its tile: every
+    /// dataflow's weight read time grows with `k` and `n`, so it is the tile's last corner's.
+    pub fn last_w_read(&self, c: usize) -> u64 {
+        let f = &self.folds[c];
+        self.w_read(c, f.k0 + f.kr.max(1) - 1, f.n0 + f.nc.max(1) - 1).unwrap_or(0)
+    }
+
     /// Words of one weight-buffer tile slot.
     pub fn weight_slot_words(&self) -> usize {
         slot_words(self.dataflow, self.rows, self.cols, self.k, self.n)

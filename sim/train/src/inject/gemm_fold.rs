@@ -44,6 +44,8 @@ pub struct GemmMap<'a> {
     pub s: Schedule,
     /// Issue cycle.
     pub start: u64,
+    /// Weight-buffer tile slots ([`memory::wbuf_slots`]).
+    slots: u64,
 }
 
 impl<'a> GemmMap<'a> {
@@ -51,7 +53,9 @@ impl<'a> GemmMap<'a> {
     pub fn new(hw: &HwConfig, ins: &'a Instr, start: u64) -> Result<Option<GemmMap<'a>>> {
         let Instr::Gemm { m, k, n, acc, .. } = *ins else { return Ok(None) };
         let s = Schedule::new(&hw.mxu, m, k, n)?;
-        Ok(Some(GemmMap { ins, s: if acc { s.accumulating() } else { s }, start }))
+        let s = if acc { s.accumulating() } else { s };
+        let slots = memory::wbuf_slots(hw, &s).1;
+        Ok(Some(GemmMap { ins, s, start, slots }))
     }
 
     fn operands(&self) -> (&MatOperand, &MatOperand, isa::Dest) {
@@ -72,7 +76,7 @@ impl<'a> GemmMap<'a> {
         if b.buf == buf && x >= b.offset && x - b.offset < s.k * s.n {
             let (kk, nn) = coords(b, x - b.offset, s.k, s.n);
             let read = |c: &usize| s.w_read(*c, kk, nn).is_some();
-            v.extend((0..s.folds.len()).filter(read).map(|c| (self.start + tile_written(s, c), c)));
+            v.extend((0..s.folds.len()).filter(read).map(|c| (self.start + tile_written(s, self.slots, c), c)));
         }
         v
     }

@@ -20,9 +20,9 @@
 //! * a GEMM's weight operand passes through the weight buffer fold by fold: fold `f`'s tile is
 //!   written into slot `f mod slots` (the slot's size and each weight's word in it are
 //!   [`faultline_hw::mxu::access`]'s: WS `R x C` words, `W[k0+i][n0+j]` at `i * C + j`) when
-//!   fold `f - 1` starts (fold 0's when the GEMM issues), and each weight is read into the
-//!   array at its cycle of the fold (WS: `i + j` cycles after fold `f` starts, the skewed
-//!   weight load).
+//!   fold `f - 1` starts (fold 0's when the GEMM issues) or, if later, once the slot's previous
+//!   tile has been read ([`tile_written`]), and each weight is read into the array at its
+//!   cycle of the fold (WS: `i + j` cycles after fold `f` starts, the skewed weight load).
 //!
 //! As in [`faultline_hw::memory`], within a cycle writes come first, then reads, then faults: a
 //! read sees a fault that acted in `[its word's last write, the read)`. A fault on a word no
@@ -308,7 +308,7 @@ pub fn word_hits(m: &StepMap, f: ActiveFault) -> Vec<WordHit> {
 }
 
 /// The words a weight-buffer fault changes: the weight of the GEMM fold whose tile sits in
-/// the faulted word while the fault acts (see the module docs), as its GEMM reads it.
+/// the faulted word while the fault acts (see the module docs), as that fold reads it.
 pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
     let word = f.event.site.instance[0] as u64;
     let mut hits = Vec::new();
@@ -322,11 +322,13 @@ pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
                 continue;
             }
             let Some((kk, nn)) = s.weight_at(fi, off) else { continue };
-            let written = start + tile_written(s, fi);
+            let written = start + tile_written(s, slots, fi);
             let read = start + fold.start + s.w_read(fi, kk, nn).expect("a tile's weights are read");
             if f.acts_between(written, read) {
                 let elem = b.offset + if b.transposed { nn * k + kk } else { kk * n + nn };
-                hits.push(WordHit::read(Some(g), b.buf, elem, WordOp::Fault(f)));
+                // Only this fold reads the word in its slot (an OS or IS weight is used by
+                // every row tile's fold, each from its own copy of the tile).
+                hits.push(WordHit { part: Some(fi), ..WordHit::read(Some(g), b.buf, elem, WordOp::Fault(f)) });
             }
         }
     }
@@ -343,10 +345,15 @@ pub fn wbuf_slots(hw: &HwConfig, s: &Schedule) -> (u64, u64) {
     (slot_words, (hw.memory.weight_buffer.words() / slot_words).max(2))
 }
 
-/// When fold `f`'s weight tile is written into the weight buffer, from its GEMM's issue: when
-/// the previous fold starts (fold 0's at issue).
-pub fn tile_written(s: &Schedule, f: usize) -> u64 {
-    f.checked_sub(1).map_or(0, |p| s.folds[p].start)
+/// When fold `f`'s weight tile is written into the weight buffer (of `slots` slots), from its
+/// GEMM's issue: when the previous fold starts (fold 0's at issue), or, if that is earlier,
+/// the cycle after the tile in its slot before it (fold `f - slots`'s) was last read. Folds
+/// overlap: an IS fold streams its weights for `N + R - 1` cycles, longer than its period, so
+/// with two slots fold `f`'s tile would otherwise overwrite weights fold `f - 2` still reads.
+pub fn tile_written(s: &Schedule, slots: u64, f: usize) -> u64 {
+    let previous = f.checked_sub(1).map_or(0, |p| s.folds[p].start);
+    let freed = f.checked_sub(slots as usize).map_or(0, |o| s.folds[o].start + s.last_w_read(o) + 1);
+    previous.max(freed)
 }
 
 /// The words a DMA address-register fault changes (see the module docs): in every transfer

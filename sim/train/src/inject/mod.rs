@@ -19,6 +19,7 @@
 
 pub mod gemm_fold;
 pub mod memory;
+pub mod replay;
 pub mod sequencer;
 pub mod space;
 

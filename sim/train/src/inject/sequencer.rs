@@ -194,7 +194,7 @@ fn weights(m: &StepMap, g: usize, s: &Schedule, c: usize, at: u64, golden: &[Vec
             continue;
         }
         for f in 0..sh.folds.len() {
-            let t = m.start(h) + tile_written(sh, f);
+            let t = m.start(h) + tile_written(sh, wbuf_slots(m.hw, sh).1, f);
             if t <= at {
                 tiles.push((t, h, f));
             }

@@ -114,7 +114,7 @@ fn wbuf_windows(hw: &HwConfig, map: &GemmMap, push: &mut impl FnMut(Range<u64>, 
     let (slot_words, slots) = wbuf_slots(hw, s);
     for (f, fold) in s.folds.iter().enumerate() {
         let base = (f as u64 % slots) * slot_words;
-        let written = map.start + tile_written(s, f);
+        let written = map.start + tile_written(s, slots, f);
         let last = fold.n0 + fold.nc - 1;
         for k in fold.k0..fold.k0 + fold.kr {
             // A tile row's words are consecutive; its last word is read last.
