@@ -346,3 +346,44 @@ fn bad_specs_name_the_file_and_field() {
     let e = err(&format!("{base}, sites: [\"*\"]").replace("Uniform(n: 5)", "Exhaustive"));
     assert!(e.contains("field `sampling`") && e.contains("use Uniform or Stratified"), "{e}");
 }
+
+/// Memory, DMA and sequencer sites on an input-stationary machine: every class corrupts what
+/// some trial's step reads (the memory fault path maps IS GEMMs as it does WS ones), and
+/// hybrid and cycle-level trials record the same.
+#[test]
+fn memory_campaigns_on_an_input_stationary_machine() {
+    let d = tempfile::tempdir().unwrap();
+    let hw = std::fs::read_to_string(root().join("configs/tpu-8x8.ron")).unwrap();
+    assert!(hw.contains("dataflow: WeightStationary"));
+    let hw_file = d.path().join("tpu-8x8-is.ron");
+    std::fs::write(&hw_file, hw.replace("dataflow: WeightStationary", "dataflow: InputStationary")).unwrap();
+    let text = format!(
+        "CampaignSpec(name: \"is-memory\", model: \"{}\", hw: \"{}\", train: (batch: 8), golden_steps: 8, \
+         inject_steps: List([3]), sites: [\"ub.*\", \"acc.*\", \"wbuf.*\", \"dma.*\", \"seq.*\"], fault: Flip, \
+         sampling: Stratified(per_class: 40), follow_up: 3, seed: 21, verify_dead_every: 0)",
+        root().join("models/mlp-digits.ron").display(),
+        hw_file.display()
+    );
+    let f = d.path().join("is-memory.ron");
+    std::fs::write(&f, text).unwrap();
+    let c = prepare(&f);
+    let (h, cy) = (d.path().join("h"), d.path().join("c"));
+    let s = c.run(&h, opts(2, Shard::ALL), |_| {}).unwrap();
+    c.run(&cy, RunOptions { mode: TrialMode::CycleLevel, ..opts(2, Shard::ALL) }, |_| {}).unwrap();
+    assert_eq!(read(&h, "records.jsonl"), read(&cy, "records.jsonl"));
+    let records = String::from_utf8(read(&h, "records.jsonl")).unwrap();
+    for class in &s.classes {
+        let corrupting = records
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["class"] == class.class.as_str())
+            .filter(|r| r["injection"]["corrupted"].as_u64().unwrap_or(0) > 0)
+            .count();
+        assert!(corrupting > 0, "{}: no trial corrupted a read ({:?})", class.class, class.outcomes);
+    }
+    assert!(
+        s.classes.iter().any(|x| x.class == "wbuf.word[*]"),
+        "{:?}",
+        s.classes.iter().map(|x| &x.class).collect::<Vec<_>>()
+    );
+}
