@@ -77,7 +77,7 @@ struct Report {
     /// Busy and stall cycles per layer and unit.
     per_layer: BTreeMap<String, BTreeMap<String, UnitCycles>>,
     instructions: Vec<Row>,
-    injection_space: Vec<space::ClassSpace>,
+    injection_space: Vec<space::ClassSummary>,
 }
 
 /// Runs the command.

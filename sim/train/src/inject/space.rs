@@ -164,9 +164,10 @@ fn merge(mut w: Vec<LiveWindow>) -> Vec<LiveWindow> {
     out
 }
 
-/// The (bit, cycle) space of one site class during one training step, from the program alone.
+/// The (bit, cycle) space of one site class during one training step, summarised from the
+/// program alone.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ClassSpace {
+pub struct ClassSummary {
     /// The class, e.g. `mxu.pe[*][*].psum`.
     pub class: String,
     /// Bits in the class.
@@ -185,7 +186,7 @@ pub struct ClassSpace {
 
 /// The injection space of a step of `exec` (schedule `sched`) per site class: its bits and its
 /// possibly live (bit, cycle) pairs ([`windows`]). Listed without running a step.
-pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSpace> {
+pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSummary> {
     let (p, hw) = (exec.program(), &exec.hw);
     let w = windows(exec, sched);
     let total = sched.total_cycles as u128;
@@ -211,7 +212,7 @@ pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSpace> {
                 }
             };
             let live = live.min(bits as u128 * total);
-            ClassSpace {
+            ClassSummary {
                 class: c.pattern(),
                 bits,
                 instructions,
