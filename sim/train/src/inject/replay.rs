@@ -12,24 +12,30 @@
 //! * a VPU instruction through its operands' views ([`faultline_hw::isa::View::gather`]), at
 //!   [`faultline_hw::vpu::element_cycle`] (a reduction reads everything when it issues and
 //!   writes in its last cycle);
-//! * a DMA transfer word by word at [`faultline_hw::isa::dma_word_cycle`];
+//! * a DMA transfer word by word at [`faultline_hw::isa::dma_word_cycle`], each word's source
+//!   and destination address from the DMA's address registers
+//!   ([`faultline_hw::memory::dma::AddrReg`], which a DMA fault strikes): the word moves the
+//!   value it reads, wherever that comes from and lands;
 //! * the host writes the step's inputs before the step and reads what it keeps after it.
 //!
 //! All of it goes to one [`Memory`] per unit in time order (within a cycle, a fold's read of
 //! the partial sum it adds to, then writes, then reads, as [`faultline_hw::memory`] defines),
-//! with the fault injected into the array. Every write stores a tag of its buffer element, so
-//! a read that returns anything else saw the fault, or, with no fault, a word reused while it
-//! was still live (a residency error).
+//! with the fault injected into the array (or its DMA register). Every other write stores a tag
+//! of its buffer element, so a read that returns anything but what its element last held saw
+//! the fault, or, with no fault, a word reused while it was still live (a residency error). A
+//! DMA word that lands elsewhere than its destination element, or reads elsewhere than its
+//! source element, changes what that transfer leaves in its destination: a *written* change.
 
 use crate::error::{Result, TrainError};
 use crate::inject::memory::{tile_written, wbuf_slots};
 use faultline_graph::program::{Program, StepSchedule};
-use faultline_hw::fault::ActiveFault;
+use faultline_hw::fault::{ActiveFault, DMA_ADDR_BITS};
 use faultline_hw::isa::{self, BufId, Instr};
+use faultline_hw::memory::dma::AddrReg;
 use faultline_hw::memory::Memory;
 use faultline_hw::mxu::Schedule;
-use faultline_hw::{HwConfig, Unit};
-use std::collections::BTreeMap;
+use faultline_hw::{HwConfig, Register, Unit};
+use std::collections::{BTreeMap, HashMap};
 
 /// One read the replay issued: by which instruction (`None`: the host after the step), of
 /// which buffer element, and which read of it ([`crate::inject::memory::WordHit::part`]: a
@@ -52,9 +58,13 @@ pub struct Read {
 pub struct Replay {
     /// Reads issued.
     pub reads: usize,
-    /// The reads that returned something other than what their element last wrote, in time
+    /// The reads that returned something other than what their element last held, in time
     /// order.
     pub changed: Vec<Read>,
+    /// The destination elements a misdirected DMA word left changed (`part` `None`): the
+    /// element it should have written (holding its old value, or the value of the wrong
+    /// source word) and any element of its destination buffer it wrote instead.
+    pub written: Vec<Read>,
 }
 
 /// Within a cycle: a fold's read of the partial sum it adds to, then writes, then reads.
@@ -65,14 +75,30 @@ enum Kind {
     Read,
 }
 
-/// One access to one memory word.
+/// One access to one memory word, in time order (`id`: the order it was listed in, so that
+/// accesses of one cycle and kind keep an order that does not depend on their addresses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Access {
     cycle: u64,
     kind: Kind,
+    id: usize,
     mem: Unit,
     addr: u64,
     read: Read,
+    /// A DMA word: the read moves its value here.
+    copy: Option<Copy>,
+}
+
+/// Where a DMA word's value goes: `addr` in `mem`, meant for element `dst` at `intended`; and
+/// the address its source element lives at (`addr` of the access may be another under a
+/// source-register fault).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Copy {
+    mem: Unit,
+    addr: u64,
+    intended: u64,
+    dst: Read,
+    src_addr: u64,
 }
 
 /// The accesses of a placed step program, listed forward instruction by instruction.
@@ -87,8 +113,12 @@ impl Traffic<'_> {
     /// An access to element `elem` of `buf` in its home.
     fn push(&mut self, cycle: u64, kind: Kind, instr: Option<usize>, buf: BufId, elem: usize, part: Option<usize>) {
         let h = self.p.homes[buf.index()];
-        let read = Read { instr, buf, elem, part };
-        self.v.push(Access { cycle, kind, mem: h.mem, addr: h.base + elem as u64, read });
+        self.raw(cycle, kind, h.mem, h.base + elem as u64, Read { instr, buf, elem, part }, None);
+    }
+
+    fn raw(&mut self, cycle: u64, kind: Kind, mem: Unit, addr: u64, read: Read, copy: Option<Copy>) {
+        let id = self.v.len();
+        self.v.push(Access { cycle, kind, id, mem, addr, read, copy });
     }
 
     fn host(&mut self) {
@@ -126,8 +156,8 @@ impl Traffic<'_> {
                 self.push(loaded, Kind::Read, Some(g), b.buf, b_elem(kk, nn), part);
                 let read = Read { instr: Some(g), buf: b.buf, elem: b_elem(kk, nn), part };
                 let addr = slot + word as u64;
-                self.v.push(Access { cycle: loaded, kind: Kind::Write, mem: Unit::Wbuf, addr, read });
-                self.v.push(Access { cycle: t0 + t, kind: Kind::Read, mem: Unit::Wbuf, addr, read });
+                self.raw(loaded, Kind::Write, Unit::Wbuf, addr, read, None);
+                self.raw(t0 + t, Kind::Read, Unit::Wbuf, addr, read, None);
             }
             for line in s.result_lines(c) {
                 for j in 0..line.len {
@@ -184,13 +214,27 @@ impl Traffic<'_> {
         }
     }
 
-    fn dma(&mut self, i: usize) {
+    /// DMA transfer `i`, its addresses from the DMA's registers with `faults` (those on
+    /// `dma.src_addr` and `dma.dst_addr`).
+    fn dma(&mut self, i: usize, faults: &[ActiveFault]) {
         let ins = &self.p.instrs[i];
         let Instr::Dma { src, src_offset, dst, dst_offset, len, .. } = *ins else { return };
+        let (hs, hd) = (self.p.homes[src.index()], self.p.homes[dst.index()]);
+        let (start, load) = (self.sched.instrs[i].start, self.sched.instrs[i].start + self.p.dma_overhead);
+        let on = |r: Register| faults.iter().copied().filter(|f| f.event.site.register == r).collect::<Vec<_>>();
+        let (on_src, on_dst) = (on(Register::SrcAddr), on(Register::DstAddr));
+        let mut src_reg = AddrReg::new(hs.base + src_offset as u64, DMA_ADDR_BITS, load, &on_src);
+        let mut dst_reg = AddrReg::new(hd.base + dst_offset as u64, DMA_ADDR_BITS, load, &on_dst);
         for w in 0..len {
-            let t = isa::dma_word_cycle(self.hw, ins, self.sched.instrs[i].start, w as u64).unwrap_or(0);
-            self.push(t, Kind::Read, Some(i), src, src_offset + w, None);
-            self.push(t, Kind::Write, Some(i), dst, dst_offset + w, None);
+            let t = isa::dma_word_cycle(self.hw, ins, start, w as u64).unwrap_or(0);
+            let (from, to) = (src_reg.use_at(t), dst_reg.use_at(t));
+            src_reg.advance(1);
+            dst_reg.advance(1);
+            let dst = Read { instr: Some(i), buf: dst, elem: dst_offset + w, part: None };
+            let copy = Copy { mem: hd.mem, addr: to, intended: hd.base + (dst_offset + w) as u64, dst, src_addr: 0 };
+            let read = Read { instr: Some(i), buf: src, elem: src_offset + w, part: None };
+            let src_addr = hs.base + (src_offset + w) as u64;
+            self.raw(t, Kind::Read, hs.mem, from, read, Some(Copy { src_addr, ..copy }));
         }
     }
 }
@@ -207,31 +251,79 @@ fn tag(b: BufId, x: usize, bits: u32) -> u32 {
 }
 
 /// Replays program `p` with schedule `sched` on `hw` (with the executor's MXU format) through
-/// real memory arrays, with `fault` (a word of `ub`, `acc`, `wbuf` or `dram`) injected.
+/// real memory arrays, with `fault` (a word of `ub`, `acc`, `wbuf` or `dram`, or a DMA address
+/// register) injected.
 pub fn replay(p: &Program, sched: &StepSchedule, hw: &HwConfig, fault: Option<ActiveFault>) -> Result<Replay> {
+    let dma_faults: Vec<ActiveFault> = fault.filter(|f| f.event.site.unit == Unit::Dma).into_iter().collect();
     let mut t = Traffic { p, sched, hw, v: Vec::new() };
     t.host();
     for i in 0..p.instrs.len() {
         match p.instrs[i] {
             Instr::Gemm { .. } => t.gemm(i)?,
             Instr::Vpu { .. } => t.vpu(i),
-            Instr::Dma { .. } => t.dma(i),
+            Instr::Dma { .. } => t.dma(i, &dma_faults),
         }
     }
     let mut v = t.v;
     v.sort();
-    // The machine's arrays; DRAM holds what the program homes there, and a second
-    // weight-buffer slot may lie past the buffer's end (see `wbuf_slots`): each array grows to
-    // the words the traffic (and the fault) touch.
+    let mut mems = arrays(hw, &v, fault.filter(|f| f.event.site.unit != Unit::Dma))?;
+    // What each element last held, by its own writes (a DMA word's value is what it read), per
+    // memory: a weight's copy in the weight buffer is apart from the weight in its home.
+    let mut held: HashMap<(Unit, BufId, usize), u32> = HashMap::new();
+    let mut out = Replay::default();
+    for a in v {
+        let m = mems.get_mut(&a.mem).expect("every unit touched has an array");
+        if a.kind == Kind::Write {
+            let value = tag(a.read.buf, a.read.elem, m.word_bits);
+            m.write(a.addr, value, a.cycle);
+            held.insert((a.mem, a.read.buf, a.read.elem), value);
+            continue;
+        }
+        out.reads += 1;
+        let got = m.read(a.addr, a.cycle);
+        let own = a.copy.is_none_or(|c| c.src_addr == a.addr);
+        if own && held.get(&(a.mem, a.read.buf, a.read.elem)) != Some(&got) {
+            out.changed.push(a.read);
+        }
+        let Some(c) = a.copy else { continue };
+        let dst = mems.get_mut(&c.mem).expect("every unit touched has an array");
+        dst.write(c.addr, got, a.cycle);
+        if own && c.addr == c.intended {
+            held.insert((c.mem, c.dst.buf, c.dst.elem), got);
+            continue;
+        }
+        // Misdirected: the destination element holds what its word holds now, and a word of
+        // the destination buffer written instead holds the value moved.
+        held.insert((c.mem, c.dst.buf, c.dst.elem), dst.peek(c.intended).unwrap_or(0));
+        out.written.push(c.dst);
+        let home = p.homes[c.dst.buf.index()];
+        let len = p.buffers[c.dst.buf.index()].len as u64;
+        if c.addr != c.intended && c.addr >= home.base && c.addr - home.base < len {
+            let elem = (c.addr - home.base) as usize;
+            held.insert((c.mem, c.dst.buf, elem), got);
+            out.written.push(Read { elem, ..c.dst });
+        }
+    }
+    Ok(out)
+}
+
+/// The machine's arrays for the traffic `v`, with `fault` (a memory word's) injected. DRAM
+/// holds what the program homes there, and a second weight-buffer slot may lie past the
+/// buffer's end (see `wbuf_slots`): an array grows to the words the fault-free traffic and the
+/// fault touch. A misdirected DMA word past them reads 0 and writes nothing, as
+/// [`faultline_hw::memory`] defines.
+fn arrays(hw: &HwConfig, v: &[Access], fault: Option<ActiveFault>) -> Result<BTreeMap<Unit, Memory>> {
     let mut mems: BTreeMap<Unit, Memory> =
         [Memory::unified_buffer(hw), Memory::accumulator(hw), Memory::weight_buffer(hw), Memory::dram(0)]
             .into_iter()
             .map(|m| (m.unit, m))
             .collect();
-    let touched =
-        v.iter().map(|a| (a.mem, a.addr)).chain(fault.map(|f| (f.event.site.unit, f.event.site.instance[0] as u64)));
+    let own = v.iter().flat_map(|a| match a.copy {
+        Some(c) => vec![(a.mem, c.src_addr), (c.mem, c.intended)],
+        None => vec![(a.mem, a.addr)],
+    });
     let mut top: BTreeMap<Unit, u64> = BTreeMap::new();
-    for (u, addr) in touched {
+    for (u, addr) in own.chain(fault.map(|f| (f.event.site.unit, f.event.site.instance[0] as u64))) {
         top.entry(u).and_modify(|w| *w = (*w).max(addr + 1)).or_insert(addr + 1);
     }
     for (u, words) in top {
@@ -243,19 +335,5 @@ pub fn replay(p: &Program, sched: &StepSchedule, hw: &HwConfig, fault: Option<Ac
         let u = f.event.site.unit;
         mems.get_mut(&u).ok_or_else(|| TrainError::Config(format!("`{}` is not a memory", u.name())))?.inject(f)?;
     }
-    let mut out = Replay::default();
-    for a in v {
-        let m = mems.get_mut(&a.mem).expect("every unit touched has an array");
-        let want = tag(a.read.buf, a.read.elem, m.word_bits);
-        match a.kind {
-            Kind::Write => m.write(a.addr, want, a.cycle),
-            Kind::Read | Kind::AddRead => {
-                out.reads += 1;
-                if m.read(a.addr, a.cycle) != want {
-                    out.changed.push(a.read);
-                }
-            }
-        }
-    }
-    Ok(out)
+    Ok(mems)
 }
