@@ -85,15 +85,15 @@ struct Access {
     mem: Unit,
     addr: u64,
     read: Read,
-    /// A DMA word: the read moves its value here.
-    copy: Option<Copy>,
+    /// A DMA word's read: where it moves the value.
+    dma: Option<DmaWord>,
 }
 
 /// Where a DMA word's value goes: `addr` in `mem`, meant for element `dst` at `intended`; and
 /// the address its source element lives at (`addr` of the access may be another under a
 /// source-register fault).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Copy {
+struct DmaWord {
     mem: Unit,
     addr: u64,
     intended: u64,
@@ -116,9 +116,9 @@ impl Traffic<'_> {
         self.raw(cycle, kind, h.mem, h.base + elem as u64, Read { instr, buf, elem, part }, None);
     }
 
-    fn raw(&mut self, cycle: u64, kind: Kind, mem: Unit, addr: u64, read: Read, copy: Option<Copy>) {
+    fn raw(&mut self, cycle: u64, kind: Kind, mem: Unit, addr: u64, read: Read, dma: Option<DmaWord>) {
         let id = self.v.len();
-        self.v.push(Access { cycle, kind, id, mem, addr, read, copy });
+        self.v.push(Access { cycle, kind, id, mem, addr, read, dma });
     }
 
     fn host(&mut self) {
@@ -231,10 +231,10 @@ impl Traffic<'_> {
             src_reg.advance(1);
             dst_reg.advance(1);
             let dst = Read { instr: Some(i), buf: dst, elem: dst_offset + w, part: None };
-            let copy = Copy { mem: hd.mem, addr: to, intended: hd.base + (dst_offset + w) as u64, dst, src_addr: 0 };
+            let word = DmaWord { mem: hd.mem, addr: to, intended: hd.base + (dst_offset + w) as u64, dst, src_addr: 0 };
             let read = Read { instr: Some(i), buf: src, elem: src_offset + w, part: None };
             let src_addr = hs.base + (src_offset + w) as u64;
-            self.raw(t, Kind::Read, hs.mem, from, read, Some(Copy { src_addr, ..copy }));
+            self.raw(t, Kind::Read, hs.mem, from, read, Some(DmaWord { src_addr, ..word }));
         }
     }
 }
@@ -281,11 +281,11 @@ pub fn replay(p: &Program, sched: &StepSchedule, hw: &HwConfig, fault: Option<Ac
         }
         out.reads += 1;
         let got = m.read(a.addr, a.cycle);
-        let own = a.copy.is_none_or(|c| c.src_addr == a.addr);
+        let own = a.dma.is_none_or(|c| c.src_addr == a.addr);
         if own && held.get(&(a.mem, a.read.buf, a.read.elem)) != Some(&got) {
             out.changed.push(a.read);
         }
-        let Some(c) = a.copy else { continue };
+        let Some(c) = a.dma else { continue };
         let dst = mems.get_mut(&c.mem).expect("every unit touched has an array");
         dst.write(c.addr, got, a.cycle);
         if own && c.addr == c.intended {
@@ -318,7 +318,7 @@ fn arrays(hw: &HwConfig, v: &[Access], fault: Option<ActiveFault>) -> Result<BTr
             .into_iter()
             .map(|m| (m.unit, m))
             .collect();
-    let own = v.iter().flat_map(|a| match a.copy {
+    let own = v.iter().flat_map(|a| match a.dma {
         Some(c) => vec![(a.mem, c.src_addr), (c.mem, c.intended)],
         None => vec![(a.mem, a.addr)],
     });
