@@ -140,10 +140,11 @@ fn words_typed<F: MacFormat>(m: &StepMap, g: usize, f: ActiveFault, golden: &[Ve
     };
     // The words the loop writes: value and cycle of the last write.
     let mut written: BTreeMap<u64, (u32, u64)> = BTreeMap::new();
+    let tiles = tiles(m);
     for sl in run_loop(m, g, s, Some(f)) {
         let fold = s.folds[sl.fold];
         let at = m.start(g) + s.folds[sl.slot].start;
-        let w = weights(m, g, s, sl.fold, at, golden, &bm)?;
+        let w = weights(m, g, sl.fold, at, &tiles, golden, &bm)?;
         let psum = fold_psum(m.hw, s, sl.fold, &am, &w)?;
         for (l, t, first) in sl.lines {
             for j in 0..l.len {
@@ -177,53 +178,81 @@ fn words_typed<F: MacFormat>(m: &StepMap, g: usize, f: ActiveFault, golden: &[Ve
     Ok(hits)
 }
 
+/// Every weight tile the step writes into the weight buffer, newest first: (write cycle, GEMM,
+/// fold).
+fn tiles(m: &StepMap) -> Vec<(u64, usize, usize)> {
+    let mut tiles = Vec::new();
+    for h in 0..m.p.instrs.len() {
+        let Some(sh) = m.gemm(h).map(|x| &x.s) else { continue };
+        let slots = wbuf_slots(m.hw, sh).1;
+        tiles.extend((0..sh.folds.len()).map(|f| (m.start(h) + tile_written(sh, slots, f), h, f)));
+    }
+    tiles.sort_by(|x, y| y.cmp(x));
+    tiles
+}
+
 /// The weights fold `c` of GEMM `g` multiplies by when it runs at cycle `at`: the words of its
-/// weight-buffer slot (`c mod slots`) then, each from the latest tile written over that word
-/// at or before `at` by any GEMM of the step (0 if none), in the MXU input format.
-fn weights(m: &StepMap, g: usize, s: &Schedule, c: usize, at: u64, golden: &[Vec<u32>], bg: &Matrix) -> Result<Matrix> {
+/// weight-buffer slot (`c mod slots`) then, each from the latest of `tiles` ([`tiles`]) written
+/// over that word at or before `at` by any GEMM of the step (0 if none), in the MXU input
+/// format.
+fn weights(
+    m: &StepMap,
+    g: usize,
+    c: usize,
+    at: u64,
+    tiles: &[(u64, usize, usize)],
+    golden: &[Vec<u32>],
+    bg: &Matrix,
+) -> Result<Matrix> {
+    let s = &m.gemm(g).expect("sequencer faults strike GEMMs").s;
     // Where fold `f` of a GEMM with schedule `sh` keeps its tile: its slot's first word.
     let slot_base = |sh: &Schedule, f: usize| {
         let (words, slots) = wbuf_slots(m.hw, sh);
         (f as u64 % slots) * words
     };
-    // Tiles written by `at`, newest first: (write cycle, GEMM, fold).
-    let mut tiles: Vec<(u64, usize, usize)> = Vec::new();
-    for h in 0..m.p.instrs.len() {
-        let Some(sh) = m.gemm(h).map(|x| &x.s) else { continue };
-        if m.start(h) > at {
-            continue;
-        }
-        for f in 0..sh.folds.len() {
-            let t = m.start(h) + tile_written(sh, wbuf_slots(m.hw, sh).1, f);
-            if t <= at {
-                tiles.push((t, h, f));
-            }
-        }
-    }
-    tiles.sort_by(|x, y| y.cmp(x));
     let fold = s.folds[c];
     let base = slot_base(s, c);
+    let own = |i: usize, j: usize| bg.get(fold.k0 + i, fold.n0 + j);
+    let word =
+        |i: usize, j: usize| base + s.weight_word(c, fold.k0 + i, fold.n0 + j).expect("the fold's own weights") as u64;
+    // Weight words grow with k and n in every dataflow: the corners bound the fold's words.
+    let span = word(0, 0)..word(fold.kr.max(1) - 1, fold.nc.max(1) - 1) + 1;
     let mut operands: BTreeMap<usize, Matrix> = BTreeMap::new();
     let mut w = Matrix::zeros(fold.kr, fold.nc);
-    for i in 0..fold.kr {
-        for j in 0..fold.nc {
-            let word = base + s.weight_word(c, fold.k0 + i, fold.n0 + j).expect("the fold's own weights") as u64;
-            // The newest tile that wrote this word (a tile writes only its own weights).
-            for &(_, h, f) in &tiles {
-                let sh = &m.gemm(h).expect("tiles come from GEMMs").s;
-                let b0 = slot_base(sh, f);
-                if word < b0 || word - b0 >= sh.weight_slot_words() as u64 {
-                    continue;
-                }
-                let Some((kk, nn)) = sh.weight_at(f, (word - b0) as usize) else { continue };
-                if !operands.contains_key(&h) && h != g {
-                    let (_, b) = isa::gemm_operands(m.hw, &m.p.instrs[h], golden)?.expect("a GEMM");
-                    operands.insert(h, b);
-                }
-                let b = if h == g { bg } else { &operands[&h] };
-                w.set(i, j, b.get(kk, nn));
-                break;
+    // The weights still to find, (i, j, word); `None`: all of them (listed only if a tile
+    // other than the fold's own comes first, which only a faulty tile counter makes happen).
+    let mut left: Option<Vec<(usize, usize, u64)>> = None;
+    // Each weight from the newest tile written by `at` that wrote its word (a tile writes only
+    // its own weights): tiles newest first, until every weight has one.
+    for &(_, h, f) in &tiles[tiles.partition_point(|t| t.0 > at)..] {
+        let sh = &m.gemm(h).expect("tiles come from GEMMs").s;
+        let b0 = slot_base(sh, f);
+        let tile = b0..b0 + sh.weight_slot_words() as u64;
+        if tile.end <= span.start || span.end <= tile.start {
+            continue;
+        }
+        if (h, f) == (g, c) {
+            // The fold's own tile: every weight not overwritten since is its own.
+            match &left {
+                None => w = Matrix::from_fn(fold.kr, fold.nc, own),
+                Some(l) => l.iter().for_each(|&(i, j, _)| w.set(i, j, own(i, j))),
             }
+            return Ok(w);
+        }
+        if !operands.contains_key(&h) && h != g {
+            let (_, b) = isa::gemm_operands(m.hw, &m.p.instrs[h], golden)?.expect("a GEMM");
+            operands.insert(h, b);
+        }
+        let b = if h == g { bg } else { &operands[&h] };
+        let l = left.get_or_insert_with(|| {
+            (0..fold.kr).flat_map(|i| (0..fold.nc).map(move |j| (i, j))).map(|(i, j)| (i, j, word(i, j))).collect()
+        });
+        l.retain(|&(i, j, word)| {
+            let found = tile.contains(&word).then(|| sh.weight_at(f, (word - b0) as usize)).flatten();
+            found.inspect(|&(kk, nn)| w.set(i, j, b.get(kk, nn))).is_none()
+        });
+        if l.is_empty() {
+            break;
         }
     }
     Ok(w)
