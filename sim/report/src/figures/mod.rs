@@ -94,7 +94,7 @@ pub(crate) fn register_font() -> Result<()> {
     static REGISTERED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     REGISTERED
         .get_or_init(|| {
-            plotters::style::register_font(FONT, FontStyle::Normal, include_bytes!("../assets/DejaVuSans.ttf"))
+            plotters::style::register_font(FONT, FontStyle::Normal, include_bytes!("../../assets/DejaVuSans.ttf"))
                 .map_err(|_| "the bundled DejaVuSans.ttf is not a valid font".to_string())
         })
         .clone()
