@@ -59,6 +59,7 @@ pub struct ResultLine {
 
 impl ResultLine {
     /// Element `j` of the line: its `(m, n)`.
+    #[inline]
     pub fn element(&self, j: usize) -> (usize, usize) {
         if self.down {
             (self.m + j, self.n)
@@ -68,6 +69,7 @@ impl ResultLine {
     }
 
     /// Words between consecutive elements of the line in a row-major `M x N` result.
+    #[inline]
     pub fn stride(&self, n: usize) -> usize {
         if self.down {
             n
@@ -77,8 +79,23 @@ impl ResultLine {
     }
 }
 
+/// A fold's operand demand in closed form, for loops over a whole tile: every dataflow's
+/// skew advances one cycle per tile row and per tile column, so `A[m0+i][k0+j]` is read at
+/// `a + i + j`, `W[k0+i][n0+j]` at `w + i + j`, kept at word `i * row + j` of the slot
+/// ([`Schedule::skew`]; the same times and words as the per-element methods).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Skew {
+    /// When the fold reads `A[m0][k0]`, from its start.
+    pub a: u64,
+    /// When the fold reads `W[k0][n0]`, from its start.
+    pub w: u64,
+    /// Words between consecutive rows of the weight tile in its slot.
+    pub row: usize,
+}
+
 impl Schedule {
     /// Whether fold `c` computes output `(m, n)`.
+    #[inline]
     pub fn fold_has_output(&self, c: usize, m: usize, n: usize) -> bool {
         let f = &self.folds[c];
         (f.m0..f.m0 + f.mr).contains(&m) && (f.n0..f.n0 + f.nc).contains(&n)
@@ -86,6 +103,7 @@ impl Schedule {
 
     /// When fold `c` reads `A[m][k]` into the array, from the fold's start; `None` if it does
     /// not read it.
+    #[inline]
     pub fn a_read(&self, c: usize, m: usize, k: usize) -> Option<u64> {
         let f = &self.folds[c];
         if !(f.m0..f.m0 + f.mr).contains(&m) || !(f.k0..f.k0 + f.kr).contains(&k) {
@@ -101,6 +119,7 @@ impl Schedule {
 
     /// When fold `c` reads `W[k][n]` from the weight buffer into the array, from the fold's
     /// start; `None` if it does not read it.
+    #[inline]
     pub fn w_read(&self, c: usize, k: usize, n: usize) -> Option<u64> {
         let f = &self.folds[c];
         if !(f.k0..f.k0 + f.kr).contains(&k) || !(f.n0..f.n0 + f.nc).contains(&n) {
@@ -121,6 +140,14 @@ impl Schedule {
         self.w_read(c, f.k0 + f.kr.max(1) - 1, f.n0 + f.nc.max(1) - 1).unwrap_or(0)
     }
 
+    /// Fold `c`'s operand timing and weight layout in closed form ([`Skew`]).
+    pub fn skew(&self, c: usize) -> Skew {
+        let f = &self.folds[c];
+        let row = if self.dataflow == Dataflow::InputStationary { self.n } else { self.cols };
+        let a = self.a_read(c, f.m0, f.k0).unwrap_or(0);
+        Skew { a, w: self.w_read(c, f.k0, f.n0).unwrap_or(0), row }
+    }
+
     /// Words of one weight-buffer tile slot.
     pub fn weight_slot_words(&self) -> usize {
         slot_words(self.dataflow, self.rows, self.cols, self.k, self.n)
@@ -128,6 +155,7 @@ impl Schedule {
 
     /// Where fold `c`'s tile keeps `W[k][n]` within its slot; `None` if the fold does not
     /// use it.
+    #[inline]
     pub fn weight_word(&self, c: usize, k: usize, n: usize) -> Option<usize> {
         let f = &self.folds[c];
         if !(f.k0..f.k0 + f.kr).contains(&k) || !(f.n0..f.n0 + f.nc).contains(&n) {
@@ -174,6 +202,7 @@ impl Schedule {
     }
 
     /// When fold `c` writes output `(m, n)`, from the fold's start; `None` if it does not.
+    #[inline]
     pub fn result_write(&self, c: usize, m: usize, n: usize) -> Option<u64> {
         if !self.fold_has_output(c, m, n) {
             return None;
@@ -200,7 +229,8 @@ mod tests {
     proptest! {
         /// Every output is written once per fold computing it, by exactly one line, at the
         /// cycle `result_write` names; every operand a fold reads has a read time iff the fold
-        /// covers it; a weight word and `weight_at` are inverse and stay inside the slot.
+        /// covers it, the one `skew` gives; a weight word and `weight_at` are inverse and stay
+        /// inside the slot.
         #[test]
         fn lines_reads_and_weight_words_agree(
             df in prop_oneof![Just(Dataflow::WeightStationary), Just(Dataflow::OutputStationary), Just(Dataflow::InputStationary)],
@@ -224,6 +254,14 @@ mod tests {
                         let covers = (f.m0..f.m0 + f.mr).contains(&mm) && (f.k0..f.k0 + f.kr).contains(&kk);
                         prop_assert_eq!(s.a_read(fi, mm, kk).is_some(), covers);
                     }
+                }
+                let skew = s.skew(fi);
+                for (i, j) in (0..f.mr).flat_map(|i| (0..f.kr).map(move |j| (i, j))) {
+                    prop_assert_eq!(s.a_read(fi, f.m0 + i, f.k0 + j), Some(skew.a + (i + j) as u64));
+                }
+                for (i, j) in (0..f.kr).flat_map(|i| (0..f.nc).map(move |j| (i, j))) {
+                    prop_assert_eq!(s.w_read(fi, f.k0 + i, f.n0 + j), Some(skew.w + (i + j) as u64));
+                    prop_assert_eq!(s.weight_word(fi, f.k0 + i, f.n0 + j), Some(i * skew.row + j));
                 }
                 for kk in 0..k {
                     for nn in 0..n {

@@ -339,15 +339,12 @@ impl<'a> Machine<'a> {
             None => {
                 // The fold's operands as the array reads them, each at its cycle
                 // ([`mxu::access`]): `A[m0..m0+mr][k0..k0+kr]` and `W[k0..k0+kr][n0..n0+nc]`.
+                let sk = s.skew(c);
                 let a = Matrix::from_fn(fold.mr, fold.kr, |i, j| {
-                    let (mi, ki) = (fold.m0 + i, fold.k0 + j);
-                    a_at(mi, ki, cs + s.a_read(c, mi, ki).expect("the fold reads its operands"))
+                    a_at(fold.m0 + i, fold.k0 + j, cs + sk.a + (i + j) as u64)
                 });
                 let w = Matrix::from_fn(fold.kr, fold.nc, |i, j| {
-                    let (ki, ni) = (fold.k0 + i, fold.n0 + j);
-                    let word = s.weight_word(c, ki, ni).expect("the fold's tile holds its weights");
-                    let t = cs + s.w_read(c, ki, ni).expect("the fold reads its weights");
-                    self.wbuf.read(slot + word as u64, t) & mask
+                    self.wbuf.read(slot + (i * sk.row + j) as u64, cs + sk.w + (i + j) as u64) & mask
                 });
                 mxu::gemm(cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none())?.out
             }
@@ -361,11 +358,12 @@ impl<'a> Machine<'a> {
         let mut reg = AddrReg::new(golden(&lines[0]), bits, cs + lines[0].cycle, &self.acc_addr_faults);
         for (idx, l) in lines.iter().enumerate() {
             let t = cs + l.cycle;
-            let base = reg.use_at(t);
+            let (base, stride) = (reg.use_at(t), l.stride(n) as u64);
+            // The line's partial sums: a row of `ps`, or (IS) a column.
+            let (pm, pn) = (l.m - psum_m, l.n - psum_n);
             for j in 0..l.len {
-                let addr = base + (j * l.stride(n)) as u64;
-                let (mi, ni) = l.element(j);
-                let p = ps.get(mi - psum_m, ni - psum_n);
+                let addr = base + j as u64 * stride;
+                let p = if l.down { ps.get(pm + j, pn) } else { ps.get(pm, pn + j) };
                 let v = if fold.overwrite { p } else { F::add(self.acc.read(addr, t), p) };
                 self.acc.write(addr, v, t);
             }
