@@ -809,7 +809,7 @@ fn registers(
     // first): every faulted instruction before it left its outputs exact, so its operands are
     // the fault-free run's.
     let instr =
-        rec.injection.as_ref().map(|r| r.instr).filter(|&i| inj.register_faults(i).is_some()).unwrap_or(inj.instr);
+        rec.injection.as_ref().map(|r| r.instr).filter(|&i| inj.register_faults(i).is_some()).unwrap_or(inj.instr());
     let faults = inj.register_faults(instr).cloned().unwrap_or_default();
     let ins = &p.instrs[instr];
     let cost = &sched.instrs[instr];
@@ -1007,8 +1007,8 @@ fn word(req: &VcdRequest, src: &Source, upset: &[StepFault], inj: &Injection, ba
     let (exec, sched) = (src.exec(), src.sched());
     let (hw, p) = (&exec.hw, exec.program());
     let site = upset[0].site;
-    let hits = &inj.words;
-    let h0 = *hits.iter().find(|h| h.instr == Some(inj.instr)).unwrap_or(&hits[0]);
+    let hits = inj.hits();
+    let h0 = *hits.iter().find(|h| h.instr == Some(inj.instr())).unwrap_or(&hits[0]);
     let reader = h0.instr;
     let bufs = src.buffers_before(reader.unwrap_or(p.instrs.len()))?;
     let fmt = hw.mxu.input_format;
@@ -1064,7 +1064,7 @@ fn word(req: &VcdRequest, src: &Source, upset: &[StepFault], inj: &Injection, ba
             elements.len()
         ));
     }
-    let instr = reader.unwrap_or(inj.instr);
+    let instr = reader.unwrap_or(inj.instr());
     let more: Vec<String> =
         readers.iter().filter(|&&r| r != instr).map(|&r| format!("{r}: {}", src.describe(r))).collect();
     if !more.is_empty() {
