@@ -16,6 +16,20 @@
 //! Memory-word, weight-buffer and DMA-register faults change the buffer words the program
 //! placed there ([`memory`]), and sequencer faults the fold loops of the GEMMs running then
 //! ([`sequencer`]); a stuck-at does so in every read, transfer or GEMM its cycles overlap.
+//!
+//! # The fault path
+//!
+//! A unified-buffer word flip in a training campaign, from the trial to its outcome:
+//! `Campaign::trial` → `Campaign::upset` (`Space::anchor`, `FaultModel::upset`) →
+//! `Campaign::judge` → [`crate::Trainer::step_with_upset`] → [`run_upset`] → [`resolve_upset`] →
+//! [`resolve`] → `resolve_memory` → [`memory::hits`] → [`Injection::Words`] →
+//! [`crate::Executor::step_with_fault`] → `exec::run` (the changed words applied as each
+//! instruction reads them, [`memory::compose`]; a GEMM reading one fold by fold through
+//! [`gemm_fold::run`]) → [`complete_on`] → (a protected word: the code's decoder,
+//! `campaign::decode_upset`) → `Thresholds::classify`. A register fault takes
+//! `resolve` → [`Injection::Registers`], its instructions run at cycle level
+//! ([`faultline_hw::isa::execute_faulty`]); a sequencer fault `resolve_sequencer` →
+//! [`Injection::Sequencer`], whose words [`sequencer::words`] finds when the step runs.
 
 pub mod gemm_fold;
 pub mod injection;
