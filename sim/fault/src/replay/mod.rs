@@ -14,12 +14,12 @@
 //! fault, in lockstep (one state of each per cycle; no history is kept beyond the signals
 //! kept). The replay checks itself: the fault-free run must equal the functional model bit
 //! for bit, the faulty one the executor's own injected run of the instruction, and its count
-//! of corrupted output words the record's ([`registers`]).
+//! of corrupted output words the record's (`registers.rs`).
 //!
 //! A memory-word fault (unified buffer, accumulators, weight buffer, DRAM) is not stepped:
 //! [`memory`] finds the element living in the word and the reads that see the change, and
 //! the word's golden and faulty values follow from the buffers before its first reader
-//! ([`word`]). Sequencer and DMA address-register faults act on a whole fold loop or transfer
+//! (`word.rs`). Sequencer and DMA address-register faults act on a whole fold loop or transfer
 //! and are not replayed (an error says so).
 
 mod registers;
