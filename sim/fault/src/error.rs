@@ -61,6 +61,10 @@ pub enum FaultError {
     /// hardware-masked fault changed the state): a bug, never a user error.
     #[error("internal inconsistency: {0}")]
     Inconsistent(String),
+    /// A trial could not be replayed ([`crate::replay`]): its inputs changed since it ran, or
+    /// its fault has nothing to step.
+    #[error("{0}")]
+    Replay(String),
 }
 
 /// Results of this crate.

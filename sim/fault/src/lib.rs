@@ -12,7 +12,9 @@
 //! * [`store`]: a campaign directory on disk: one writer, records identified by campaign,
 //!   bounded reads, resume and merge;
 //! * [`stats`]: Wilson intervals and stratified estimates;
-//! * [`abft_trials`]: random flips of one GEMM with ABFT checksums (`faultline gemm --abft --trials`).
+//! * [`abft_trials`]: random flips of one GEMM with ABFT checksums (`faultline gemm --abft --trials`);
+//! * [`replay`]: one trial replayed at cycle level, golden and faulty registers cycle by cycle
+//!   (what `faultline vcd` writes).
 //!
 //! **Architecture invariant:** this crate decides what to inject and how to judge it; how a
 //! fault acts on the machine is `train` and `hw`'s business. Records are a function of the spec
@@ -28,6 +30,7 @@ pub mod model;
 pub mod outcome;
 pub mod protect;
 pub mod record;
+pub mod replay;
 pub mod sample;
 pub mod spec;
 pub mod stats;

@@ -1,5 +1,6 @@
 //! Reports: a campaign's records folded back onto the hardware. Reads `fault::record` files
-//! only and never runs the simulator, except [`vcd`], which replays one trial.
+//! only and never runs the simulator itself: [`vcd`] has [`faultline_fault::replay`] replay one
+//! trial and writes what it kept as a waveform.
 //!
 //! - [`pareto`]: the report of a protection-placement exploration (`explore.json`): residual
 //!   failure FIT against check bits and cycle overhead per plan, and per-layer ABFT costs.

@@ -12,6 +12,7 @@ use crate::error::{shape_str, Result, TrainError};
 use crate::inject::gemm_fold;
 use crate::inject::memory::{self, WordHit};
 use crate::inject::sequencer;
+pub use crate::inject::Injection;
 use crate::state::{ModelState, Tensor32};
 use faultline_graph::program::{Program, Role, StepSchedule, UnitCycles};
 use faultline_graph::{NodeIndex, TrainGraph};
@@ -100,105 +101,6 @@ pub struct StepOutput {
     /// Each check's residual ([`faultline_graph::checks`]), in the graph's check order (empty
     /// for a forward-only pass).
     pub checks: Vec<f32>,
-}
-
-/// A fault injected into a step. A register fault (`faults`): instruction `instr` runs
-/// cycle-level with `faults` (sites of its unit, times relative to its own schedule), and so
-/// does each instruction of `later` with its own schedule (a stuck-at that outlasts one
-/// instruction reaches the next ones on its unit); everything else runs in the executor's
-/// mode, which is exact by the bit-exact-twin invariant. A memory or DMA fault (`words`): the
-/// buffer words it changes, as the instructions that read them see them
-/// ([`crate::inject::memory`]); `instr` is the instruction it struck or first reaches. A sequencer
-/// fault (`seq`) in GEMM `instr` and the GEMMs of `later` (their schedules empty): the words
-/// each fold loop changes ([`crate::inject::sequencer`]), found from a run of the same step.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Injection {
-    /// Index of the instruction in the step's [`Program`] (the first the fault reaches).
-    pub instr: usize,
-    /// The fault events of a register fault in `instr`.
-    pub faults: FaultSchedule,
-    /// Further instructions the fault reaches, after `instr` in program order: for a register
-    /// fault each with its fault events (times relative to that instruction); for a sequencer
-    /// fault the further GEMMs whose fold loops it changes (schedules empty). Empty for memory
-    /// and DMA faults, whose `words` cover every instruction.
-    pub later: Vec<(usize, FaultSchedule)>,
-    /// The words a memory or DMA fault changes.
-    pub words: Vec<WordHit>,
-    /// A sequencer fault (absolute step cycles) in GEMM `instr` (and those of `later`).
-    pub seq: Option<ActiveFault>,
-}
-
-impl Injection {
-    /// A register fault (`faults`) in instruction `instr`.
-    pub fn register(instr: usize, faults: FaultSchedule) -> Injection {
-        Injection { instr, faults, later: Vec::new(), words: Vec::new(), seq: None }
-    }
-
-    /// A register fault reaching several instructions of one unit, each with its events
-    /// (`None` if the list is empty); put in program order, events of one instruction joined.
-    pub fn registers(faults: Vec<(usize, FaultSchedule)>) -> Option<Injection> {
-        let mut it = faults.into_iter();
-        let (instr, first) = it.next()?;
-        let mut inj = Injection::register(instr, first);
-        for (i, f) in it {
-            inj.add_register_faults(i, f);
-        }
-        Some(inj)
-    }
-
-    /// Memory or DMA words changed by a fault that struck or first reaches `instr`.
-    pub fn words(instr: usize, words: Vec<WordHit>) -> Injection {
-        Injection { instr, faults: FaultSchedule::none(), later: Vec::new(), words, seq: None }
-    }
-
-    /// A sequencer fault in GEMM `instr`.
-    pub fn sequencer(instr: usize, fault: ActiveFault) -> Injection {
-        Injection { seq: Some(fault), ..Injection::words(instr, Vec::new()) }
-    }
-
-    /// A sequencer fault in several GEMMs (`None` if `gemms` is empty), in program order.
-    pub fn sequencer_in(mut gemms: Vec<usize>, fault: ActiveFault) -> Option<Injection> {
-        gemms.sort_unstable();
-        gemms.dedup();
-        let (&first, rest) = gemms.split_first()?;
-        let later = rest.iter().map(|&g| (g, FaultSchedule::none())).collect();
-        Some(Injection { later, ..Injection::sequencer(first, fault) })
-    }
-
-    /// Every instruction the fault is placed on (`instr`, then `later`), in program order.
-    pub fn instrs(&self) -> impl Iterator<Item = usize> + '_ {
-        std::iter::once(self.instr).chain(self.later.iter().map(|&(i, _)| i))
-    }
-
-    /// The register faults instruction `i` runs with at cycle level (`None`: it runs in the
-    /// executor's mode). A memory, DMA or sequencer injection has none.
-    pub fn register_faults(&self, i: usize) -> Option<&FaultSchedule> {
-        if !self.words.is_empty() || self.seq.is_some() {
-            return None;
-        }
-        if i == self.instr {
-            return Some(&self.faults);
-        }
-        self.later.binary_search_by_key(&i, |&(j, _)| j).ok().map(|k| &self.later[k].1)
-    }
-
-    /// Adds register fault events in instruction `i` (the bits of an upset struck together):
-    /// joined to the events already placed there, or placing `i` in program order.
-    pub fn add_register_faults(&mut self, i: usize, faults: FaultSchedule) {
-        if i == self.instr {
-            self.faults.events.extend(faults.events);
-            return;
-        }
-        if i < self.instr {
-            let first = std::mem::replace(&mut self.faults, faults);
-            self.later.insert(0, (std::mem::replace(&mut self.instr, i), first));
-            return;
-        }
-        match self.later.binary_search_by_key(&i, |&(j, _)| j) {
-            Ok(k) => self.later[k].1.events.extend(faults.events),
-            Err(k) => self.later.insert(k, (i, faults)),
-        }
-    }
 }
 
 /// The effect of an injected fault on the outputs of the instruction it hit, against the same
@@ -366,8 +268,8 @@ impl Executor {
     ) -> Result<(StepOutput, Vec<Vec<u32>>)> {
         let p = &self.step;
         let (seq, groups) = match fault {
-            Some(f @ Injection { seq: Some(sf), .. }) => {
-                let (inj, groups) = self.sequencer_words(f, *sf, state, x, labels)?;
+            Some(Injection::Sequencer { gemms, fault }) => {
+                let (inj, groups) = self.sequencer_words(gemms, *fault, state, x, labels)?;
                 (Some(inj), groups)
             }
             _ => (None, Vec::new()),
@@ -376,7 +278,8 @@ impl Executor {
         let mut out = run(&self.hw, self.mode, p, &mut bufs, seq.as_ref().or(fault), &groups)?;
         if let Some(inj) = &seq {
             // The GEMM's result is what the fault corrupts first.
-            let e = out.effect.get_or_insert_with(|| Effect::none(p, inj.instr, p.instrs[inj.instr].writes()[0]));
+            let g = inj.instr();
+            let e = out.effect.get_or_insert_with(|| Effect::none(p, g, p.instrs[g].writes()[0]));
             e.elements = p.instrs[e.instr].out_len();
         }
         Ok((out, bufs))
@@ -461,28 +364,31 @@ impl Executor {
         sequencer::words(map, g, f, golden)
     }
 
-    /// The words sequencer fault `f` changes in the GEMMs of `inj` ([`Injection::instrs`]), as
-    /// one word injection on the first GEMM, with the GEMM each run of words comes from (its
+    /// The words sequencer fault `f` changes in `gemms` (program order, non-empty), as one word
+    /// injection on the first GEMM, with the GEMM each run of words comes from (its
     /// first word's index, the GEMM; see [`run`]). [`sequencer::words`] takes a GEMM's operands
     /// and the words it overwrites from a run of the step, which must be the faulty run up to
     /// that GEMM: the fault-free step for the first, and for a later one the step re-run with
     /// the words found so far (when there are new ones).
     fn sequencer_words(
         &self,
-        inj: &Injection,
+        gemms: &[usize],
         f: ActiveFault,
         state: &ModelState,
         x: &[f32],
         labels: Option<&[u32]>,
     ) -> Result<(Injection, Vec<(usize, usize)>)> {
+        let Some(&first) = gemms.first() else {
+            return Err(TrainError::Config("a sequencer fault must reach at least one GEMM".into()));
+        };
         let sched = self.schedule();
         let map = memory::StepMap::new(&self.step, &sched, &self.hw)?;
         let mut golden = self.buffers(state, x, labels)?;
         let (mut words, mut groups, mut stale) = (Vec::new(), Vec::new(), false);
-        for g in inj.instrs() {
+        for &g in gemms {
             if stale {
                 let mut bufs = self.bind(&self.step, state, x, labels)?;
-                let so_far = Injection::words(inj.instr, words.clone());
+                let so_far = Injection::words(first, words.clone());
                 run_keeping_buffers(&self.hw, ExecMode::Functional, &self.step, &mut bufs, Some(&so_far))?;
                 (golden, stale) = (bufs, false);
             }
@@ -493,7 +399,7 @@ impl Executor {
             }
             words.extend(w);
         }
-        Ok((Injection::words(inj.instr, words), groups))
+        Ok((Injection::words(first, words), groups))
     }
 
     /// The model output for a batch of inputs, running only the forward program.
@@ -603,8 +509,11 @@ fn interpret(
     groups: &[(usize, usize)],
 ) -> Result<StepOutput> {
     if let Some(f) = fault {
-        if f.seq.is_some() {
+        if matches!(f, Injection::Sequencer { .. }) {
             return Err(TrainError::Config("a sequencer fault runs through Executor::step_with_fault".into()));
+        }
+        if f.instrs().next().is_none() {
+            return Err(TrainError::Config("an injection must reach at least one instruction".into()));
         }
         if let Some(i) = f.instrs().find(|&i| i >= p.instrs.len()) {
             return Err(TrainError::Config(format!(
@@ -616,7 +525,7 @@ fn interpret(
     }
     let none = FaultSchedule::none();
     let (mut durations, mut effect) = (Vec::with_capacity(p.instrs.len()), None);
-    let words = fault.map_or(&[][..], |f| &f.words[..]);
+    let words = fault.map_or(&[][..], |f| f.hits());
     let groups = if groups.is_empty() { vec![(0, None)] } else { groups.iter().map(|&(k, i)| (k, Some(i))).collect() };
     let mut mem = words.first().map(|_| WordEffect { hw, p, words, effects: vec![None; groups.len()], groups });
     for (i, ins) in p.instrs.iter().enumerate() {
@@ -657,7 +566,7 @@ fn interpret(
     if let Some(mut m) = mem {
         m.apply(bufs, None, false);
         // Nothing changed: the fault is reported against the instruction it was placed on.
-        m.effect(0, fault.map_or(0, |f| f.instr), words[0].buf);
+        m.effect(0, fault.map_or(0, |f| f.instr()), words[0].buf);
         let first = m.effects.iter().position(|e| e.as_ref().is_some_and(|e| !e.masked()));
         effect = m.effects.swap_remove(first.unwrap_or(0));
     }

@@ -448,7 +448,7 @@ fn a_row_sent_away_leaves_the_words_before_the_gemm_for_later_folds_to_add_to() 
     assert_eq!(bufs[2].len(), c);
     for (j, &want) in bufs[2].iter().enumerate() {
         let elem = out.offset + row * n + j;
-        let hit = inj.words.iter().find(|h| h.buf == out.buf && h.elem == elem).expect("the row's words change");
+        let hit = inj.hits().iter().find(|h| h.buf == out.buf && h.elem == elem).expect("the row's words change");
         assert_eq!(hit.op, WordOp::Bits(want), "column {j}");
     }
 }
@@ -564,9 +564,11 @@ fn a_stuck_at_over_several_instructions_is_its_parts_in_each() {
             let (s, e) = (f.cycle.max(c.start), (f.cycle + f.duration).min(c.start + c.cycles));
             let part =
                 inject::resolve(&t.exec, sched, &StepFault { cycle: s, duration: e - s, ..f }).unwrap().0.unwrap();
-            assert!(part.later.is_empty() && part.instr == i, "{f}: {part:?}");
-            assert_eq!(inj.register_faults(i), Some(&part.faults), "{f} in instruction {i}");
-            parts.push((i, part.faults));
+            let Injection::Registers(mut one) = part else { panic!("{f}: {part:?} is not a register fault") };
+            assert!(one.len() == 1 && one[0].0 == i, "{f}: {one:?}");
+            let (_, faults) = one.remove(0);
+            assert_eq!(inj.register_faults(i), Some(&faults), "{f} in instruction {i}");
+            parts.push((i, faults));
         }
         // Bits: the stuck-at may leave NaNs, unequal to themselves.
         let run = |inj: &Injection| {
@@ -589,7 +591,8 @@ fn a_stuck_at_over_several_instructions_is_its_parts_in_each() {
     let g = sched.locate(ExecUnit::Mxu, sched.instrs[gemms[1]].start + 7).unwrap().0;
     let inj =
         inject::resolve(&t.exec, sched, &StepFault { cycle: sched.instrs[g].start + 7, ..flip }).unwrap().0.unwrap();
-    assert!(inj.instr == g && inj.later.is_empty() && inj.faults.events[0].duration == 1, "{inj:?}");
+    let Injection::Registers(one) = &inj else { panic!("{inj:?} is not a register fault") };
+    assert!(one.len() == 1 && one[0].0 == g && one[0].1.events[0].duration == 1, "{inj:?}");
     // Two bits struck together over the whole step: both in every GEMM.
     let bits =
         [stuck("mxu.pe[4][0].psum[30]", 0, sched.total_cycles), stuck("mxu.pe[4][0].psum[29]", 0, sched.total_cycles)];

@@ -147,7 +147,7 @@ fn a_long_dma_address_stuck_at_misdirects_every_transfer() {
     let site = "dma.src_addr[3]";
     let long = stuck1(site, from, sched.total_cycles - from);
     let (inj, _) = inject::resolve(&t.exec, &sched, &long).unwrap();
-    let struck: BTreeSet<usize> = inj.unwrap().words.iter().filter_map(|h| h.instr).collect();
+    let struck: BTreeSet<usize> = inj.unwrap().hits().iter().filter_map(|h| h.instr).collect();
     assert!(struck.iter().all(|i| dmas.contains(i)), "a source address changes what transfers read: {struck:?}");
     assert!(struck.len() > dmas.len() / 2, "most transfers have a word with address bit 3 clear: {struck:?}");
     let (rep, s) = faulty(&mut t, &snap, long);

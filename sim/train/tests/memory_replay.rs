@@ -12,7 +12,7 @@ use faultline_hw::{Dataflow, HwConfig, Register, Unit};
 use faultline_num::BitFault;
 use faultline_train::data::source;
 use faultline_train::inject::memory::{self, StepMap, WordHit, WordOp};
-use faultline_train::inject::replay::{replay, Read};
+use faultline_train::inject::traffic::{replay, Read};
 use faultline_train::{TrainOptions, Trainer};
 use proptest::prelude::*;
 use std::collections::BTreeSet;

@@ -121,7 +121,7 @@ fn a_dram_flip_reaches_the_tile_that_loads_the_word() {
     // The one read of the word that sees the flip is this load's, at the word's place in it.
     assert_eq!((rep.instr, rep.buffer.as_str(), rep.corrupted), (d, p.buffers[src.index()].name.as_str(), 1), "{rep}");
     let (inj, _) = inject::resolve(&t.exec, sched, &fault(read - 1)).unwrap();
-    let hits: Vec<(Option<usize>, usize)> = inj.unwrap().words.iter().map(|h| (h.instr, h.elem)).collect();
+    let hits: Vec<(Option<usize>, usize)> = inj.unwrap().hits().iter().map(|h| (h.instr, h.elem)).collect();
     assert_eq!(hits, [(Some(d), src_offset + word as usize)], "{rep}");
     assert!((s.0, &s.1) != (golden.0, &golden.1), "the flip must reach the step: {rep}");
     // That load is the word's only reader (the hits above): from its read on, the flip is masked.

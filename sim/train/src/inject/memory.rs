@@ -27,7 +27,7 @@
 //! As in [`faultline_hw::memory`], within a cycle writes come first, then reads, then faults: a
 //! read sees a fault that acted in `[its word's last write, the read)`. A fault on a word no
 //! buffer occupies then, or that is rewritten before it is read, is masked. These rules are
-//! calculated here for one word; [`crate::inject::replay`] runs the step's whole traffic
+//! calculated here for one word; [`crate::inject::traffic`] runs the step's whole traffic
 //! through real arrays, and a proptest holds the two equal.
 //!
 //! A DMA address-register fault changes `dma.src_addr` or `dma.dst_addr` of the transfer in

@@ -16,15 +16,32 @@
 //! Memory-word, weight-buffer and DMA-register faults change the buffer words the program
 //! placed there ([`memory`]), and sequencer faults the fold loops of the GEMMs running then
 //! ([`sequencer`]); a stuck-at does so in every read, transfer or GEMM its cycles overlap.
+//!
+//! # The fault path
+//!
+//! A unified-buffer word flip in a training campaign, from the trial to its outcome:
+//! `Campaign::trial` → `Campaign::upset` (`Space::anchor`, `FaultModel::upset`) →
+//! `Campaign::judge` → [`crate::Trainer::step_with_upset`] → [`run_upset`] → [`resolve_upset`] →
+//! [`resolve`] → `resolve_memory` → [`memory::hits`] → [`Injection::Words`] →
+//! [`crate::Executor::step_with_fault`] → `exec::run` (the changed words applied as each
+//! instruction reads them, [`memory::compose`]; a GEMM reading one fold by fold through
+//! [`gemm_fold::run`]) → [`complete_on`] → (a protected word: the code's decoder,
+//! `campaign::decode_upset`) → `Thresholds::classify`. A register fault takes
+//! `resolve` → [`Injection::Registers`], its instructions run at cycle level
+//! ([`faultline_hw::isa::execute_faulty`]); a sequencer fault `resolve_sequencer` →
+//! [`Injection::Sequencer`], whose words [`sequencer::words`] finds when the step runs.
 
 pub mod gemm_fold;
+pub mod injection;
 pub mod memory;
-pub mod replay;
 pub mod sequencer;
 pub mod space;
+pub mod traffic;
+
+pub use injection::Injection;
 
 use crate::error::{Result, TrainError};
-use crate::exec::{Effect, Executor, Injection, StepOutput};
+use crate::exec::{Effect, Executor, StepOutput};
 use faultline_graph::{Phase, StepSchedule};
 use faultline_hw::fault::{ActiveFault, FaultTime};
 use faultline_hw::isa::{self, ExecUnit, Instr};
@@ -348,18 +365,18 @@ pub fn resolve_upset(
         match injection.as_mut() {
             None => (injection, report) = (Some(inj), rep),
             Some(acc) => {
-                let earlier = sched.instrs[inj.instr].start < sched.instrs[acc.instr].start;
-                let Injection { instr, faults, later, words, .. } = inj;
+                let placed = inj.instr();
+                let earlier = sched.instrs[placed].start < sched.instrs[acc.instr()].start;
                 // Register bits of one unit and time reach the same instructions at the same
-                // times: their events join there.
-                for (i, s) in std::iter::once((instr, faults)).chain(later).filter(|(_, s)| !s.is_empty()) {
-                    acc.add_register_faults(i, s);
+                // times: their events join there. Word hits join, the injection placed on the
+                // earliest instruction any bit reaches (register faults already are).
+                if acc.join(inj).is_err() {
+                    return Err(TrainError::Config(format!("upset at `{first}`: its bits resolve to different kinds")));
                 }
-                acc.words.extend(words);
-                // A word fault is placed on the earliest instruction any bit reaches (register
-                // faults already are, by `add_register_faults`).
-                if earlier && (acc.faults.is_empty() || acc.instr == instr) {
-                    acc.instr = instr;
+                if let (true, Injection::Words { first: on, .. }) = (earlier, &mut *acc) {
+                    *on = placed;
+                }
+                if earlier && acc.instr() == placed {
                     (report.instr, report.op, report.node) = (rep.instr, rep.op, rep.node);
                     (report.phase, report.layer) = (rep.phase, rep.layer);
                 }
@@ -481,13 +498,14 @@ pub fn complete_on(
     if let (Some(inj), Some(e)) = (injection, effect) {
         // Word injections are reported where they were resolved; only register and sequencer
         // faults are placed on instructions one by one.
-        if e.instr != report.instr && inj.words.is_empty() && inj.instrs().any(|i| i == e.instr) {
-            let at = match inj.seq {
-                Some(seq) => {
+        let moved = e.instr != report.instr && inj.instrs().any(|i| i == e.instr);
+        if moved && !matches!(inj, Injection::Words { .. }) {
+            let at = match inj {
+                Injection::Sequencer { fault, .. } => {
                     let map = memory::StepMap::new(exec.program(), sched, &exec.hw)?;
-                    sequencer::strikes(&map, e.instr, seq)?.map(|(tile, cycle)| FaultTime { tile, cycle })
+                    sequencer::strikes(&map, e.instr, *fault)?.map(|(tile, cycle)| FaultTime { tile, cycle })
                 }
-                None => inj.register_faults(e.instr).and_then(|s| s.events.first()).map(|ev| ev.at),
+                _ => inj.register_faults(e.instr).and_then(|s| s.events.first()).map(|ev| ev.at),
             };
             let fault = std::mem::take(&mut report.fault);
             report = InjectionReport {
