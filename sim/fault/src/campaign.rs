@@ -636,7 +636,7 @@ impl Campaign {
         let (got, want) = (&out.output[..real * c], &golden[..real * c]);
         let same = got.iter().zip(want).all(|(g, w)| g.to_bits() == w.to_bits());
         let masked = report.masked();
-        rec.injection = Some(report);
+        rec.injection = Some(report.into());
         rec.outcome = if masked && same {
             Outcome::HwMasked
         } else if masked {
@@ -688,7 +688,7 @@ impl Campaign {
         rec.register_level_cycles = register_cycles(&tr.schedule, a, upset, &report);
         let mut same = same_bits(&tr.state, &self.golden.after[&s].model);
         let mut corrupted = !report.masked();
-        rec.injection = Some(report);
+        rec.injection = Some(report.into());
         let unchanged = same && r.loss.to_bits() == golden.losses[s as usize - 1].to_bits();
         if !corrupted && !unchanged {
             return Err(FaultError::Inconsistent(format!(

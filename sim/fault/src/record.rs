@@ -16,6 +16,7 @@
 use crate::outcome::Outcome;
 use crate::spec::{CampaignSpec, Sampling};
 use crate::stats::{stratified, Estimate};
+use faultline_graph::Phase;
 use faultline_hw::fault::SiteKind;
 use faultline_train::InjectionReport;
 use serde::{Deserialize, Serialize};
@@ -196,7 +197,7 @@ pub struct TrialRecord {
     pub outcome: Outcome,
     /// Where it landed and what it did to the faulted instruction's outputs (absent when
     /// skipped).
-    pub injection: Option<InjectionReport>,
+    pub injection: Option<InjectionRecord>,
     /// Loss minus golden loss, from the injection step through the follow-up window (empty
     /// when the state after the injection step equals golden; stops at a non-finite loss,
     /// whose delta is `"NaN"`, `"Infinity"` or `"-Infinity"`).
@@ -214,6 +215,110 @@ pub struct TrialRecord {
     /// `loss`, `ecc:ub.word[*]`), absent when none did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detected_by: Option<String>,
+}
+
+/// Where a trial's fault landed and what it did to the instruction it hit: the record's copy
+/// of [`InjectionReport`], so that the file format changes only here, never with `train`'s
+/// types. Fields, order and number formats are those records have always had.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InjectionRecord {
+    /// The fault, in its text form (`KIND:SITE@step=S,cycle=C`).
+    pub fault: String,
+    /// Index of the instruction reported on, in the step's program.
+    pub instr: u64,
+    /// That instruction's name (`gemm`, or the VPU op).
+    pub op: String,
+    /// The graph node it computes (part of), with `(tile k/n)` for a tile of a cut instruction.
+    pub node: String,
+    /// The node's phase.
+    pub phase: PhaseRecord,
+    /// The node's layer.
+    pub layer: String,
+    /// Whether the faulted site's unit was running that instruction.
+    pub unit_busy: bool,
+    /// The fold (GEMM) or vector (VPU) the fault starts in, or the first that reads a changed
+    /// memory word or whose loop a sequencer fault changes.
+    pub tile: Option<u64>,
+    /// Cycle from that tile's origin.
+    pub tile_cycle: Option<u64>,
+    /// Output words of the instruction (for a memory fault: word reads).
+    pub elements: u64,
+    /// Of which differ from the fault-free run (0: masked inside the hardware).
+    pub corrupted: u64,
+    /// Largest absolute error among them (`"Infinity"` where a value is not finite).
+    #[serde(with = "faultline_num::json")]
+    pub max_abs_error: f64,
+    /// Largest relative error among them (`"Infinity"` against a golden 0).
+    #[serde(with = "faultline_num::json")]
+    pub max_rel_error: f64,
+    /// The buffer (tensor) the instruction writes.
+    pub buffer: String,
+}
+
+impl InjectionRecord {
+    /// The fault never left the hardware.
+    pub fn masked(&self) -> bool {
+        self.corrupted == 0
+    }
+}
+
+impl From<InjectionReport> for InjectionRecord {
+    fn from(r: InjectionReport) -> InjectionRecord {
+        // Counts and indices are `usize` in memory, `u64` in the file (the same JSON).
+        let n = |v: usize| v as u64;
+        InjectionRecord {
+            fault: r.fault,
+            instr: n(r.instr),
+            op: r.op,
+            node: r.node,
+            phase: r.phase.into(),
+            layer: r.layer,
+            unit_busy: r.unit_busy,
+            tile: r.tile.map(n),
+            tile_cycle: r.tile_cycle,
+            elements: n(r.elements),
+            corrupted: n(r.corrupted),
+            max_abs_error: r.max_abs_error,
+            max_rel_error: r.max_rel_error,
+            buffer: r.buffer,
+        }
+    }
+}
+
+/// The training phase of the node a fault landed in, as records spell it (`"Forward"`,
+/// `"Backward"`, `"Update"`): the record's copy of [`Phase`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PhaseRecord {
+    /// Placeholders, the model's forward pass and the loss.
+    Forward,
+    /// Gradients, including the loss gradient.
+    Backward,
+    /// Optimizer updates of parameters and optimizer state.
+    Update,
+}
+
+impl PhaseRecord {
+    /// All phases in execution order.
+    pub const ALL: [PhaseRecord; 3] = [PhaseRecord::Forward, PhaseRecord::Backward, PhaseRecord::Update];
+
+    /// Lower-case name used in reports: `forward`, `backward`, `update`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PhaseRecord::Forward => "forward",
+            PhaseRecord::Backward => "backward",
+            PhaseRecord::Update => "update",
+        }
+    }
+}
+
+impl From<Phase> for PhaseRecord {
+    fn from(p: Phase) -> PhaseRecord {
+        match p {
+            Phase::Forward => PhaseRecord::Forward,
+            Phase::Backward => PhaseRecord::Backward,
+            Phase::Update => PhaseRecord::Update,
+        }
+    }
 }
 
 /// The fields of a record the summary needs (the rest of a line, floats included, is not

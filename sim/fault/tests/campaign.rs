@@ -238,7 +238,7 @@ fn exponent_flips_matter_and_corruption_has_the_dataflow_shape() {
         }
         let w = run(&mut tr, weight, Register::Weight, 14);
         let corrupted = w.injection.as_ref().unwrap().corrupted;
-        assert!(corrupted <= m, "{}: {corrupted} outputs corrupted, more than a column's {m} rows", w.fault);
+        assert!(corrupted <= m as u64, "{}: {corrupted} outputs corrupted, more than a column's {m} rows", w.fault);
         weight_max = weight_max.max(corrupted);
         weight_hits += (corrupted > 0) as u32;
     }

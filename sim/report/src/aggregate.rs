@@ -3,11 +3,10 @@
 //! the writers only format it.
 
 use crate::load::{Curve, Trace};
-use faultline_fault::record::{summarize, ClassInfo, OutcomeShare, Summary};
+use faultline_fault::record::{summarize, ClassInfo, OutcomeShare, PhaseRecord, Summary};
 use faultline_fault::spec::Mode;
 use faultline_fault::stats::{stratified, Estimate};
 use faultline_fault::Outcome;
-use faultline_graph::Phase;
 use std::collections::BTreeMap;
 
 /// Heatmap cells with fewer trials than this are marked "too few", not coloured.
@@ -257,7 +256,7 @@ pub fn aggregate(trace: &Trace) -> Report {
             }
         })
         .collect();
-    let mut by_phase = [Counts::default(); Phase::ALL.len()];
+    let mut by_phase = [Counts::default(); PhaseRecord::ALL.len()];
     let mut by_layer = vec![Counts::default(); trace.layers.len()];
     let mut by_op = vec![Counts::default(); trace.ops.len()];
     let mut dead = Counts::default();
@@ -276,7 +275,7 @@ pub fn aggregate(trace: &Trace) -> Report {
         }
         match t.landed {
             Some(l) => {
-                by_phase[Phase::ALL.iter().position(|&p| p == l.phase).unwrap_or(0)].add(t.outcome);
+                by_phase[PhaseRecord::ALL.iter().position(|&p| p == l.phase).unwrap_or(0)].add(t.outcome);
                 by_layer[l.layer as usize].add(t.outcome);
                 by_op[l.op as usize].add(t.outcome);
             }
@@ -359,7 +358,7 @@ pub fn aggregate(trace: &Trace) -> Report {
         }
         v
     };
-    let phases: Vec<String> = Phase::ALL.iter().map(|p| p.name().to_string()).collect();
+    let phases: Vec<String> = PhaseRecord::ALL.iter().map(|p| p.name().to_string()).collect();
     let mut by_layer = rows(&trace.layers, &by_layer);
     by_layer.sort_by(|a, b| a.name.cmp(&b.name));
     let mut by_op = rows(&trace.ops, &by_op);

@@ -172,12 +172,31 @@ fn breakdown(r: &Report, what: &str, rows: &[GroupRow]) -> Block {
     }
 }
 
-/// The report's blocks.
+/// The report's blocks: its sections in order.
 pub fn build(trace: &Trace, r: &Report, figures: &[Figure]) -> Vec<Block> {
+    // FIT columns only when the spec gives a raw FIT per bit.
+    let fit_given = trace.info.spec.fit_per_bit.is_some();
+    let mut b = overview(trace, r);
+    b.extend(outcomes(r));
+    b.extend(by_unit(fit_given, r));
+    b.extend(by_class(fit_given, r));
+    b.extend(ranking(fit_given, r));
+    b.extend(pe_array(r, figures));
+    b.extend(bit_position(r, figures));
+    b.extend(landing(&trace.info, r, figures));
+    b.extend(curves(figures));
+    b
+}
+
+/// The figures of section `sec`, in order.
+fn figures_of(figures: &[Figure], sec: Section) -> impl Iterator<Item = Figure> + '_ {
+    figures.iter().filter(move |f| f.section == sec).cloned()
+}
+
+/// The title, what the trials were and what the rates mean, and the run's description.
+fn overview(trace: &Trace, r: &Report) -> Vec<Block> {
     let info = &trace.info;
     let s = &r.summary;
-    let fit_given = info.spec.fit_per_bit.is_some();
-    let figs = |sec: Section| figures.iter().filter(move |f| f.section == sec).cloned();
     let mut b = vec![Block::Heading(1, format!("Faultline report: {}", info.spec.name))];
     let verb = if info.spec.mode == Mode::Training { "training" } else { "inference" };
     b.push(Block::Para(format!(
@@ -203,160 +222,174 @@ pub fn build(trace: &Trace, r: &Report, figures: &[Figure]) -> Vec<Block> {
     }
     b.push(Block::Heading(2, "Run".into()));
     b.push(Block::List(run_description(info, &trace.dir.display().to_string())));
+    b
+}
 
-    b.push(Block::Heading(2, "Outcomes".into()));
+/// Each outcome's share of the trials, and the combined estimates.
+fn outcomes(r: &Report) -> Vec<Block> {
+    let s = &r.summary;
     let all = Counts::of_shares(&s.outcomes);
-    b.push(Block::Table {
-        head: vec!["outcome".into(), "trials".into(), "share of the trials % [95% CI]".into()],
-        rows: r
-            .outcomes
-            .iter()
-            .map(|&o| Row {
-                cells: vec![o.name().into(), all.of(o).to_string(), pct_of(Estimate::of(all.of(o), all.trials()))],
-                strong: false,
-            })
-            .collect(),
-        text_columns: 1,
-    });
-    b.push(Block::Para(format!(
-        "Shares of the trials as sampled (a stratified plan over-samples small classes). The selected classes \
-         as the machine holds them ({} estimate): vulnerability {} %, failure {} %.",
-        s.unmasked.method,
-        pct([s.unmasked.p, s.unmasked.lo, s.unmasked.hi]),
-        pct([s.failure.p, s.failure.lo, s.failure.hi])
-    )));
+    vec![
+        Block::Heading(2, "Outcomes".into()),
+        Block::Table {
+            head: vec!["outcome".into(), "trials".into(), "share of the trials % [95% CI]".into()],
+            rows: r
+                .outcomes
+                .iter()
+                .map(|&o| Row {
+                    cells: vec![o.name().into(), all.of(o).to_string(), pct_of(Estimate::of(all.of(o), all.trials()))],
+                    strong: false,
+                })
+                .collect(),
+            text_columns: 1,
+        },
+        Block::Para(format!(
+            "Shares of the trials as sampled (a stratified plan over-samples small classes). The selected \
+             classes as the machine holds them ({} estimate): vulnerability {} %, failure {} %.",
+            s.unmasked.method,
+            pct([s.unmasked.p, s.unmasked.lo, s.unmasked.hi]),
+            pct([s.failure.p, s.failure.lo, s.failure.hi])
+        )),
+    ]
+}
 
-    b.push(Block::Heading(2, "Vulnerability by unit".into()));
-    b.push(Block::Para(
-        "Each unit's rates weight its classes by their bits (a stratified estimate), so a unit reads the same \
-         whatever share of the trials each class got."
-            .into(),
-    ));
+/// Rates per unit (with its failure FIT when the spec gives a FIT per bit: `fit_given`).
+fn by_unit(fit_given: bool, r: &Report) -> Vec<Block> {
     let mut head: Vec<String> =
         ["unit", "bits", "trials", "vulnerability % [95% CI]", "failure % [95% CI]"].map(String::from).to_vec();
     if fit_given {
         head.push("failure FIT".into());
     }
-    b.push(Block::Table {
-        head,
-        rows: r
-            .units
-            .iter()
-            .map(|u| {
-                let mut cells =
-                    vec![u.unit.clone(), u.bits.to_string(), u.trials.to_string(), pct(u.unmasked), pct(u.failure)];
-                cells.extend(u.fit_failure.map(fit));
-                Row { cells, strong: false }
-            })
-            .collect(),
-        text_columns: 1,
-    });
+    vec![
+        Block::Heading(2, "Vulnerability by unit".into()),
+        Block::Para(
+            "Each unit's rates weight its classes by their bits (a stratified estimate), so a unit reads the \
+             same whatever share of the trials each class got."
+                .into(),
+        ),
+        Block::Table {
+            head,
+            rows: r
+                .units
+                .iter()
+                .map(|u| {
+                    let mut cells =
+                        vec![u.unit.clone(), u.bits.to_string(), u.trials.to_string(), pct(u.unmasked), pct(u.failure)];
+                    cells.extend(u.fit_failure.map(fit));
+                    Row { cells, strong: false }
+                })
+                .collect(),
+            text_columns: 1,
+        },
+    ]
+}
 
-    b.push(Block::Heading(2, "Vulnerability by site class".into()));
+/// Outcome counts and rates per site class.
+fn by_class(fit_given: bool, r: &Report) -> Vec<Block> {
     let mut head = counts_head(r, &["class", "kind", "format", "bits"]);
     head.insert(5, "dead (not run)".into());
     if fit_given {
         head.push("failure FIT [95% CI]".into());
     }
-    b.push(Block::Table {
-        head,
-        rows: r
-            .classes
-            .iter()
-            .map(|c| {
-                let mut cells = vec![
-                    format!("`{}`", c.info.class),
-                    format!("{:?}", c.info.kind),
-                    c.info.format.clone().unwrap_or_else(|| "-".into()),
-                    c.info.bits.to_string(),
-                ];
-                cells.extend(counts_cells(r, &c.counts));
-                cells.insert(5, c.skipped.to_string());
-                cells.extend(c.fit_failure.map(|f| format!("{} [{}, {}]", fit(f[0]), fit(f[1]), fit(f[2]))));
-                Row { cells, strong: false }
-            })
-            .collect(),
-        text_columns: 3,
-    });
+    vec![
+        Block::Heading(2, "Vulnerability by site class".into()),
+        Block::Table {
+            head,
+            rows: r
+                .classes
+                .iter()
+                .map(|c| {
+                    let mut cells = vec![
+                        format!("`{}`", c.info.class),
+                        format!("{:?}", c.info.kind),
+                        c.info.format.clone().unwrap_or_else(|| "-".into()),
+                        c.info.bits.to_string(),
+                    ];
+                    cells.extend(counts_cells(r, &c.counts));
+                    cells.insert(5, c.skipped.to_string());
+                    cells.extend(c.fit_failure.map(|f| format!("{} [{}, {}]", fit(f[0]), fit(f[1]), fit(f[2]))));
+                    Row { cells, strong: false }
+                })
+                .collect(),
+            text_columns: 3,
+        },
+    ]
+}
 
-    b.push(Block::Heading(2, "Where protection buys the most".into()));
-    b.push(Block::Para(
-        "Classes ranked by the training failures one protected bit removes: the failure probability of a \
-         fault in one of its bits (times the raw FIT per bit, when given). `share` is the class's part of \
-         the selected classes' failure rate; protecting the top rows first removes the most failures per \
-         bit of protection."
-            .into(),
-    ));
+/// Classes ranked by the failures one protected bit removes.
+fn ranking(fit_given: bool, r: &Report) -> Vec<Block> {
     let mut head: Vec<String> =
         ["rank", "class", "bits", "failure per faulty bit %", "share of failures %"].map(String::from).to_vec();
     if fit_given {
         head.extend(["failure FIT".into(), "FIT removed per protected bit".into()]);
     }
-    b.push(Block::Table {
-        head,
-        rows: r
-            .ranking
-            .iter()
-            .enumerate()
-            .map(|(i, k)| {
-                let mut cells = vec![
-                    (i + 1).to_string(),
-                    format!("`{}`", k.class),
-                    k.bits.to_string(),
-                    format!("{:.2}", 100.0 * k.failure_per_bit),
-                    format!("{:.1}", 100.0 * k.share),
-                ];
-                cells.extend(k.fit_failure.map(fit));
-                cells.extend(k.fit_per_protected_bit.map(|x| if x == 0.0 { "0".into() } else { format!("{x:.2e}") }));
-                Row { cells, strong: false }
-            })
-            .collect(),
-        text_columns: 2,
-    });
+    vec![
+        Block::Heading(2, "Where protection buys the most".into()),
+        Block::Para(
+            "Classes ranked by the training failures one protected bit removes: the failure probability of a \
+             fault in one of its bits (times the raw FIT per bit, when given). `share` is the class's part of \
+             the selected classes' failure rate; protecting the top rows first removes the most failures per \
+             bit of protection."
+                .into(),
+        ),
+        Block::Table {
+            head,
+            rows: r
+                .ranking
+                .iter()
+                .enumerate()
+                .map(|(i, k)| {
+                    let mut cells = vec![
+                        (i + 1).to_string(),
+                        format!("`{}`", k.class),
+                        k.bits.to_string(),
+                        format!("{:.2}", 100.0 * k.failure_per_bit),
+                        format!("{:.1}", 100.0 * k.share),
+                    ];
+                    cells.extend(k.fit_failure.map(fit));
+                    cells.extend(
+                        k.fit_per_protected_bit.map(|x| if x == 0.0 { "0".into() } else { format!("{x:.2e}") }),
+                    );
+                    Row { cells, strong: false }
+                })
+                .collect(),
+            text_columns: 2,
+        },
+    ]
+}
 
-    if !r.heatmaps.is_empty() {
-        b.push(Block::Heading(2, "PE array".into()));
-        b.push(Block::Para(format!(
+/// A PE grid per register kind with its heatmap figure (nothing without PE classes).
+fn pe_array(r: &Report, figures: &[Figure]) -> Vec<Block> {
+    if r.heatmaps.is_empty() {
+        return Vec::new();
+    }
+    let mut b = vec![
+        Block::Heading(2, "PE array".into()),
+        Block::Para(format!(
             "Training-failure rate of the faults anchored in each PE, per register kind (row 0 at the top). \
              Cells with fewer than {MIN_CELL_TRIALS} trials are marked, not coloured: too few to estimate."
-        )));
-        for h in &r.heatmaps {
-            let fig = figures
-                .iter()
-                .find(|f| {
-                    f.section == Section::Heatmap
-                        && (f.name == format!("heatmap-{}", h.register) || f.title.contains(&h.class))
-                })
-                .cloned();
-            b.push(Block::Heading(3, format!("`{}`", h.class)));
-            b.push(Block::Grid(h.clone(), fig));
-        }
+        )),
+    ];
+    for h in &r.heatmaps {
+        let fig = figures
+            .iter()
+            .find(|f| {
+                f.section == Section::Heatmap
+                    && (f.name == format!("heatmap-{}", h.register) || f.title.contains(&h.class))
+            })
+            .cloned();
+        b.push(Block::Heading(3, format!("`{}`", h.class)));
+        b.push(Block::Grid(h.clone(), fig));
     }
+    b
+}
 
-    b.push(Block::Heading(2, "Bit position".into()));
-    b.push(Block::Para(
-        "Which bits of a value matter: the share of faults in each field of the format (sign, exponent, \
-         mantissa for floats; sign, magnitude for integers)."
-            .into(),
-    ));
+/// Rates per field of each class's number format (sign, exponent, mantissa), with the bit
+/// figures.
+fn bit_position(r: &Report, figures: &[Figure]) -> Vec<Block> {
     let mut rows = Vec::new();
     for p in &r.bit_profiles {
-        let mut fields: Vec<(&str, Counts, u32)> = Vec::new();
-        // Most significant field first, as a value's bits are written.
-        for (bit, c) in p.bits.iter().enumerate().rev() {
-            let f = bit_field(p.format.as_deref(), bit as u32);
-            let f = if f.is_empty() { "all bits" } else { f };
-            match fields.iter_mut().find(|x| x.0 == f) {
-                Some(x) => {
-                    x.2 += 1;
-                    for (a, y) in x.1.outcomes.iter_mut().zip(c.outcomes) {
-                        *a += y;
-                    }
-                }
-                None => fields.push((f, *c, 1)),
-            }
-        }
-        for (f, c, nbits) in fields {
+        for (f, c, nbits) in bit_fields(p.format.as_deref(), &p.bits) {
             rows.push(Row {
                 cells: vec![
                     format!("`{}`", p.class),
@@ -371,22 +404,58 @@ pub fn build(trace: &Trace, r: &Report, figures: &[Figure]) -> Vec<Block> {
             });
         }
     }
-    b.push(Block::Table {
-        head: ["class", "format", "field", "bits", "trials", "vulnerability % [95% CI]", "failure % [95% CI]"]
-            .map(String::from)
-            .to_vec(),
-        rows,
-        text_columns: 3,
-    });
-    b.extend(figs(Section::Bits).map(Block::Figure));
+    let mut b = vec![
+        Block::Heading(2, "Bit position".into()),
+        Block::Para(
+            "Which bits of a value matter: the share of faults in each field of the format (sign, exponent, \
+             mantissa for floats; sign, magnitude for integers)."
+                .into(),
+        ),
+        Block::Table {
+            head: ["class", "format", "field", "bits", "trials", "vulnerability % [95% CI]", "failure % [95% CI]"]
+                .map(String::from)
+                .to_vec(),
+            rows,
+            text_columns: 3,
+        },
+    ];
+    b.extend(figures_of(figures, Section::Bits).map(Block::Figure));
+    b
+}
 
-    b.push(Block::Heading(2, "When and where faults landed".into()));
-    b.push(Block::Para(format!(
-        "The instruction a simulated fault struck, by its graph node's phase and layer and by instruction \
-         kind. Provably dead faults were not simulated, so the instruction is not resolved: they form the \
-         `{NOT_SIMULATED}` row (all `HwMasked`)."
-    )));
-    if info.spec.mode == Mode::Training {
+/// The per-bit counts `bits` of a value in `format`, summed per field of the format: (field,
+/// counts, bits in it), most significant field first, as a value's bits are written.
+fn bit_fields<'a>(format: Option<&str>, bits: &'a [Counts]) -> Vec<(&'a str, Counts, u32)> {
+    let mut fields: Vec<(&str, Counts, u32)> = Vec::new();
+    for (bit, c) in bits.iter().enumerate().rev() {
+        let f = bit_field(format, bit as u32);
+        let f = if f.is_empty() { "all bits" } else { f };
+        match fields.iter_mut().find(|x| x.0 == f) {
+            Some(x) => {
+                x.2 += 1;
+                for (a, y) in x.1.outcomes.iter_mut().zip(c.outcomes) {
+                    *a += y;
+                }
+            }
+            None => fields.push((f, *c, 1)),
+        }
+    }
+    fields
+}
+
+/// Where simulated faults struck: by phase (training), layer, instruction kind and step, with
+/// the step figures.
+fn landing(info: &CampaignInfo, r: &Report, figures: &[Figure]) -> Vec<Block> {
+    let training = info.spec.mode == Mode::Training;
+    let mut b = vec![
+        Block::Heading(2, "When and where faults landed".into()),
+        Block::Para(format!(
+            "The instruction a simulated fault struck, by its graph node's phase and layer and by instruction \
+             kind. Provably dead faults were not simulated, so the instruction is not resolved: they form the \
+             `{NOT_SIMULATED}` row (all `HwMasked`)."
+        )),
+    ];
+    if training {
         b.push(Block::Heading(3, "By training phase".into()));
         b.push(breakdown(r, "phase", &r.by_phase));
     }
@@ -394,22 +463,26 @@ pub fn build(trace: &Trace, r: &Report, figures: &[Figure]) -> Vec<Block> {
     b.push(breakdown(r, "layer", &r.by_layer));
     b.push(Block::Heading(3, "By instruction kind".into()));
     b.push(breakdown(r, "instruction", &r.by_op));
-    b.push(Block::Heading(
-        3,
-        if info.spec.mode == Mode::Training { "By injection step" } else { "By test batch" }.into(),
-    ));
+    b.push(Block::Heading(3, if training { "By injection step" } else { "By test batch" }.into()));
     b.push(breakdown(r, "step", &r.by_step));
-    b.extend(figs(Section::Step).map(Block::Figure));
+    b.extend(figures_of(figures, Section::Step).map(Block::Figure));
+    b
+}
 
-    let curves: Vec<Figure> = figs(Section::Curves).collect();
-    if !curves.is_empty() {
-        b.push(Block::Heading(2, "Training curves".into()));
-        b.push(Block::Para(format!(
+/// The golden run against a sample of faulty trials' curves (nothing without curve figures).
+fn curves(figures: &[Figure]) -> Vec<Block> {
+    let curves: Vec<Figure> = figures_of(figures, Section::Curves).collect();
+    if curves.is_empty() {
+        return Vec::new();
+    }
+    let mut b = vec![
+        Block::Heading(2, "Training curves".into()),
+        Block::Para(format!(
             "The golden run against a sample of faulty trials (up to {} per outcome, the first recorded): loss \
              from the injection step through the follow-up window, and test accuracy at the window's end.",
             crate::load::CURVES_PER_OUTCOME
-        )));
-        b.extend(curves.into_iter().map(Block::Figure));
-    }
+        )),
+    ];
+    b.extend(curves.into_iter().map(Block::Figure));
     b
 }

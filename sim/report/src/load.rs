@@ -3,10 +3,9 @@
 //! the few trials a report draws.
 
 use crate::error::{ReportError, Result};
-use faultline_fault::record::{CampaignInfo, RecordKey};
+use faultline_fault::record::{CampaignInfo, PhaseRecord, RecordKey};
 use faultline_fault::store::InfoFile;
 use faultline_fault::Outcome;
-use faultline_graph::Phase;
 use faultline_hw::budget::HostMemory;
 use faultline_hw::files::JsonLines;
 use faultline_num::json::Spelled;
@@ -50,7 +49,7 @@ pub struct Trial {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Landed {
     /// Training phase of the instruction's graph node.
-    pub phase: Phase,
+    pub phase: PhaseRecord,
     /// Index into [`Trace::layers`].
     pub layer: u16,
     /// Index into [`Trace::ops`] (the instruction kind: `gemm` or the VPU op).
@@ -129,12 +128,12 @@ struct Line<'a> {
     test_accuracy_delta: Option<f64>,
 }
 
-/// The decoded part of a record's injection report.
+/// The decoded part of a record's injection ([`faultline_fault::record::InjectionRecord`]).
 #[derive(Deserialize)]
 struct InjectionLine<'a> {
     #[serde(borrow)]
     op: Cow<'a, str>,
-    phase: Phase,
+    phase: PhaseRecord,
     #[serde(borrow)]
     layer: Cow<'a, str>,
     corrupted: u64,
