@@ -29,7 +29,7 @@
 //! commit of cycle `t`, faults applied (`faultline_hw::fault`): a flip at cycle `t` shows at `t`.
 
 use crate::error::{ReportError, Result};
-use faultline_fault::replay::{self, Options, Recorded, Trace, Wave};
+use faultline_fault::replay::{self, Options, Recorded, Summary, Trace, Wave};
 use faultline_fault::{Campaign, CampaignSpec};
 use faultline_hw::budget::HostMemory;
 use serde::Deserialize;
@@ -94,54 +94,18 @@ pub struct Replay {
     pub skipped: bool,
     /// Injection step (an inference campaign's test batch).
     pub step: u64,
-    /// Whether the campaign is an inference campaign.
-    pub inference: bool,
-    /// The instruction replayed (the first reader, for a memory word).
-    pub instr: usize,
-    /// How the program names it, e.g. `gemm of fc1.matmul (forward phase, layer fc1)`.
-    pub instr_name: String,
-    /// Step cycles the instruction spans, `[start, end)`.
-    pub span: (u64, u64),
-    /// Step cycles the fault acts on in that instruction (at the word), `[start, end)`.
-    pub fault_cycles: (u64, u64),
-    /// Where the fault lands: `fold 1, cycle 29` (GEMM), `vector 3, cycle 1` (VPU), or the
-    /// buffer element living in the word.
-    pub lands: String,
-    /// Step cycles written, `[first, last]`.
-    pub window: (u64, u64),
-    /// Whether the instruction was cut to the window.
-    pub cut: bool,
+    /// What the replay found ([`faultline_fault::replay`]).
+    pub trace: Summary,
     /// The registers (words) shown golden and faulty, e.g. `mxu.pe[3][5].psum`.
     pub shown: Vec<String>,
     /// The marker signals of the `trial` scope.
     pub markers: Vec<String>,
     /// Signals written: the golden and faulty copies counted apart, markers included.
     pub signals: usize,
-    /// The first cycle golden and faulty differ anywhere in the unit (at the word).
-    pub first_divergence: Option<Divergence>,
-    /// The last cycle any register of the unit differs (`None`: never, or a word, whose
-    /// change lasts until it is next written).
-    pub last_divergence: Option<u64>,
-    /// Most registers differing at once.
-    pub peak: usize,
-    /// PEs (lanes) any of whose registers ever differed.
-    pub touched: usize,
-    /// What the unit is called in messages: `array` (MXU), `lanes` (VPU), `word`.
-    pub unit: String,
-    /// The instruction's outputs (register faults).
-    pub outputs: Option<Outputs>,
-    /// Output words of the instruction; for a memory word, the reads that see the fault.
-    pub elements: usize,
-    /// Output words corrupted; for a memory word, reads that see a changed value.
-    pub corrupted: usize,
     /// What the record says was corrupted (`None` when the campaign skipped the trial).
     pub recorded_corrupted: Option<usize>,
-    /// The machine's clock, MHz.
-    pub clock_mhz: f64,
     /// The VCD written.
     pub out: PathBuf,
-    /// Further remarks (a stuck-at reaching more instructions, elements not shown).
-    pub notes: Vec<String>,
 }
 
 /// The fields of a record the replay needs (the rest of a line, floats included, is not
@@ -244,9 +208,9 @@ pub fn replay(req: &VcdRequest, mem: &HostMemory, golden_step: impl FnMut(u64)) 
         req.trial,
         info.spec.name,
         rec.fault,
-        if trace.inference { "the forward pass of test batch" } else { "training step" },
+        if trace.summary.inference { "the forward pass of test batch" } else { "training step" },
         rec.step,
-        trace.clock_mhz
+        trace.summary.clock_mhz
     );
     let signals = write_vcd(&req.out, &trace.wave, &comment)?;
     Ok(Replay::new(&info.spec.name, req, rec, trace, signals))
@@ -256,27 +220,6 @@ impl Replay {
     /// The summary of `trace`, trial `req.trial` of campaign `campaign` (record `rec`),
     /// written to `req.out` as `signals` signals.
     fn new(campaign: &str, req: &VcdRequest, rec: RecordLine, trace: Trace, signals: usize) -> Replay {
-        let Trace {
-            inference,
-            instr,
-            instr_name,
-            span,
-            fault_cycles,
-            lands,
-            window,
-            cut,
-            first_divergence,
-            last_divergence,
-            peak,
-            touched,
-            unit,
-            outputs,
-            elements,
-            corrupted,
-            clock_mhz,
-            notes,
-            wave,
-        } = trace;
         Replay {
             campaign: campaign.to_string(),
             trial: req.trial,
@@ -284,29 +227,12 @@ impl Replay {
             outcome: rec.outcome,
             skipped: rec.skipped,
             step: rec.step,
-            inference,
-            instr,
-            instr_name,
-            span,
-            fault_cycles,
-            lands,
-            window,
-            cut,
-            shown: wave.shown.iter().map(|s| s.name.clone()).collect(),
-            markers: wave.markers.iter().map(|m| format!("trial.{}", m.0)).collect(),
+            shown: trace.wave.shown.iter().map(|s| s.name.clone()).collect(),
+            markers: trace.wave.markers.iter().map(|m| format!("trial.{}", m.0)).collect(),
             signals,
-            first_divergence,
-            last_divergence,
-            peak,
-            touched,
-            unit,
-            outputs,
-            elements,
-            corrupted,
             recorded_corrupted: rec.injection.as_ref().map(|r| r.corrupted),
-            clock_mhz,
             out: req.out.clone(),
-            notes,
+            trace: trace.summary,
         }
     }
 }
@@ -436,7 +362,7 @@ fn put<W: Write>(w: &mut vcd::Writer<W>, id: vcd::IdCode, width: u32, v: Option<
 
 impl fmt::Display for Replay {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let clock = if self.inference { format!("batch {}", self.step) } else { format!("step {}", self.step) };
+        let clock = if self.trace.inference { format!("batch {}", self.step) } else { format!("step {}", self.step) };
         writeln!(f, "trial {} of campaign {}: {}", self.trial, self.campaign, self.fault)?;
         write!(f, "  recorded outcome: {}", self.outcome)?;
         match self.recorded_corrupted {
@@ -444,33 +370,33 @@ impl fmt::Display for Replay {
                 writeln!(f, " (skipped as provably dead, without running; the replay runs it to show what happens)")?
             }
             Some(c) => {
-                writeln!(f, ", {} corrupted", count(c, if self.unit == "word" { "read" } else { "output word" }))?
+                writeln!(f, ", {} corrupted", count(c, if self.trace.unit == "word" { "read" } else { "output word" }))?
             }
             None => writeln!(f)?,
         }
         writeln!(
             f,
             "  {}instruction {}: {}, cycles {}..{} of {clock}",
-            if self.unit == "word" { "first read by " } else { "" },
-            self.instr,
-            self.instr_name,
-            self.span.0,
-            self.span.1 - 1
+            if self.trace.unit == "word" { "first read by " } else { "" },
+            self.trace.instr,
+            self.trace.instr_name,
+            self.trace.span.0,
+            self.trace.span.1 - 1
         )?;
-        let when = if self.fault_cycles.1 - self.fault_cycles.0 > 1 {
-            format!("cycles {}..{}", self.fault_cycles.0, self.fault_cycles.1 - 1)
+        let when = if self.trace.fault_cycles.1 - self.trace.fault_cycles.0 > 1 {
+            format!("cycles {}..{}", self.trace.fault_cycles.0, self.trace.fault_cycles.1 - 1)
         } else {
-            format!("cycle {}", self.fault_cycles.0)
+            format!("cycle {}", self.trace.fault_cycles.0)
         };
-        writeln!(f, "  the fault acts at {when} ({})", self.lands)?;
-        if self.outputs.is_some() {
+        writeln!(f, "  the fault acts at {when} ({})", self.trace.lands)?;
+        if self.trace.outputs.is_some() {
             writeln!(
                 f,
                 "  replayed at cycle level twice, fault-free and faulty: the fault-free run equals the functional \
                  model bit for bit, the faulty one the campaign's executor"
             )?;
         }
-        match &self.first_divergence {
+        match &self.trace.first_divergence {
             Some(d) => {
                 let bits: Vec<String> = d.bits.iter().map(|b| b.to_string()).collect();
                 let what = if d.bits.len() == 1 {
@@ -483,47 +409,51 @@ impl fmt::Display for Replay {
                     "  {} diverges at cycle {}{}: golden {}, faulty {}: {what}",
                     d.registers[0],
                     d.cycle,
-                    if d.cycle == self.fault_cycles.0 { " (the injected cycle)" } else { "" },
+                    if d.cycle == self.trace.fault_cycles.0 { " (the injected cycle)" } else { "" },
                     d.golden,
                     d.faulty
                 )?;
             }
-            None => writeln!(f, "  golden and faulty never differ: the fault does not change the {}", self.unit)?,
+            None => writeln!(f, "  golden and faulty never differ: the fault does not change the {}", self.trace.unit)?,
         }
-        if let (Some(last), Some(_)) = (self.last_divergence, &self.first_divergence) {
-            let elements = if self.unit == "array" { "PE" } else { "lane" };
-            let elements = count(self.touched, elements);
-            write!(f, "  the error spreads to {elements} (at most {} wrong at once); ", count(self.peak, "register"))?;
-            let (is, differs) = if self.unit == "array" { ("is", "differs") } else { ("are", "differ") };
-            if last + 1 < self.span.1 {
-                writeln!(f, "the {} {is} fault-free again from cycle {}", self.unit, last + 1)?;
+        if let (Some(last), Some(_)) = (self.trace.last_divergence, &self.trace.first_divergence) {
+            let elements = if self.trace.unit == "array" { "PE" } else { "lane" };
+            let elements = count(self.trace.touched, elements);
+            write!(
+                f,
+                "  the error spreads to {elements} (at most {} wrong at once); ",
+                count(self.trace.peak, "register")
+            )?;
+            let (is, differs) = if self.trace.unit == "array" { ("is", "differs") } else { ("are", "differ") };
+            if last + 1 < self.trace.span.1 {
+                writeln!(f, "the {} {is} fault-free again from cycle {}", self.trace.unit, last + 1)?;
             } else {
                 writeln!(
                     f,
                     "the {} still {differs} when the instruction ends (the next one starts afresh)",
-                    self.unit
+                    self.trace.unit
                 )?;
             }
         }
-        if self.unit == "word" {
+        if self.trace.unit == "word" {
             writeln!(
                 f,
                 "  reads that see a changed word: {} of {}{}",
-                self.corrupted,
-                self.elements,
+                self.trace.corrupted,
+                self.trace.elements,
                 self.recorded_corrupted.map_or(String::new(), |c| format!(" (the campaign recorded {c})"))
             )?;
         } else {
-            let masked = if self.corrupted == 0 { ": masked inside the hardware" } else { "" };
+            let masked = if self.trace.corrupted == 0 { ": masked inside the hardware" } else { "" };
             writeln!(
                 f,
                 "  output words corrupted: {} of {}{}{masked}",
-                self.corrupted,
-                self.elements,
+                self.trace.corrupted,
+                self.trace.elements,
                 self.recorded_corrupted.map_or(String::new(), |c| format!(" (the campaign recorded {c})"))
             )?;
         }
-        for n in &self.notes {
+        for n in &self.trace.notes {
             writeln!(f, "  {n}")?;
         }
         writeln!(
@@ -532,21 +462,21 @@ impl fmt::Display for Replay {
             self.out.display(),
             self.signals,
             self.shown.len(),
-            if self.unit == "word" { "word" } else { "registers" },
+            if self.trace.unit == "word" { "word" } else { "registers" },
             self.markers.join(", "),
-            self.window.0,
-            self.window.1,
-            self.window.1 - self.window.0 + 1,
-            if self.cut { ", cut to --window" } else { "" }
+            self.trace.window.0,
+            self.trace.window.1,
+            self.trace.window.1 - self.trace.window.0 + 1,
+            if self.trace.cut { ", cut to --window" } else { "" }
         )?;
         writeln!(
             f,
             "time axis: 1 unit = 1 cycle of {clock}, from its first cycle (the header says 1 ns; the clock is {} MHz, \
              {:.3} ns a cycle)",
-            self.clock_mhz,
-            1e3 / self.clock_mhz
+            self.trace.clock_mhz,
+            1e3 / self.trace.clock_mhz
         )?;
-        if let Some(d) = &self.first_divergence {
+        if let Some(d) = &self.trace.first_divergence {
             let s = &d.registers[0];
             let vcd_name = s.replace("][", "_").replace('[', "_").replace(']', "");
             write!(

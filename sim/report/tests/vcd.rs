@@ -165,12 +165,12 @@ fn check_flip_in_file(w: &Waves, rec: &Json) {
 /// The replay's outputs against the functional model and the executor's injected run,
 /// computed here through the public APIs, and its corrupted count against the record.
 fn check_outputs(r: &Replay, rec: &Json) {
-    let o = r.outputs.as_ref().expect("a register replay has outputs");
+    let o = r.trace.outputs.as_ref().expect("a register replay has outputs");
     assert_eq!(o.golden, o.functional, "the fault-free replay is the functional model's result");
     assert_eq!(o.faulty, o.executor, "the faulty replay is the executor's");
     assert_ne!(o.golden, o.faulty);
-    assert_eq!(r.corrupted as u64, rec["injection"]["corrupted"].as_u64().unwrap(), "as the campaign recorded");
-    assert_eq!(r.instr as u64, rec["injection"]["instr"].as_u64().unwrap());
+    assert_eq!(r.trace.corrupted as u64, rec["injection"]["corrupted"].as_u64().unwrap(), "as the campaign recorded");
+    assert_eq!(r.trace.instr as u64, rec["injection"]["instr"].as_u64().unwrap());
 
     // The same instruction on the same operands, through the executor's own path.
     let spec = CampaignSpec::load(&spec_file()).unwrap();
@@ -179,13 +179,13 @@ fn check_outputs(r: &Replay, rec: &Json) {
     let mut tr = c.trainer();
     tr.restore_snapshot(c.golden_before(r.step).unwrap());
     let (inj, _) = inject::resolve_upset(&tr.exec, &tr.schedule, &upset).unwrap();
-    let faults = inj.unwrap().register_faults(r.instr).unwrap().clone();
-    let ins = &tr.exec.program().instrs[r.instr];
+    let faults = inj.unwrap().register_faults(r.trace.instr).unwrap().clone();
+    let ins = &tr.exec.program().instrs[r.trace.instr];
     let words = |bufs: &[Vec<u32>]| -> Vec<u32> {
         let len = ins.out_len();
         ins.dests().iter().flat_map(|d| bufs[d.buf.index()][d.offset..d.offset + len].to_vec()).collect()
     };
-    let mut bufs = tr.buffers_before(r.instr).unwrap();
+    let mut bufs = tr.buffers_before(r.trace.instr).unwrap();
     let mut functional = bufs.clone();
     isa::execute(&tr.exec.hw, ins, &mut functional, ExecMode::Functional, &FaultSchedule::none()).unwrap();
     assert_eq!(words(&functional), o.golden);
@@ -205,7 +205,7 @@ fn an_mxu_pe_flip_shows_its_bit_at_its_cycle_and_the_outputs_the_trial_computed(
     assert_eq!(r.shown.len(), (32 + 32 - 1) * 6);
     assert_eq!(r.signals, 2 * r.shown.len() + 4);
     assert_eq!(w.vars.len(), r.signals);
-    let d = r.first_divergence.as_ref().unwrap();
+    let d = r.trace.first_divergence.as_ref().unwrap();
     assert_eq!(d.cycle, rec["cycle"].as_u64().unwrap());
     assert_eq!(d.count, 1, "a flip changes one register at its cycle");
     // The register differs in the whole array exactly where the file says so.
@@ -263,15 +263,15 @@ fn a_memory_word_flip_shows_the_word_from_the_fault_to_its_reader() {
         assert_eq!(w.at("trial.fault", cycle + 1), Some(0));
         // The first reader (a GEMM may read the word fold by fold while it runs) is marked
         // at its schedule's cycles, and the window runs to its end.
-        let (start, end) = r.span;
+        let (start, end) = r.trace.span;
         assert!(end > cycle, "{class}: reader {start}..{end}, fault at {cycle}");
         assert_eq!(w.last, end, "{class}: the window ends with the reader");
         assert_eq!(w.at("trial.reader", start.max(w.first)), Some(1), "{class}");
         if start > w.first {
             assert_eq!(w.at("trial.reader", start - 1), Some(0), "{class}");
         }
-        assert_eq!(r.instr as u64, rec["injection"]["instr"].as_u64().unwrap(), "{class}: the first reader");
-        assert_eq!(r.corrupted as u64, rec["injection"]["corrupted"].as_u64().unwrap(), "{class}");
+        assert_eq!(r.trace.instr as u64, rec["injection"]["instr"].as_u64().unwrap(), "{class}: the first reader");
+        assert_eq!(r.trace.corrupted as u64, rec["injection"]["corrupted"].as_u64().unwrap(), "{class}");
     }
 }
 
@@ -316,8 +316,8 @@ fn sites_globs_add_registers_and_a_window_cuts_around_the_fault() {
     let added = if row == 0 { 0 } else { 31 };
     assert_eq!(r.shown.len(), (32 + 32 - 1) * 6 + added);
     assert!(w.vars.contains_key("golden.mxu.pe_0_17.psum") && w.vars.contains_key("faulty.mxu.pe_0_31.psum"));
-    assert!(r.cut && r.window.1 - r.window.0 + 1 == 16, "{:?}", r.window);
+    assert!(r.trace.cut && r.trace.window.1 - r.trace.window.0 + 1 == 16, "{:?}", r.trace.window);
     let cycle = rec["cycle"].as_u64().unwrap();
-    assert!(r.window.0 <= cycle && cycle <= r.window.1);
+    assert!(r.trace.window.0 <= cycle && cycle <= r.trace.window.1);
     check_flip_in_file(&w, &rec);
 }

@@ -103,6 +103,15 @@ impl Outputs {
 /// What a replay found, and the values it kept.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trace {
+    /// What it found.
+    pub summary: Summary,
+    /// The values, cycle by cycle.
+    pub wave: Wave,
+}
+
+/// What a replay found: the instruction, where the fault lands, how far it spread.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
     /// Whether the campaign is an inference campaign.
     pub inference: bool,
     /// The instruction replayed (the first reader, for a memory word).
@@ -141,8 +150,6 @@ pub struct Trace {
     pub clock_mhz: f64,
     /// Further remarks (a stuck-at reaching more instructions, elements not shown).
     pub notes: Vec<String>,
-    /// The values, cycle by cycle.
-    pub wave: Wave,
 }
 
 /// A register (or memory word) shown golden and faulty.
@@ -296,7 +303,7 @@ pub fn trial(c: &Campaign, rec: &Recorded, opts: &Options) -> Result<Trace> {
         Unit::Mxu | Unit::Vpu => registers::replay(opts, &src, &upset, &inj, rec)?,
         _ => word::replay(opts, &src, &upset, &inj)?,
     };
-    trace.inference = inference;
+    trace.summary.inference = inference;
     Ok(trace)
 }
 

@@ -4,7 +4,7 @@
 //! the executor ([`executor_run`]) and in lockstep ([`step`]), [`check`] the replay against
 //! the functional model, the executor and the record, and lay out the markers ([`markers`]).
 
-use super::{fail, Divergence, Options, Outputs, Recorded, Shown, Source, Trace, Wave};
+use super::{fail, Divergence, Options, Outputs, Recorded, Shown, Source, Summary, Trace, Wave};
 use crate::Result;
 use faultline_hw::fault::glob_match;
 use faultline_hw::isa::{self, Instr};
@@ -64,25 +64,27 @@ pub(super) fn replay(
     let mut wave = Wave { first: start + from, len, shown, golden: gv, faulty: fv, markers: Vec::new() };
     wave.markers = markers(&wave, ins, &acts, (from, to), diff, &tile_of);
     Ok(Trace {
-        inference: false,
-        instr,
-        instr_name: src.describe(instr),
-        span: (start, start + total),
-        fault_cycles,
-        lands,
-        window: (start + from, start + to - 1),
-        cut,
-        first_divergence: first,
-        last_divergence: last,
-        peak,
-        touched: touched.iter().filter(|&&t| t).count(),
-        unit: if unit == Unit::Mxu { "array" } else { "lanes" }.into(),
-        elements: outputs.golden.len(),
-        corrupted,
-        outputs: Some(outputs),
-        clock_mhz: hw.clock_mhz,
-        notes,
         wave,
+        summary: Summary {
+            inference: false,
+            instr,
+            instr_name: src.describe(instr),
+            span: (start, start + total),
+            fault_cycles,
+            lands,
+            window: (start + from, start + to - 1),
+            cut,
+            first_divergence: first,
+            last_divergence: last,
+            peak,
+            touched: touched.iter().filter(|&&t| t).count(),
+            unit: if unit == Unit::Mxu { "array" } else { "lanes" }.into(),
+            elements: outputs.golden.len(),
+            corrupted,
+            outputs: Some(outputs),
+            clock_mhz: hw.clock_mhz,
+            notes,
+        },
     })
 }
 

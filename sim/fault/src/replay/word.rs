@@ -1,7 +1,7 @@
 //! The replay of a memory-word fault: not stepped; the word's golden and faulty values from
 //! the fault through its first reader, from the buffers before that reader.
 
-use super::{fail, memory, Divergence, Options, Shown, Source, Trace, Wave};
+use super::{fail, memory, Divergence, Options, Shown, Source, Summary, Trace, Wave};
 use crate::Result;
 use faultline_hw::Unit;
 use faultline_num::NumFormat;
@@ -99,24 +99,26 @@ pub(super) fn replay(opts: &Options, src: &Source, upset: &[StepFault], inj: &In
         bits: (0..32).filter(|b| (gw ^ fw) >> b & 1 == 1).collect(),
     });
     Ok(Trace {
-        inference: false,
-        instr,
-        instr_name: src.describe(instr),
-        span: span(instr),
-        fault_cycles: (f.start, f.end.min(step_end)),
-        lands: format!("the word holds element {} of buffer `{}`", h0.elem, p.buffers[h0.buf.index()].name),
-        window: (from, to - 1),
-        cut: to < end,
-        first_divergence: first,
-        last_divergence: None,
-        peak: 1,
-        touched: 1,
-        unit: "word".into(),
-        outputs: None,
-        elements: hits.len(),
-        corrupted,
-        clock_mhz: hw.clock_mhz,
-        notes,
         wave,
+        summary: Summary {
+            inference: false,
+            instr,
+            instr_name: src.describe(instr),
+            span: span(instr),
+            fault_cycles: (f.start, f.end.min(step_end)),
+            lands: format!("the word holds element {} of buffer `{}`", h0.elem, p.buffers[h0.buf.index()].name),
+            window: (from, to - 1),
+            cut: to < end,
+            first_divergence: first,
+            last_divergence: None,
+            peak: 1,
+            touched: 1,
+            unit: "word".into(),
+            outputs: None,
+            elements: hits.len(),
+            corrupted,
+            clock_mhz: hw.clock_mhz,
+            notes,
+        },
     })
 }
