@@ -24,6 +24,8 @@
 
 use super::Schedule;
 use crate::config::{Dataflow, MxuConfig};
+use crate::fault::ActiveFault;
+use crate::memory::dma::AddrReg;
 
 /// Words of one weight-buffer tile slot of an `M x K x N` GEMM on `cfg` (the slot's size does
 /// not depend on `M`).
@@ -199,6 +201,34 @@ impl Schedule {
                 (0..self.n).map(|n| line(n, (n + self.rows + f.mr) as u64, f.m0, n, f.mr, true)).collect()
             }
         }
+    }
+
+    /// Fold `c`'s result lines as the sequencer writes them when the fold starts at cycle
+    /// `at`: each line, its write cycle, and the address its first word goes to. The address
+    /// comes from `seq.acc_addr` (`width` bits, with `faults` on it): loaded with the first
+    /// line's address (`base` plus the line's first element, row-major) when that line is
+    /// written, then advanced by the golden step to each next line's.
+    pub fn line_addresses(
+        &self,
+        c: usize,
+        at: u64,
+        base: u64,
+        width: u32,
+        faults: &[ActiveFault],
+    ) -> Vec<(ResultLine, u64, u64)> {
+        let lines = self.result_lines(c);
+        let golden = |l: &ResultLine| base + (l.m * self.n + l.n) as u64;
+        let Some(first) = lines.first() else { return Vec::new() };
+        let mut reg = AddrReg::new(golden(first), width, at + first.cycle, faults);
+        let mut out = Vec::with_capacity(lines.len());
+        for (idx, l) in lines.iter().enumerate() {
+            let t = at + l.cycle;
+            out.push((*l, t, reg.use_at(t)));
+            if let Some(next) = lines.get(idx + 1) {
+                reg.advance(golden(next) as i64 - golden(l) as i64);
+            }
+        }
+        out
     }
 
     /// When fold `c` writes output `(m, n)`, from the fold's start; `None` if it does not.

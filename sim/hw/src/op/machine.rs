@@ -349,16 +349,11 @@ impl<'a> Machine<'a> {
                 mxu::gemm(cfg, &a, &w, ExecMode::Functional, &FaultSchedule::none())?.out
             }
         };
-        // Accumulator writes, in time order, through seq.acc_addr: it is loaded with each
-        // line's first word address when that line is written, advanced line to line.
-        let lines = s.result_lines(c);
-        let golden = |l: &mxu::access::ResultLine| (l.m * n + l.n) as u64;
+        // Accumulator writes, in time order, at the addresses seq.acc_addr gives each line.
         let (psum_m, psum_n) = (fold.m0, fold.n0);
         let bits = addr_bits(cfg.memory.accumulator.words());
-        let mut reg = AddrReg::new(golden(&lines[0]), bits, cs + lines[0].cycle, &self.acc_addr_faults);
-        for (idx, l) in lines.iter().enumerate() {
-            let t = cs + l.cycle;
-            let (base, stride) = (reg.use_at(t), l.stride(n) as u64);
+        for (l, t, base) in s.line_addresses(c, cs, 0, bits, &self.acc_addr_faults) {
+            let stride = l.stride(n) as u64;
             // The line's partial sums: a row of `ps`, or (IS) a column.
             let (pm, pn) = (l.m - psum_m, l.n - psum_n);
             for j in 0..l.len {
@@ -366,9 +361,6 @@ impl<'a> Machine<'a> {
                 let p = if l.down { ps.get(pm + j, pn) } else { ps.get(pm, pn + j) };
                 let v = if fold.overwrite { p } else { F::add(self.acc.read(addr, t), p) };
                 self.acc.write(addr, v, t);
-            }
-            if let Some(next) = lines.get(idx + 1) {
-                reg.advance(golden(next) as i64 - golden(l) as i64);
             }
         }
         Ok(())

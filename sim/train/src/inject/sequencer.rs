@@ -75,18 +75,7 @@ fn run_loop(m: &StepMap, g: usize, s: &Schedule, f: Option<ActiveFault>) -> Vec<
         if c >= s.folds.len() {
             break;
         }
-        let order = s.result_lines(c);
-        let golden = |l: &ResultLine| base + (l.m * s.n + l.n) as u64;
-        let mut reg = AddrReg::new(golden(&order[0]), width, at + order[0].cycle, &acc_faults);
-        let mut lines = Vec::with_capacity(order.len());
-        for (idx, l) in order.iter().enumerate() {
-            let t = at + l.cycle;
-            lines.push((*l, t, reg.use_at(t)));
-            if let Some(next) = order.get(idx + 1) {
-                reg.advance(golden(next) as i64 - golden(l) as i64);
-            }
-        }
-        slots.push(Slot { slot: q, fold: c, lines });
+        slots.push(Slot { slot: q, fold: c, lines: s.line_addresses(c, at, base, width, &acc_faults) });
     }
     slots
 }
