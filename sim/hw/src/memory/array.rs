@@ -57,6 +57,7 @@ impl Memory {
         self.data.len() as u64
     }
 
+    #[inline]
     fn mask(&self) -> u32 {
         if self.word_bits >= 32 {
             u32::MAX
@@ -120,6 +121,7 @@ impl Memory {
 
     /// Timed read at cycle `t`: the stored bits with every fault that struck since the last
     /// write (cycles `last_write..t`) applied. Out-of-range addresses read 0.
+    #[inline]
     pub fn read(&self, addr: u64, t: u64) -> u32 {
         let Some(&v) = self.data.get(addr as usize) else { return 0 };
         if self.faults.is_empty() {
@@ -131,6 +133,7 @@ impl Memory {
     }
 
     /// Timed write at cycle `t` (masked to the word width). Out-of-range writes are dropped.
+    #[inline]
     pub fn write(&mut self, addr: u64, bits: u32, t: u64) {
         let m = self.mask();
         if let Some(d) = self.data.get_mut(addr as usize) {
