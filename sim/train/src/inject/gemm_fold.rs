@@ -7,7 +7,7 @@
 //! * `A[m][k]` is read at `T + a_read` by every fold that covers it (WS: once per column tile,
 //!   OS and IS: once per fold of its row tile that covers `k`).
 //! * `W[k][n]` is read from its SRAM into the weight buffer when its fold's tile is written
-//!   there ([`crate::inject::memory::tile_written`]), by every fold that multiplies by it.
+//!   there ([`crate::inject::memory::WbufSlots::written`]), by every fold that multiplies by it.
 //! * Result words are written line by line at `T + ` the line's cycle (WS rows top first, OS
 //!   rows bottom first, IS columns); a fold that adds to earlier K folds reads the word in the
 //!   same cycle, before writing it back.
@@ -18,7 +18,7 @@
 //! recomputation gives when no read is changed.
 
 use crate::error::Result;
-use crate::inject::memory::{self, tile_written, WordHit};
+use crate::inject::memory::{self, WbufSlots, WordHit};
 use faultline_hw::isa::{self, Instr, MatOperand};
 use faultline_hw::matrix::Matrix;
 use faultline_hw::mxu::{self, Schedule};
@@ -44,8 +44,8 @@ pub struct GemmMap<'a> {
     pub s: Schedule,
     /// Issue cycle.
     pub start: u64,
-    /// Weight-buffer tile slots ([`memory::wbuf_slots`]).
-    slots: u64,
+    /// Its weight-buffer tile slots.
+    pub wbuf: WbufSlots,
 }
 
 impl<'a> GemmMap<'a> {
@@ -54,8 +54,7 @@ impl<'a> GemmMap<'a> {
         let Instr::Gemm { m, k, n, acc, .. } = *ins else { return Ok(None) };
         let s = Schedule::new(&hw.mxu, m, k, n)?;
         let s = if acc { s.accumulating() } else { s };
-        let slots = memory::wbuf_slots(hw, &s).1;
-        Ok(Some(GemmMap { ins, s, start, slots }))
+        Ok(Some(GemmMap { ins, wbuf: WbufSlots::new(hw, &s), s, start }))
     }
 
     fn operands(&self) -> (&MatOperand, &MatOperand, isa::Dest) {
@@ -76,7 +75,7 @@ impl<'a> GemmMap<'a> {
         if b.buf == buf && x >= b.offset && x - b.offset < s.k * s.n {
             let (kk, nn) = coords(b, x - b.offset, s.k, s.n);
             let read = |c: &usize| s.w_read(*c, kk, nn).is_some();
-            v.extend((0..s.folds.len()).filter(read).map(|c| (self.start + tile_written(s, self.slots, c), c)));
+            v.extend((0..s.folds.len()).filter(read).map(|c| (self.start + self.wbuf.written(s, c), c)));
         }
         v
     }

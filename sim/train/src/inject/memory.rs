@@ -21,7 +21,7 @@
 //!   written into slot `f mod slots` (the slot's size and each weight's word in it are
 //!   [`faultline_hw::mxu::access`]'s: WS `R x C` words, `W[k0+i][n0+j]` at `i * C + j`) when
 //!   fold `f - 1` starts (fold 0's when the GEMM issues) or, if later, once the slot's previous
-//!   tile has been read ([`tile_written`]), and each weight is read into the array at its
+//!   tile has been read ([`WbufSlots::written`]), and each weight is read into the array at its
 //!   cycle of the fold (WS: `i + j` cycles after fold `f` starts, the skewed weight load).
 //!
 //! As in [`faultline_hw::memory`], within a cycle writes come first, then reads, then faults: a
@@ -316,15 +316,14 @@ pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
     let mut hits = Vec::new();
     for (g, ins) in m.p.instrs.iter().enumerate() {
         let (Instr::Gemm { b, k, n, .. }, Some(map)) = (ins, m.gemm(g)) else { continue };
-        let (s, start) = (&map.s, map.start);
-        let (slot_words, slots) = wbuf_slots(m.hw, s);
-        let (slot, off) = (word / slot_words, (word % slot_words) as usize);
+        let (s, start, w) = (&map.s, map.start, map.wbuf);
+        let (slot, off) = (word / w.words, (word % w.words) as usize);
         for (fi, fold) in s.folds.iter().enumerate() {
-            if fi as u64 % slots != slot {
+            if fi as u64 % w.slots != slot {
                 continue;
             }
             let Some((kk, nn)) = s.weight_at(fi, off) else { continue };
-            let written = start + tile_written(s, slots, fi);
+            let written = start + w.written(s, fi);
             let read = start + fold.start + s.w_read(fi, kk, nn).expect("a tile's weights are read");
             if f.acts_between(written, read) {
                 let elem = b.offset + if b.transposed { nn * k + kk } else { kk * n + nn };
@@ -337,25 +336,42 @@ pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
     Ok(hits)
 }
 
-/// The weight buffer's tile slots for a GEMM with schedule `s`: words per slot
+/// The weight buffer's tile slots as a GEMM uses them: words per slot
 /// ([`faultline_hw::mxu::access`]: WS `R x C`, OS `K x C`, IS `R x N`) and how many slots
-/// it holds. At least two: a fold's tile is written while the fold before computes, so the
-/// step's schedule double-buffers tiles; where two OS or IS tiles do not fit the buffer, the
-/// second slot lies past its last word (a fault can reach only the words that exist).
-pub fn wbuf_slots(hw: &HwConfig, s: &Schedule) -> (u64, u64) {
-    let slot_words = s.weight_slot_words() as u64;
-    (slot_words, (hw.memory.weight_buffer.words() / slot_words).max(2))
+/// the buffer holds. At least two: a fold's tile is written while the fold before computes,
+/// so the step's schedule double-buffers tiles; where two OS or IS tiles do not fit the
+/// buffer, the second slot lies past its last word (a fault can reach only the words that
+/// exist). Fold `f`'s tile lives in slot `f mod slots`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WbufSlots {
+    /// Words per slot.
+    pub words: u64,
+    /// Slots.
+    pub slots: u64,
 }
 
-/// When fold `f`'s weight tile is written into the weight buffer (of `slots` slots), from its
-/// GEMM's issue: when the previous fold starts (fold 0's at issue), or, if that is earlier,
-/// the cycle after the tile in its slot before it (fold `f - slots`'s) was last read. Folds
-/// overlap: an IS fold streams its weights for `N + R - 1` cycles, longer than its period, so
-/// with two slots fold `f`'s tile would otherwise overwrite weights fold `f - 2` still reads.
-pub fn tile_written(s: &Schedule, slots: u64, f: usize) -> u64 {
-    let previous = f.checked_sub(1).map_or(0, |p| s.folds[p].start);
-    let freed = f.checked_sub(slots as usize).map_or(0, |o| s.folds[o].start + s.last_w_read(o) + 1);
-    previous.max(freed)
+impl WbufSlots {
+    /// The slots of a GEMM with schedule `s` on `hw`.
+    pub fn new(hw: &HwConfig, s: &Schedule) -> WbufSlots {
+        let words = s.weight_slot_words() as u64;
+        WbufSlots { words, slots: (hw.memory.weight_buffer.words() / words).max(2) }
+    }
+
+    /// The first word of fold `f`'s slot.
+    pub fn base(&self, f: usize) -> u64 {
+        (f as u64 % self.slots) * self.words
+    }
+
+    /// When fold `f` of `s` writes its tile into its slot, from the GEMM's issue: when the
+    /// previous fold starts (fold 0's at issue), or, if that is earlier, the cycle after the
+    /// tile in its slot before it (fold `f - slots`'s) was last read. Folds overlap: an IS fold
+    /// streams its weights for `N + R - 1` cycles, longer than its period, so with two slots
+    /// fold `f`'s tile would otherwise overwrite weights fold `f - 2` still reads.
+    pub fn written(&self, s: &Schedule, f: usize) -> u64 {
+        let previous = f.checked_sub(1).map_or(0, |p| s.folds[p].start);
+        let freed = f.checked_sub(self.slots as usize).map_or(0, |o| s.folds[o].start + s.last_w_read(o) + 1);
+        previous.max(freed)
+    }
 }
 
 /// The words a DMA address-register fault changes (see the module docs): in every transfer

@@ -6,7 +6,7 @@
 //! * `seq.tile`, the tile counter, is loaded with 0 when the GEMM issues, read at each fold
 //!   slot's start and then incremented. The MXU executes the fold the counter names: that fold's
 //!   activations, the weight tile then in that fold's weight-buffer slot (`fold mod slots`,
-//!   [`crate::inject::memory::wbuf_slots`]), that fold's output lines, overwriting or adding as
+//!   [`crate::inject::memory::WbufSlots`]), that fold's output lines, overwriting or adding as
 //!   that fold does. A value past the last fold ends the loop: the remaining slots run nothing.
 //! * `seq.acc_addr` is loaded with a fold's first result-line address when that line is
 //!   written (the lines and their cycles are [`faultline_hw::mxu::access`]'s: WS rows top
@@ -31,7 +31,7 @@
 
 use crate::error::Result;
 use crate::inject::gemm_fold::fold_psum;
-use crate::inject::memory::{tile_written, wbuf_slots, StepMap, WordHit, WordOp};
+use crate::inject::memory::{StepMap, WordHit, WordOp};
 use faultline_hw::fault::ActiveFault;
 use faultline_hw::fault::{addr_bits, DMA_ADDR_BITS, TILE_COUNTER_BITS};
 use faultline_hw::isa::{self, Instr};
@@ -172,9 +172,8 @@ fn words_typed<F: MacFormat>(m: &StepMap, g: usize, f: ActiveFault, golden: &[Ve
 fn tiles(m: &StepMap) -> Vec<(u64, usize, usize)> {
     let mut tiles = Vec::new();
     for h in 0..m.p.instrs.len() {
-        let Some(sh) = m.gemm(h).map(|x| &x.s) else { continue };
-        let slots = wbuf_slots(m.hw, sh).1;
-        tiles.extend((0..sh.folds.len()).map(|f| (m.start(h) + tile_written(sh, slots, f), h, f)));
+        let Some(map) = m.gemm(h) else { continue };
+        tiles.extend((0..map.s.folds.len()).map(|f| (map.start + map.wbuf.written(&map.s, f), h, f)));
     }
     tiles.sort_by(|x, y| y.cmp(x));
     tiles
@@ -193,14 +192,10 @@ fn weights(
     golden: &[Vec<u32>],
     bg: &Matrix,
 ) -> Result<Matrix> {
-    let s = &m.gemm(g).expect("sequencer faults strike GEMMs").s;
-    // Where fold `f` of a GEMM with schedule `sh` keeps its tile: its slot's first word.
-    let slot_base = |sh: &Schedule, f: usize| {
-        let (words, slots) = wbuf_slots(m.hw, sh);
-        (f as u64 % slots) * words
-    };
+    let map = m.gemm(g).expect("sequencer faults strike GEMMs");
+    let s = &map.s;
     let fold = s.folds[c];
-    let base = slot_base(s, c);
+    let base = map.wbuf.base(c);
     let own = |i: usize, j: usize| bg.get(fold.k0 + i, fold.n0 + j);
     let word =
         |i: usize, j: usize| base + s.weight_word(c, fold.k0 + i, fold.n0 + j).expect("the fold's own weights") as u64;
@@ -214,9 +209,9 @@ fn weights(
     // Each weight from the newest tile written by `at` that wrote its word (a tile writes only
     // its own weights): tiles newest first, until every weight has one.
     for &(_, h, f) in &tiles[tiles.partition_point(|t| t.0 > at)..] {
-        let sh = &m.gemm(h).expect("tiles come from GEMMs").s;
-        let b0 = slot_base(sh, f);
-        let tile = b0..b0 + sh.weight_slot_words() as u64;
+        let other = m.gemm(h).expect("tiles come from GEMMs");
+        let (sh, b0) = (&other.s, other.wbuf.base(f));
+        let tile = b0..b0 + other.wbuf.words;
         if tile.end <= span.start || span.end <= tile.start {
             continue;
         }

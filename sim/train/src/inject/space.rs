@@ -16,7 +16,6 @@
 
 use crate::exec::Executor;
 use crate::inject::gemm_fold::GemmMap;
-use crate::inject::memory::{tile_written, wbuf_slots};
 use crate::inject::sequencer;
 use faultline_graph::StepSchedule;
 use faultline_hw::isa::{BufId, ExecUnit, Instr};
@@ -85,7 +84,7 @@ pub fn windows(exec: &Executor, sched: &StepSchedule) -> Vec<LiveWindow> {
                     // The sequencer's windows count from the GEMM's issue.
                     let from_issue = |r: Range<u64>| map.start + r.start..map.start + r.end;
                     match (class.unit, class.register) {
-                        (Unit::Wbuf, _) => wbuf_windows(hw, &map, &mut push),
+                        (Unit::Wbuf, _) => wbuf_windows(&map, &mut push),
                         (_, Register::TileCounter) => push(all.clone(), from_issue(sequencer::counter_window(&map.s))),
                         _ => {
                             for c in 0..map.s.folds.len() {
@@ -109,12 +108,11 @@ pub fn windows(exec: &Executor, sched: &StepSchedule) -> Vec<LiveWindow> {
 /// The weight-buffer windows of one GEMM: each fold's tile, row by row, from its write into
 /// the slot to the last read of that row ([`faultline_hw::mxu::access`]: WS element `(i, j)`
 /// is read `i + j` cycles into the fold).
-fn wbuf_windows(hw: &HwConfig, map: &GemmMap, push: &mut impl FnMut(Range<u64>, Range<u64>)) {
+fn wbuf_windows(map: &GemmMap, push: &mut impl FnMut(Range<u64>, Range<u64>)) {
     let s = &map.s;
-    let (slot_words, slots) = wbuf_slots(hw, s);
     for (f, fold) in s.folds.iter().enumerate() {
-        let base = (f as u64 % slots) * slot_words;
-        let written = map.start + tile_written(s, slots, f);
+        let base = map.wbuf.base(f);
+        let written = map.start + map.wbuf.written(s, f);
         let last = fold.n0 + fold.nc - 1;
         for k in fold.k0..fold.k0 + fold.kr {
             // A tile row's words are consecutive; its last word is read last.

@@ -27,7 +27,7 @@
 //! source element, changes what that transfer leaves in its destination: a *written* change.
 
 use crate::error::{Result, TrainError};
-use crate::inject::memory::{tile_written, wbuf_slots};
+use crate::inject::memory::WbufSlots;
 use faultline_graph::program::{Program, StepSchedule};
 use faultline_hw::fault::{ActiveFault, DMA_ADDR_BITS};
 use faultline_hw::isa::{self, BufId, Instr};
@@ -140,7 +140,7 @@ impl Traffic<'_> {
         let start = self.sched.instrs[g].start;
         let a_elem = |mm: usize, kk: usize| a.offset + if a.transposed { kk * m + mm } else { mm * k + kk };
         let b_elem = |kk: usize, nn: usize| b.offset + if b.transposed { nn * k + kk } else { kk * n + nn };
-        let (slot_words, slots) = wbuf_slots(self.hw, &s);
+        let wbuf = WbufSlots::new(self.hw, &s);
         for (c, f) in s.folds.iter().enumerate() {
             let (t0, part) = (start + f.start, Some(c));
             for (mm, kk) in (f.m0..f.m0 + f.mr).flat_map(|mm| (f.k0..f.k0 + f.kr).map(move |kk| (mm, kk))) {
@@ -149,8 +149,7 @@ impl Traffic<'_> {
                 }
             }
             // The tile: each weight from its SRAM into its slot, then into the array.
-            let loaded = start + tile_written(&s, slots, c);
-            let slot = (c as u64 % slots) * slot_words;
+            let (loaded, slot) = (start + wbuf.written(&s, c), wbuf.base(c));
             for (kk, nn) in (f.k0..f.k0 + f.kr).flat_map(|kk| (f.n0..f.n0 + f.nc).map(move |nn| (kk, nn))) {
                 let (Some(word), Some(t)) = (s.weight_word(c, kk, nn), s.w_read(c, kk, nn)) else { continue };
                 self.push(loaded, Kind::Read, Some(g), b.buf, b_elem(kk, nn), part);
@@ -309,7 +308,7 @@ pub fn replay(p: &Program, sched: &StepSchedule, hw: &HwConfig, fault: Option<Ac
 
 /// The machine's arrays for the traffic `v`, with `fault` (a memory word's) injected. DRAM
 /// holds what the program homes there, and a second weight-buffer slot may lie past the
-/// buffer's end (see `wbuf_slots`): an array grows to the words the fault-free traffic and the
+/// buffer's end (see `WbufSlots`): an array grows to the words the fault-free traffic and the
 /// fault touch. A misdirected DMA word past them reads 0 and writes nothing, as
 /// [`faultline_hw::memory`] defines.
 fn arrays(hw: &HwConfig, v: &[Access], fault: Option<ActiveFault>) -> Result<BTreeMap<Unit, Memory>> {
