@@ -36,6 +36,12 @@ fn coords(o: &MatOperand, idx: usize, rows: usize, cols: usize) -> (usize, usize
     }
 }
 
+/// The buffer element holding `(row, col)` of an operand stored as `rows x cols` (transposed:
+/// `[cols][rows]`): the inverse of [`coords`].
+pub(crate) fn element(o: &MatOperand, row: usize, col: usize, rows: usize, cols: usize) -> usize {
+    o.offset + if o.transposed { col * rows + row } else { row * cols + col }
+}
+
 /// One GEMM instruction of a step and its fold schedule, issued at `start`.
 #[derive(Debug, Clone)]
 pub struct GemmMap<'a> {

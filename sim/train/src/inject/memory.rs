@@ -38,7 +38,7 @@
 //! data phase it overlaps: each reloads the register, and the stuck bit is forced again.
 
 use crate::error::{Result, TrainError};
-use crate::inject::gemm_fold::GemmMap;
+use crate::inject::gemm_fold::{self, GemmMap};
 use faultline_graph::program::{Program, StepSchedule};
 use faultline_hw::fault::ActiveFault;
 use faultline_hw::fault::DMA_ADDR_BITS;
@@ -326,7 +326,7 @@ pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
             let written = start + w.written(s, fi);
             let read = start + fold.start + s.w_read(fi, kk, nn).expect("a tile's weights are read");
             if f.acts_between(written, read) {
-                let elem = b.offset + if b.transposed { nn * k + kk } else { kk * n + nn };
+                let elem = gemm_fold::element(b, kk, nn, *k, *n);
                 // Only this fold reads the word in its slot (an OS or IS weight is used by
                 // every row tile's fold, each from its own copy of the tile).
                 hits.push(WordHit { part: Some(fi), ..WordHit::read(Some(g), b.buf, elem, WordOp::Fault(f)) });

@@ -27,6 +27,7 @@
 //! source element, changes what that transfer leaves in its destination: a *written* change.
 
 use crate::error::{Result, TrainError};
+use crate::inject::gemm_fold::element;
 use crate::inject::memory::WbufSlots;
 use faultline_graph::program::{Program, StepSchedule};
 use faultline_hw::fault::{ActiveFault, DMA_ADDR_BITS};
@@ -138,8 +139,8 @@ impl Traffic<'_> {
         let s = Schedule::new(&self.hw.mxu, m, k, n)?;
         let s = if acc { s.accumulating() } else { s };
         let start = self.sched.instrs[g].start;
-        let a_elem = |mm: usize, kk: usize| a.offset + if a.transposed { kk * m + mm } else { mm * k + kk };
-        let b_elem = |kk: usize, nn: usize| b.offset + if b.transposed { nn * k + kk } else { kk * n + nn };
+        let a_elem = |mm: usize, kk: usize| element(&a, mm, kk, m, k);
+        let b_elem = |kk: usize, nn: usize| element(&b, kk, nn, k, n);
         let wbuf = WbufSlots::new(self.hw, &s);
         for (c, f) in s.folds.iter().enumerate() {
             let (t0, part) = (start + f.start, Some(c));
