@@ -134,7 +134,7 @@ pub struct LayerAbft {
 }
 
 /// An exploration (`configs/explore-*.ron`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExploreSpec {
     /// Name, shown in the report.

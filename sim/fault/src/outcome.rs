@@ -172,7 +172,7 @@ impl fmt::Display for Outcome {
 }
 
 /// The thresholds that separate outcomes (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Thresholds {
     /// A loss jump: a follow-up loss above `(1 + jump) x` golden's.

@@ -53,7 +53,7 @@ use std::path::Path;
 pub const MAX_MARGIN: f64 = f32::MAX as f64;
 
 /// A protection plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProtectionPlan {
     /// Name, shown in reports.
@@ -66,7 +66,7 @@ pub struct ProtectionPlan {
 }
 
 /// One protection mechanism and where it sits (see the module docs).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Mechanism {
     /// A check code on every word or register of the classes matching `on`.
     Ecc {
@@ -118,7 +118,7 @@ fn forward() -> Vec<Phase> {
 }
 
 /// ABFT checksum granularity.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum AbftTile {
     /// One checksum column per GEMM.
     Global,
@@ -129,7 +129,7 @@ pub enum AbftTile {
 }
 
 /// A range check's bound.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum RangeBound {
     /// `margin x` the largest `|x|` of the golden run.
     Learned(f64),
@@ -138,7 +138,7 @@ pub enum RangeBound {
 }
 
 /// What a detection triggers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Recovery {
     /// Nothing: the run stops at the detection (a detected unrecoverable error).
     None,

@@ -20,7 +20,7 @@ pub const MAX_TRIALS: u64 = 10_000_000;
 pub const MAX_FIT_PER_BIT: f64 = 1e9;
 
 /// A fault-injection campaign during training.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CampaignSpec {
     /// Name, shown in summaries and reports.
@@ -82,7 +82,7 @@ fn verify_every() -> u64 {
 }
 
 /// What a campaign's faults strike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Mode {
     /// Training steps: each trial is judged by what it does to training (He et al.'s outcomes).
     #[default]
@@ -93,7 +93,7 @@ pub enum Mode {
 }
 
 /// Training settings of the golden run and every trial.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainSettings {
     /// Minibatch size.
@@ -118,7 +118,7 @@ impl Default for TrainSettings {
 }
 
 /// Training steps, as a list or an inclusive range.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Steps {
     /// These steps.
     List(Vec<u64>),
@@ -163,7 +163,7 @@ impl Steps {
 }
 
 /// What one injected fault does to its bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum FaultModel {
     /// A single-bit transient: the bit flips for one cycle.
     Flip,
@@ -186,7 +186,7 @@ pub enum FaultModel {
 }
 
 /// How long a stuck-at lasts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Lasts {
     /// This many cycles (>= 1) from the sampled cycle.
     Cycles(u64),
@@ -198,7 +198,7 @@ pub enum Lasts {
 }
 
 /// The neighbours a multi-bit upset spreads to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Along {
     /// Adjacent bits of the same register or word.
     Bits,
@@ -207,7 +207,7 @@ pub enum Along {
 }
 
 /// How trials are drawn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Sampling {
     /// Every (bit, cycle, step) of the selected classes (small spaces only).
     Exhaustive,

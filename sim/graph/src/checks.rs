@@ -34,7 +34,9 @@ use crate::NodeIndex;
 use serde::Serialize;
 
 /// Which side of a GEMM ABFT checksums (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub enum Side {
     /// Row sums of `op(B)` per tile of output columns; checked against `C`'s row sums.
     Rows,

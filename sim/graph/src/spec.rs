@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// A whole model file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSpec {
     /// Model name, e.g. `mlp-digits`.
@@ -49,7 +49,7 @@ fn inline() -> PathBuf {
 }
 
 /// The loss of a model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum LossSpec {
     /// Softmax + cross-entropy against one-hot labels `[batch, outputs]`.
     SoftmaxCrossEntropy,
@@ -58,7 +58,7 @@ pub enum LossSpec {
 }
 
 /// One layer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LayerSpec {
     /// Unique layer name; parameters are named `<layer>.weight`, `<layer>.bias`, ...
@@ -83,7 +83,7 @@ fn ln_eps() -> f64 {
 }
 
 /// Layer kinds. Shapes below include the batch dimension `B`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub enum LayerOp {
     /// `[B, .., K] -> [B, .., units]`: `x * weight [K, units] + bias [units]` on the last dim.

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Dataflow of the systolic array.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Dataflow {
     /// Weights held in PEs (double-buffered via shadow registers); activations flow right,
     /// partial sums flow down into the accumulators.
@@ -46,7 +46,7 @@ impl Dataflow {
 }
 
 /// The matrix unit (systolic array).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MxuConfig {
     /// PE rows (the reduction/K dimension in WS and IS). Count, 1..=1024.
@@ -72,7 +72,7 @@ impl MxuConfig {
 }
 
 /// The vector unit (elementwise ops, reductions, optimizer updates in fp32).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VpuConfig {
     /// Number of lanes (elements processed per vector instruction). Count, 1..=4096.
@@ -84,7 +84,7 @@ pub struct VpuConfig {
 
 /// One on-chip SRAM array. Each word holds one element (low bits used), so an element and its
 /// word are the same thing for fault injection.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SramConfig {
     /// Capacity. Bytes; must be a whole number of words, 1 KiB..=1 GiB.
@@ -119,7 +119,7 @@ impl SramConfig {
 }
 
 /// The on-chip memories.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryConfig {
     /// Unified buffer: activations and VPU operands (fp32 VPU data needs 32-bit words).
@@ -144,7 +144,7 @@ impl MemoryConfig {
 }
 
 /// Off-chip DRAM / HBM.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DramConfig {
     /// Capacity. Bytes, 1 MiB..=8 GiB, a multiple of 4 (32-bit words; word addresses fit a
@@ -162,7 +162,7 @@ pub struct DramConfig {
 }
 
 /// The DMA engine moving tiles between DRAM and the SRAMs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DmaConfig {
     /// Fixed cost of starting one transfer (descriptor fetch, address setup), added to the
@@ -242,7 +242,7 @@ struct Feed {
 }
 
 /// The whole machine.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HwConfig {
     /// Human-readable name, e.g. `tpu-32x32`: 1..=64 characters, no control characters (it is

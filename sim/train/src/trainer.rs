@@ -23,7 +23,7 @@ use std::str::FromStr;
 pub const MAX_STEPS: u64 = 1 << 24;
 
 /// Optimizer family, as named on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
     /// Plain SGD.
