@@ -33,7 +33,7 @@ use crate::train_graph::TrainGraph;
 use crate::NodeIndex;
 use serde::Serialize;
 
-/// Which side of a GEMM ABFT checksums (see the module docs).
+/// Which side of a GEMM ABFT checksums.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize, schemars::JsonSchema,
 )]

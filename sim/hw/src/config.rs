@@ -123,11 +123,16 @@ impl SramConfig {
 #[serde(deny_unknown_fields)]
 pub struct MemoryConfig {
     /// Unified buffer: activations and VPU operands (fp32 VPU data needs 32-bit words).
+    /// `word_bits` at least `mxu.input_format`'s width; `banks * read_ports >= mxu.rows` (one
+    /// activation per array row per cycle).
     pub unified_buffer: SramConfig,
-    /// Accumulator SRAM: MXU outputs in the accumulator format (32-bit words).
+    /// Accumulator SRAM: MXU outputs in the accumulator format. `word_bits` 32;
+    /// `banks * write_ports >= mxu.cols` (one output per array column per cycle).
     pub accumulator: SramConfig,
     /// Weight buffer / FIFO feeding the MXU shadow registers; holds whole weight tiles
-    /// (`rows * cols` words each), two of them for double buffering.
+    /// (`rows * cols` words each), two of them for double buffering. At least one tile's bytes;
+    /// `word_bits` at least `mxu.input_format`'s width; `banks * read_ports >= mxu.cols` (one
+    /// weight per array column per cycle).
     pub weight_buffer: SramConfig,
 }
 
@@ -156,7 +161,7 @@ pub struct DramConfig {
     pub bandwidth_bytes_per_cycle: f64,
     /// Latency from a DMA transfer's start to its first word arriving. Cycles, 0..=1000000.
     pub latency_cycles: u64,
-    /// Whether DRAM words are fault sites (`dram.word[addr][bit]`); off by default in studies
+    /// Whether DRAM words are fault sites (`dram.word[addr][bit]`); off in the shipped configs
     /// because DRAM is usually ECC-protected.
     pub fault_sites: bool,
 }
