@@ -212,3 +212,38 @@ fn every_field_of_the_shipped_spec_files_is_on_its_page() {
     }
     assert!(checked >= 20, "only {checked} spec files found");
 }
+
+/// The limits the doc comments state are written out as numbers; where the loader checks a
+/// named constant, the page must state that constant's value, so changing one without the
+/// other fails here.
+#[test]
+fn limits_on_the_pages_are_the_loaders_constants() {
+    use faultline_fault::spec::{MAX_DIR_NAME, MAX_FIT_PER_BIT, MAX_TRIALS};
+    use faultline_hw::config::{CLOCK_MHZ, DRAM_BANDWIDTH, MAX_ARRAY_DIM, MAX_FIXED_CYCLES, NAME_MAX_CHARS};
+    use faultline_train::trainer::{OptimizerKind, MAX_STEPS};
+    let page = |file: &str| generate(&specs().into_iter().find(|s| s.file == file).unwrap());
+    let (hardware, campaign, protection, explore) =
+        (page("hardware.md"), page("campaign.md"), page("protection.md"), page("explore.md"));
+    let lrs = [OptimizerKind::Sgd, OptimizerKind::Momentum, OptimizerKind::Adam]
+        .map(|k| format!("{} {}", k.name(), k.default_lr()))
+        .join(", ");
+    let stated = [
+        (&campaign, format!("Trials, 1..={MAX_TRIALS}.")),
+        (&campaign, format!("Trials per class, 1..={MAX_TRIALS}.")),
+        (&campaign, format!("Steps, 1..={MAX_STEPS} ")),
+        (&campaign, format!("0..={MAX_FIT_PER_BIT:e}, or `None`")),
+        (&campaign, format!("1 to {MAX_DIR_NAME} of")),
+        (&campaign, format!("default ({lrs})")),
+        (&protection, format!("1 to {MAX_DIR_NAME} of")),
+        (&explore, format!("positive, at most {MAX_FIT_PER_BIT:e}.")),
+        (&explore, format!("1 to {MAX_DIR_NAME} of")),
+        (&hardware, format!("1..={NAME_MAX_CHARS} characters")),
+        (&hardware, format!("{}..={} (1 MHz", CLOCK_MHZ.start(), CLOCK_MHZ.end())),
+        (&hardware, format!("Count, 1..={MAX_ARRAY_DIM}.")),
+        (&hardware, format!("{}..=2^20 ({})", DRAM_BANDWIDTH.start(), DRAM_BANDWIDTH.end())),
+        (&hardware, format!("Cycles, 0..={MAX_FIXED_CYCLES}.")),
+    ];
+    for (text, phrase) in stated {
+        assert!(text.contains(&phrase), "no page states `{phrase}`: update the doc comment to the loader's limit");
+    }
+}
