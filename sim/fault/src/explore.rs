@@ -134,23 +134,28 @@ pub struct LayerAbft {
 }
 
 /// An exploration (`configs/explore-*.ron`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExploreSpec {
     /// Name, shown in the report.
     pub name: String,
-    /// Campaign specs (relative to this file), each run unprotected and under every plan.
+    /// Campaign specs (relative to this file), each run unprotected and under every plan. At
+    /// least one; each without a `protection` of its own (a training campaign when there are
+    /// plans) and named as a directory (1 to 100 of `A-Z a-z 0-9 _ . + -`), no two names alike
+    /// (case aside).
     pub campaigns: Vec<PathBuf>,
-    /// Protection plans (relative to this file).
+    /// Protection plans (relative to this file), each named as a directory, no two names
+    /// alike (case aside) and none `none` (the unprotected baseline's name).
     pub plans: Vec<PathBuf>,
-    /// Raw FIT per bit the residual failure rates are scaled by.
+    /// Raw FIT per bit (failures per 10^9 device-hours) the residual failure rates are scaled
+    /// by: positive, at most 1e9.
     #[serde(default = "one_fit")]
     pub fit_per_bit: f64,
     /// Arithmetic intensity (MACs per word) at and above which Kosaian & Rashmi's rule picks
-    /// global ABFT for a layer, in the per-layer table.
+    /// global ABFT for a layer, in the per-layer table: positive and finite.
     #[serde(default = "kr_threshold")]
     pub intensity_threshold: f64,
-    /// Training seed of the held-out fault-free run false positives are counted on.
+    /// Training seed of the held-out fault-free run false positives are counted on; any `u64`.
     #[serde(default = "held_out_seed")]
     pub held_out_seed: u64,
 }

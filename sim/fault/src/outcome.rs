@@ -171,21 +171,26 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// The thresholds that separate outcomes (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// The thresholds that tell a training campaign's degraded outcomes (`SharpDegrade`,
+/// `SharpSlowDegrade`, `SlowDegrade`, `LowTestAccuracy`) from `Benign`: a loss jump, a loss
+/// that has not recovered, a test accuracy that stays down.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Thresholds {
-    /// A loss jump: a follow-up loss above `(1 + jump) x` golden's.
+    /// A loss jump: a follow-up loss above `(1 + jump) x` golden's. A fraction, positive and
+    /// finite (1.0: twice golden's loss).
     pub jump: f64,
     /// Follow-up steps in which a jump counts as sharp (from the step after injection;
-    /// clipped to the window).
+    /// clipped to the window). Steps, at least 1.
     pub jump_within: u64,
     /// The loss recovered: its mean over the last `recover_over` steps is at most
-    /// `(1 + loss_tolerance) x` golden's.
+    /// `(1 + loss_tolerance) x` golden's. A fraction, positive and finite.
     pub loss_tolerance: f64,
     /// Steps at the end of the window the recovery is judged over (clipped to the window).
+    /// Steps, at least 1.
     pub recover_over: u64,
-    /// Test accuracy stays down: more than this (absolute, 0..1) below golden's.
+    /// Test accuracy stays down: more than this below golden's. Absolute accuracy (a fraction),
+    /// 0 <= x < 1 (0.02: two points).
     pub accuracy_drop: f64,
 }
 

@@ -53,33 +53,36 @@ use std::path::Path;
 pub const MAX_MARGIN: f64 = f32::MAX as f64;
 
 /// A protection plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProtectionPlan {
-    /// Name, shown in reports.
+    /// Name, shown in reports: 1 to 200 characters, no control characters (a plan an
+    /// exploration runs names a directory: 1 to 100 of `A-Z a-z 0-9 _ . + -`).
     pub name: String,
-    /// The mechanisms, each with where it sits.
+    /// The mechanisms, each with where it sits (an empty list guards nothing).
     pub mechanisms: Vec<Mechanism>,
     /// What a detection triggers.
     #[serde(default)]
     pub recovery: Recovery,
 }
 
-/// One protection mechanism and where it sits (see the module docs).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One protection mechanism and where it sits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Mechanism {
     /// A check code on every word or register of the classes matching `on`.
     Ecc {
         /// Parity or SECDED.
         code: Code,
-        /// Globs over the site classes `faultline sites` prints.
+        /// Globs over the site classes `faultline sites` prints, e.g. `ub.word[*]`,
+        /// `mxu.pe[*][*].*`. At least one, and together they must select a class of the machine.
         on: Vec<String>,
     },
     /// ABFT checksums of the rank-2 `MatMul` nodes matching `nodes` in `phases`.
     Abft {
-        /// Globs over node names (`faultline program` shows them), e.g. `*.matmul`.
+        /// Globs over node names (`faultline program` shows them), e.g. `*.matmul`. At least
+        /// one, and together they must select a rank-2 `MatMul` node in `phases`.
         nodes: Vec<String>,
-        /// Phases whose GEMMs are guarded (default: forward).
+        /// Phases whose GEMMs are guarded: at least one of `Forward`, `Backward`, `Update`.
         #[serde(default = "forward")]
         phases: Vec<Phase>,
         /// Checksum granularity.
@@ -90,25 +93,27 @@ pub enum Mechanism {
     },
     /// Range checks of the values of the nodes matching `nodes`.
     Range {
-        /// Globs over node names.
+        /// Globs over node names; at least one, and they must select a node.
         nodes: Vec<String>,
         /// The bound.
         bound: RangeBound,
     },
-    /// `|m| < limit` on Adam's first moments.
+    /// `|m| < limit` on Adam's first moments (Adam runs only): the limit, positive and at most
+    /// `f32::MAX` (He et al. use 20).
     MomentBound(f64),
-    /// The step's loss is finite.
+    /// The host checks that the step's loss is finite (free: no instructions added).
     NonFiniteLoss,
     /// The ops of the nodes matching `nodes`, run twice and compared.
     Duplicate {
-        /// Globs over node names.
+        /// Globs over node names; at least one, and they must select a node.
         nodes: Vec<String>,
     },
     /// The values of the nodes matching `nodes`, clamped into `margin x` their golden range.
     Restrict {
-        /// Globs over node names.
+        /// Globs over node names; at least one, and they must select a node.
         nodes: Vec<String>,
-        /// The bound's margin over the largest golden `|x|` (`>= 1`).
+        /// The bound's margin over the largest golden `|x|`: a factor, 1..=`f32::MAX`
+        /// (about 3.4e38).
         margin: f64,
     },
 }
@@ -118,31 +123,33 @@ fn forward() -> Vec<Phase> {
 }
 
 /// ABFT checksum granularity.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum AbftTile {
     /// One checksum column per GEMM.
     Global,
     /// One checksum column per tile of output columns the array computes (its width).
     PerTile,
-    /// Global at arithmetic intensity `>=` the threshold (MACs per word), else per-tile.
+    /// Global at arithmetic intensity `>=` the threshold, else per-tile. The threshold: MACs
+    /// per word, positive and finite.
     ByIntensity(f64),
 }
 
 /// A range check's bound.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum RangeBound {
-    /// `margin x` the largest `|x|` of the golden run.
+    /// `margin x` the largest `|x|` of the golden run. The margin: a factor, 1..=`f32::MAX`
+    /// (about 3.4e38).
     Learned(f64),
     /// Only NaN and infinities.
     NonFinite,
 }
 
 /// What a detection triggers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Recovery {
     /// Nothing: the run stops at the detection (a detected unrecoverable error).
     None,
-    /// Re-run the step from the state before it, up to `attempts` times.
+    /// Re-run the step from the state before it, up to this many times: 1..=16.
     Reexecute(u32),
     /// `Reexecute(1)`.
     #[default]

@@ -20,10 +20,11 @@ pub const MAX_TRIALS: u64 = 10_000_000;
 pub const MAX_FIT_PER_BIT: f64 = 1e9;
 
 /// A fault-injection campaign during training.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CampaignSpec {
-    /// Name, shown in summaries and reports.
+    /// Name, shown in summaries and reports: 1 to 200 characters, no control characters (a
+    /// campaign an exploration runs names a directory: 1 to 100 of `A-Z a-z 0-9 _ . + -`).
     pub name: String,
     /// Whether faults strike training steps or inference on the test split.
     #[serde(default)]
@@ -37,13 +38,14 @@ pub struct CampaignSpec {
     #[serde(default)]
     pub train: TrainSettings,
     /// Steps the golden (fault-free) run trains; every injection step plus the follow-up
-    /// window must fit in it.
+    /// window must fit in it. Steps, 1..=16777216 (2^24).
     pub golden_steps: u64,
     /// Training steps (1-based) faults strike in; a trial picks one. For `Inference`: the
     /// test-split batches (1-based, in order of the split) whose forward pass faults strike.
+    /// At least one step; the last plus `follow_up` at most `golden_steps`.
     pub inject_steps: Steps,
     /// Site classes to inject into: globs over the class patterns `faultline sites` prints,
-    /// e.g. `mxu.pe[*][*].psum`, `mxu.*`, `ub.word[*]`.
+    /// e.g. `mxu.pe[*][*].psum`, `mxu.*`, `ub.word[*]`. At least one.
     pub sites: Vec<String>,
     /// What one fault does.
     pub fault: FaultModel,
@@ -53,22 +55,25 @@ pub struct CampaignSpec {
     #[serde(default = "yes")]
     pub skip_dead: bool,
     /// Run one in this many skipped trials anyway and check it is hardware-masked (0: none).
+    /// Trials, any `u64`.
     #[serde(default = "verify_every")]
     pub verify_dead_every: u64,
-    /// Steps trained after the injection step (functionally) before classifying; 0 (or
-    /// absent) for `Inference`.
+    /// Steps trained after the injection step (functionally) before classifying: at least 1
+    /// for `Training`; 0 (or absent) for `Inference`.
     #[serde(default)]
     pub follow_up: u64,
     /// Outcome thresholds.
     #[serde(default)]
     pub thresholds: Thresholds,
-    /// Seed of trial sampling (training keeps its own `train.seed`).
+    /// Seed of trial sampling (training keeps its own `train.seed`); any `u64`.
     pub seed: u64,
-    /// Raw failure rate per bit (FIT: failures per 10^9 device-hours), for reports.
+    /// Raw failure rate per bit (FIT: failures per 10^9 device-hours), for reports: 0..=1e9,
+    /// or `None`.
     #[serde(default)]
     pub fit_per_bit: Option<f64>,
     /// A protection plan (`configs/protect-*.ron`, relative as `model` is) the machine and
-    /// the step run with ([`crate::protect`]); training campaigns only.
+    /// the step run with ([`crate::protect`]); training campaigns only (`None` for
+    /// `Inference`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protection: Option<PathBuf>,
 }
@@ -82,7 +87,7 @@ fn verify_every() -> u64 {
 }
 
 /// What a campaign's faults strike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Mode {
     /// Training steps: each trial is judged by what it does to training (He et al.'s outcomes).
     #[default]
@@ -93,18 +98,19 @@ pub enum Mode {
 }
 
 /// Training settings of the golden run and every trial.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainSettings {
-    /// Minibatch size.
+    /// Minibatch size. Examples, 1..=16777216 (2^24).
     pub batch: usize,
     /// Optimizer: `sgd`, `momentum` or `adam`.
     pub optimizer: OptimizerKind,
-    /// Learning rate (`None`: the optimizer's default).
+    /// Learning rate: a positive finite number, or `None` for the optimizer's default (sgd
+    /// 0.5, momentum 0.05, adam 0.01).
     pub lr: Option<f64>,
     /// MXU input format, `bf16` or `fp32` (`None`: the config's).
     pub precision: Option<MxuFormat>,
-    /// Seed of initialisation, data split and batch order.
+    /// Seed of initialisation, data split and batch order; any `u64`.
     pub seed: u64,
     /// Data directory as `faultline train --data` takes it, relative as `model` is (`None`:
     /// the shipped dataset).
@@ -118,15 +124,15 @@ impl Default for TrainSettings {
 }
 
 /// Training steps, as a list or an inclusive range.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Steps {
-    /// These steps.
+    /// These steps (1-based; order and repeats do not matter).
     List(Vec<u64>),
     /// `first..=last`.
     Range {
-        /// First step.
+        /// First step (1-based).
         first: u64,
-        /// Last step.
+        /// Last step, at least `first`.
         last: u64,
     },
 }
@@ -163,7 +169,7 @@ impl Steps {
 }
 
 /// What one injected fault does to its bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum FaultModel {
     /// A single-bit transient: the bit flips for one cycle.
     Flip,
@@ -171,14 +177,14 @@ pub enum FaultModel {
     /// (`along: Bits`), or the same bit of `bits` adjacent elements (PEs along a row, lanes,
     /// words; `along: Elements`).
     MultiBit {
-        /// Bits flipped (>= 2).
+        /// Bits flipped, 2..=32 (a single bit is `Flip`).
         bits: u32,
         /// Which neighbours.
         along: Along,
     },
     /// The bit held at `value`: every instruction that uses it while it is stuck sees it.
     StuckAt {
-        /// 0 or 1.
+        /// The value the bit is held at: 0 or 1.
         value: u8,
         /// For how long.
         lasts: Lasts,
@@ -186,7 +192,7 @@ pub enum FaultModel {
 }
 
 /// How long a stuck-at lasts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Lasts {
     /// This many cycles (>= 1) from the sampled cycle.
     Cycles(u64),
@@ -198,7 +204,7 @@ pub enum Lasts {
 }
 
 /// The neighbours a multi-bit upset spreads to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Along {
     /// Adjacent bits of the same register or word.
     Bits,
@@ -207,20 +213,20 @@ pub enum Along {
 }
 
 /// How trials are drawn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Sampling {
     /// Every (bit, cycle, step) of the selected classes (small spaces only).
     Exhaustive,
     /// `n` trials uniform over (bit, cycle, step) of the selected classes: the fraction of
     /// unmasked outcomes estimates their per-bit vulnerability without bias.
     Uniform {
-        /// Trials.
+        /// Trials, 1..=10000000.
         n: u64,
     },
     /// `per_class` uniform trials in each selected class; class estimates combine with each
     /// class's share of the space as its weight.
     Stratified {
-        /// Trials per class.
+        /// Trials per class, 1..=10000000.
         per_class: u64,
     },
 }

@@ -33,8 +33,10 @@ use crate::train_graph::TrainGraph;
 use crate::NodeIndex;
 use serde::Serialize;
 
-/// Which side of a GEMM ABFT checksums (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
+/// Which side of a GEMM ABFT checksums.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub enum Side {
     /// Row sums of `op(B)` per tile of output columns; checked against `C`'s row sums.
     Rows,

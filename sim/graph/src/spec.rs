@@ -23,21 +23,23 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// A whole model file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSpec {
-    /// Model name, e.g. `mlp-digits`.
+    /// Model name, e.g. `mlp-digits`: non-empty, no spaces or control characters.
     pub name: String,
     /// Free text: the task and dataset the model expects.
     #[serde(default)]
     pub description: String,
-    /// Per-example input shape (without the batch dimension). Images are `[H, W, C]`.
+    /// Per-example input shape (without the batch dimension). Images are `[H, W, C]`. At least
+    /// one dimension, each at least 1.
     pub input: Vec<usize>,
-    /// Output width: number of classes, or of regression targets for `Mse`.
+    /// Output width: number of classes, or of regression targets for `Mse`; at least 1, and
+    /// the last layer's output must be `[batch, outputs]`.
     pub outputs: usize,
     /// Loss on the last layer's output.
     pub loss: LossSpec,
-    /// Layers in order.
+    /// Layers in order; at least one.
     pub layers: Vec<LayerSpec>,
     /// File the spec was loaded from (named in errors); not part of the RON.
     #[serde(skip, default = "inline")]
@@ -49,7 +51,7 @@ fn inline() -> PathBuf {
 }
 
 /// The loss of a model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum LossSpec {
     /// Softmax + cross-entropy against one-hot labels `[batch, outputs]`.
     SoftmaxCrossEntropy,
@@ -58,14 +60,16 @@ pub enum LossSpec {
 }
 
 /// One layer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LayerSpec {
-    /// Unique layer name; parameters are named `<layer>.weight`, `<layer>.bias`, ...
+    /// Unique layer name; parameters are named `<layer>.weight`, `<layer>.bias`, ... Non-empty,
+    /// no spaces or control characters, and not `input`, `loss`, `labels` or `step`.
     pub name: String,
     /// What the layer does.
     pub op: LayerOp,
-    /// Names of input layers (`input` for the model input); default: the previous layer.
+    /// Names of earlier layers it reads (`input` for the model input); empty: the previous
+    /// layer. `Add` takes 2 inputs, `Attention` 3 (`[q, k, v]`), every other op 1.
     #[serde(default)]
     pub inputs: Vec<String>,
 }
@@ -83,28 +87,29 @@ fn ln_eps() -> f64 {
 }
 
 /// Layer kinds. Shapes below include the batch dimension `B`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub enum LayerOp {
     /// `[B, .., K] -> [B, .., units]`: `x * weight [K, units] + bias [units]` on the last dim.
     Dense {
-        /// Output features.
+        /// Output features, at least 1.
         units: usize,
-        /// Whether to add a bias (default true).
+        /// Whether to add a bias.
         #[serde(default = "true_")]
         bias: bool,
     },
     /// NHWC convolution `[B, H, W, C] -> [B, OH, OW, filters]` via im2col; `weight` is
     /// `[kernel*kernel*C, filters]` (row `(i*kernel + j)*C + c`), `bias` is `[filters]`.
     Conv2d {
-        /// Output channels.
+        /// Output channels, at least 1.
         filters: usize,
-        /// Square kernel size.
+        /// Square kernel size, pixels; at least 1, and at most the padded input's height and
+        /// width.
         kernel: usize,
-        /// Stride (default 1).
+        /// Stride, pixels; at least 1.
         #[serde(default = "one")]
         stride: usize,
-        /// Zero padding on each side (default 0).
+        /// Zero padding on each side, pixels.
         #[serde(default)]
         padding: usize,
     },
@@ -116,7 +121,7 @@ pub enum LayerOp {
     Softmax,
     /// LayerNorm over the last dimension `D`, with `gamma [D]` (ones) and `beta [D]` (zeros).
     LayerNorm {
-        /// Added to the variance (default 1e-5).
+        /// Added to the variance: positive and finite.
         #[serde(default = "ln_eps")]
         eps: f64,
     },
@@ -124,7 +129,7 @@ pub enum LayerOp {
     Flatten,
     /// `[B, ...] -> [B, shape...]` (same element count).
     Reshape {
-        /// Per-example output shape.
+        /// Per-example output shape, with as many elements as the input's per-example shape.
         shape: Vec<usize>,
     },
     /// Sum of two inputs of the same shape (residual connections).

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Dataflow of the systolic array.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Dataflow {
     /// Weights held in PEs (double-buffered via shadow registers); activations flow right,
     /// partial sums flow down into the accumulators.
@@ -46,7 +46,7 @@ impl Dataflow {
 }
 
 /// The matrix unit (systolic array).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MxuConfig {
     /// PE rows (the reduction/K dimension in WS and IS). Count, 1..=1024.
@@ -72,7 +72,7 @@ impl MxuConfig {
 }
 
 /// The vector unit (elementwise ops, reductions, optimizer updates in fp32).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VpuConfig {
     /// Number of lanes (elements processed per vector instruction). Count, 1..=4096.
@@ -84,7 +84,7 @@ pub struct VpuConfig {
 
 /// One on-chip SRAM array. Each word holds one element (low bits used), so an element and its
 /// word are the same thing for fault injection.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SramConfig {
     /// Capacity. Bytes; must be a whole number of words, 1 KiB..=1 GiB.
@@ -119,15 +119,20 @@ impl SramConfig {
 }
 
 /// The on-chip memories.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryConfig {
     /// Unified buffer: activations and VPU operands (fp32 VPU data needs 32-bit words).
+    /// `word_bits` at least `mxu.input_format`'s width; `banks * read_ports >= mxu.rows` (one
+    /// activation per array row per cycle).
     pub unified_buffer: SramConfig,
-    /// Accumulator SRAM: MXU outputs in the accumulator format (32-bit words).
+    /// Accumulator SRAM: MXU outputs in the accumulator format. `word_bits` 32;
+    /// `banks * write_ports >= mxu.cols` (one output per array column per cycle).
     pub accumulator: SramConfig,
     /// Weight buffer / FIFO feeding the MXU shadow registers; holds whole weight tiles
-    /// (`rows * cols` words each), two of them for double buffering.
+    /// (`rows * cols` words each), two of them for double buffering. At least one tile's bytes;
+    /// `word_bits` at least `mxu.input_format`'s width; `banks * read_ports >= mxu.cols` (one
+    /// weight per array column per cycle).
     pub weight_buffer: SramConfig,
 }
 
@@ -144,7 +149,7 @@ impl MemoryConfig {
 }
 
 /// Off-chip DRAM / HBM.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DramConfig {
     /// Capacity. Bytes, 1 MiB..=8 GiB, a multiple of 4 (32-bit words; word addresses fit a
@@ -156,13 +161,13 @@ pub struct DramConfig {
     pub bandwidth_bytes_per_cycle: f64,
     /// Latency from a DMA transfer's start to its first word arriving. Cycles, 0..=1000000.
     pub latency_cycles: u64,
-    /// Whether DRAM words are fault sites (`dram.word[addr][bit]`); off by default in studies
+    /// Whether DRAM words are fault sites (`dram.word[addr][bit]`); off in the shipped configs
     /// because DRAM is usually ECC-protected.
     pub fault_sites: bool,
 }
 
 /// The DMA engine moving tiles between DRAM and the SRAMs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DmaConfig {
     /// Fixed cost of starting one transfer (descriptor fetch, address setup), added to the
@@ -242,7 +247,7 @@ struct Feed {
 }
 
 /// The whole machine.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HwConfig {
     /// Human-readable name, e.g. `tpu-32x32`: 1..=64 characters, no control characters (it is

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A storage format of a register or memory word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum NumFormat {
     /// bfloat16: 1 sign, 8 exponent, 7 mantissa bits.
     Bf16,

@@ -26,7 +26,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Input format of the MXU during training (accumulation is always fp32; the VPU is fp32).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum MxuFormat {
     /// bf16 x bf16 -> fp32 accumulate (TPU-like; the default).

@@ -23,14 +23,16 @@ use std::str::FromStr;
 pub const MAX_STEPS: u64 = 1 << 24;
 
 /// Optimizer family, as named on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
-    /// Plain SGD.
+    /// Plain SGD (default learning rate 0.5).
     Sgd,
-    /// SGD with heavy-ball momentum ([`OptimizerSpec::MOMENTUM`]).
+    /// SGD with heavy-ball momentum ([`OptimizerSpec::MOMENTUM`], 0.9; default learning rate
+    /// 0.05).
     Momentum,
-    /// Adam ([`OptimizerSpec::adam`]'s decays and epsilon).
+    /// Adam ([`OptimizerSpec::adam`]'s decays and epsilon: 0.9, 0.999, 1e-8; default learning
+    /// rate 0.01).
     Adam,
 }
 

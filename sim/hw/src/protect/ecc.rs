@@ -31,7 +31,7 @@
 //! adds one table lookup, with no allocation.
 
 /// The check a word or register carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub enum Code {
     /// One even-parity bit over the data: detects odd-weight errors, misses even-weight ones.
     Parity,
