@@ -189,7 +189,10 @@ fn print_summary(s: &Summary, json: bool, out: &std::path::Path) -> Result<()> {
     );
     let pct = |p: f64| format!("{:.1}", 100.0 * p);
     // The report's terms: vulnerability is the share not masked, failure the share that failed.
-    println!("{:<28} {:>7}  {:<24} {:<22}  outcomes", "class", "trials", "vulnerability % [95% CI]", "failure % [95% CI]");
+    println!(
+        "{:<28} {:>7}  {:<24} {:<22}  outcomes",
+        "class", "trials", "vulnerability % [95% CI]", "failure % [95% CI]"
+    );
     for c in &s.classes {
         let outcomes: Vec<String> =
             c.outcomes.iter().filter(|o| o.share.k > 0).map(|o| format!("{} {}", o.outcome, o.share.k)).collect();

@@ -75,7 +75,13 @@ pub fn run(a: ReportArgs, mem: &HostMemory) -> Result<()> {
         .take(3)
         .map(|r| {
             let [lo, hi] = r.failure_ci;
-            format!("{} ({:.2}% [{:.2}, {:.2}] per faulty bit)", r.class, 100.0 * r.failure_per_bit, 100.0 * lo, 100.0 * hi)
+            format!(
+                "{} ({:.2}% [{:.2}, {:.2}] per faulty bit)",
+                r.class,
+                100.0 * r.failure_per_bit,
+                100.0 * lo,
+                100.0 * hi
+            )
         })
         .collect();
     if !top.is_empty() {

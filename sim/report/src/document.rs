@@ -2,9 +2,9 @@
 //! grids), built once from a [`Report`] and rendered by [`crate::markdown`] and [`crate::html`]:
 //! both files say the same thing by construction.
 
-use crate::aggregate::{bit_field, Counts, GroupRow, Heatmap, Report, MIN_CELL_TRIALS, NOT_SIMULATED};
 use crate::aggregate::ties;
-use crate::figures::{heat_scale, HeatScale, Figure, Section};
+use crate::aggregate::{bit_field, Counts, GroupRow, Heatmap, Report, MIN_CELL_TRIALS, NOT_SIMULATED};
+use crate::figures::{heat_scale, Figure, HeatScale, Section};
 use crate::load::Trace;
 use faultline_fault::record::CampaignInfo;
 use faultline_fault::spec::Mode;
@@ -332,10 +332,7 @@ fn summary(trace: &Trace, r: &Report) -> Vec<Block> {
             items.push(text);
             apart.push(tied[0].is_empty());
             if !tied[0].is_empty() {
-                verdict.push(format!(
-                    "the protection ranking's top is not separated from {}",
-                    rank_list(&tied[0])
-                ));
+                verdict.push(format!("the protection ranking's top is not separated from {}", rank_list(&tied[0])));
             }
             let thin: Vec<usize> = std::iter::once(0)
                 .chain(tied[0].iter().copied())
@@ -386,7 +383,11 @@ fn verdict_text(apart: &[bool], verdict: &[String]) -> String {
     let leaders = ["the most vulnerable unit", "the most vulnerable site class"];
     let tied: Vec<&str> = apart.iter().zip(leaders).filter(|(a, _)| !**a).map(|(_, l)| l).collect();
     if !tied.is_empty() {
-        v.push(format!("{} {} not separated from the next", tied.join(" and "), if tied.len() > 1 { "are" } else { "is" }));
+        v.push(format!(
+            "{} {} not separated from the next",
+            tied.join(" and "),
+            if tied.len() > 1 { "are" } else { "is" }
+        ));
     }
     v.extend(verdict.iter().cloned());
     v.join("; ")
@@ -624,12 +625,9 @@ fn ranking(fit_given: bool, r: &Report) -> Vec<Block> {
                     cells.extend(k.fit_per_protected_bit.map(|x| {
                         let f = if k.failure_per_bit > 0.0 { x / k.failure_per_bit } else { 0.0 };
                         match f {
-                            f if f > 0.0 => format!(
-                                "{} [{}, {}]",
-                                fit_e(x),
-                                fit_e(f * k.failure_ci[0]),
-                                fit_e(f * k.failure_ci[1])
-                            ),
+                            f if f > 0.0 => {
+                                format!("{} [{}, {}]", fit_e(x), fit_e(f * k.failure_ci[0]), fit_e(f * k.failure_ci[1]))
+                            }
                             _ => fit_e(x),
                         }
                     }));

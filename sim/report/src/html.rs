@@ -108,7 +108,13 @@ fn grid(h: &Heatmap, scale: &HeatScale) -> String {
     let cols = h.cols.div_ceil(b);
     // Cells as large as fit ~600 px: an 8x8 array reads as well as a 128x128 one.
     let px = (600 / cols.max(1)).clamp(4, 36);
-    let label = |i: usize, n: usize| if b == 1 { i.to_string() } else { format!("{}\u{2013}{}", i * b, ((i + 1) * b).min(n) - 1) };
+    let label = |i: usize, n: usize| {
+        if b == 1 {
+            i.to_string()
+        } else {
+            format!("{}\u{2013}{}", i * b, ((i + 1) * b).min(n) - 1)
+        }
+    };
     let mut s = format!("<div class=\"scroll\"><table class=\"grid\" style=\"--cell: {px}px\"><tr><th></th>");
     for c in 0..cols {
         s.push_str(&format!("<th>{}</th>", label(c, h.cols)));
@@ -145,7 +151,9 @@ fn grid(h: &Heatmap, scale: &HeatScale) -> String {
         s.push_str("</tr>\n");
     }
     let cell = if b == 1 { "one PE".to_string() } else { format!("a block of {b}x{b} PEs, their trials pooled") };
-    s.push_str(&format!("</table></div>\n<p class=\"legend\">a cell is {cell}; failure rate (the report's one scale): "));
+    s.push_str(&format!(
+        "</table></div>\n<p class=\"legend\">a cell is {cell}; failure rate (the report's one scale): "
+    ));
     for &p in &scale.ticks {
         let label = (1e4 * p).round() / 100.0;
         let more = if (p - scale.top).abs() < 1e-12 { " or more" } else { "" };

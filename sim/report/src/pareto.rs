@@ -239,7 +239,8 @@ pub fn noise_summary(c: &CampaignResult) -> String {
     let b = c.plans[base].failure_fit;
     let overlap = |i: Interval| i.lo <= b.hi && b.lo <= i.hi;
     let others: Vec<&PlanResult> = c.plans.iter().enumerate().filter(|&(i, _)| i != base).map(|(_, p)| p).collect();
-    let apart: Vec<String> = others.iter().filter(|p| !overlap(p.failure_fit)).map(|p| format!("`{}`", p.plan)).collect();
+    let apart: Vec<String> =
+        others.iter().filter(|p| !overlap(p.failure_fit)).map(|p| format!("`{}`", p.plan)).collect();
     let fit = if others.is_empty() {
         String::new()
     } else if apart.is_empty() {
@@ -297,8 +298,7 @@ fn summary(result: &ExploreResult) -> Vec<Block> {
         .campaigns
         .iter()
         .map(|c| {
-            let pareto: Vec<String> =
-                c.plans.iter().filter(|p| p.pareto).map(|p| format!("`{}`", p.plan)).collect();
+            let pareto: Vec<String> = c.plans.iter().filter(|p| p.pareto).map(|p| format!("`{}`", p.plan)).collect();
             let base = baseline(c);
             let b = base.map(|i| c.plans[i].failure_fit);
             let others = || c.plans.iter().enumerate().filter(move |&(i, _)| Some(i) != base).map(|(_, p)| p);
@@ -701,9 +701,9 @@ where
     if highest > cut {
         notes.push(format!("whiskers cut at {} (arrows); upper ends reach {}", tick_label(cut, ystep), fit(highest)));
     }
-    let all_overlap = plans.iter().all(|a| {
-        plans.iter().all(|b| a.failure_fit.lo <= b.failure_fit.hi && b.failure_fit.lo <= a.failure_fit.hi)
-    });
+    let all_overlap = plans
+        .iter()
+        .all(|a| plans.iter().all(|b| a.failure_fit.lo <= b.failure_fit.hi && b.failure_fit.lo <= a.failure_fit.hi));
     if all_overlap && plans.len() > 1 {
         notes.push("all FIT intervals overlap: differences within the noise".into());
     }

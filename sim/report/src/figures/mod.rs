@@ -30,9 +30,10 @@ pub use style::{heat, outcome_color};
 
 use chart::{title, DrawError, Drawn};
 use curves::{draw_accuracy, draw_loss};
-pub(crate) use heatmap::{block_size, blocks};
-pub use heatmap::{heat_scale, HeatScale};
+pub use heatmap::block_size;
+pub(crate) use heatmap::blocks;
 use heatmap::draw_heatmap;
+pub use heatmap::{heat_scale, HeatScale};
 use shares::{draw_bits, draw_step, steps};
 use style::HEATMAP_SIZE;
 
