@@ -106,8 +106,9 @@ fn grid(h: &Heatmap, scale: &HeatScale) -> String {
     let b = block_size(h);
     let cells = blocks(h, b);
     let cols = h.cols.div_ceil(b);
-    // Cells as large as fit ~600 px: an 8x8 array reads as well as a 128x128 one.
-    let px = (600 / cols.max(1)).clamp(4, 36);
+    // Cells as large as fit ~600 px: an 8x8 array reads as well as a 128x128 one, and a
+    // block of PEs is drawn as large as the PEs it pools.
+    let px = (600 / cols.max(1)).clamp(4, 36 * b);
     let label = |i: usize, n: usize| {
         if b == 1 {
             i.to_string()
