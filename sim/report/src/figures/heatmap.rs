@@ -14,7 +14,7 @@ const MAX_HEATMAP_CELLS: usize = 64;
 /// PEs per side of a drawn heatmap cell. A campaign spreads its trials over the whole array,
 /// so per-PE cells rarely reach [`MIN_CELL_TRIALS`]: the side doubles (keeping at least 4
 /// cells per side) until at least half the cells have enough trials to colour. Arrays larger
-/// than [`MAX_HEATMAP_CELLS`] per side start at a block size that fits.
+/// than 64 cells per side start at a block size that fits. The HTML grids pool the same blocks.
 pub fn block_size(h: &Heatmap) -> usize {
     let mut b = h.rows.max(h.cols).div_ceil(MAX_HEATMAP_CELLS).max(1);
     let largest = (h.rows.min(h.cols) / 4).max(b);
