@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Open an HTML file in headless Chromium and fail on anything a reader would hit.
 
-Usage: scripts/browser_check.py HTML_FILE PNG_OUT   (run with the venv of scripts/pyenv)
+Usage: scripts/browser_check.py [--summary] HTML_FILE PNG_OUT   (run with the venv of scripts/pyenv)
 
-Drives Debian's `chromium` over the DevTools protocol (websocket-client), loads the file,
-and collects as problems: console errors, warnings and failed asserts; uncaught exceptions;
-Log entries of level error; failed loads; and any request other than the page itself and
-data: URLs (a report must be one self-contained file that works offline). Then takes a
-full-page screenshot, 1280 px wide, to PNG_OUT and prints one summary line. Exit status:
+Drives Debian's `chromium` over the DevTools protocol (websocket-client), loads the file
+in a 1280-px wide viewport, and collects as problems: console errors, warnings and failed
+asserts; uncaught exceptions; Log entries of level error; failed loads; any request other
+than the page itself and data: URLs (a report must be one self-contained file that works
+offline); a page wider than the viewport (a horizontal scrollbar); and any table but a PE
+grid whose right edge passes the viewport or that scrolls inside its box (the key columns
+of a report must be on screen). With --summary, the first block after the page's <h1>
+must be the executive summary, <section id="summary">. Then takes a full-page screenshot,
+1280 px wide, to PNG_OUT and prints one summary line. Exit status:
 0 if no problem, 1 if any (each listed on stderr), 2 on a usage error or if the browser
 could not be driven. Env: CHROMIUM (binary), BROWSER_CHECK_TIMEOUT (s, default 60).
 """
@@ -149,7 +153,44 @@ class Cdp:
                 self.on_event(msg["method"], msg.get("params", {}))
 
 
-def check(html, png, profile):
+# Layout facts the checks need, measured in the page: viewport and document widths, every
+# table but the PE grids (its right edge, and how far its scrolling box hides it), and what
+# follows the <h1>.
+LAYOUT_JS = r"""(() => {
+  const doc = document.documentElement;
+  const out = {viewport: doc.clientWidth, page: doc.scrollWidth, tables: [], first: null};
+  document.querySelectorAll('table:not(.grid)').forEach((t, i) => {
+    const r = t.getBoundingClientRect();
+    const box = t.closest('.scroll');
+    const th = t.querySelector('th');
+    out.tables.push({n: i + 1, right: Math.ceil(r.right), hidden: box ? box.scrollWidth - box.clientWidth : 0,
+                     head: th ? th.textContent.trim() : ''});
+  });
+  const h1 = document.querySelector('h1');
+  const e = h1 ? h1.nextElementSibling : null;
+  out.first = e ? e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') : null;
+  return JSON.stringify(out);
+})()"""
+
+
+def layout_problems(layout, want_summary):
+    """The layout checks on LAYOUT_JS's measurements."""
+    problems = []
+    vw = layout["viewport"]
+    if layout["page"] > vw:
+        problems.append(f"layout: the page is {layout['page']} px wide in a {vw}-px viewport "
+                        "(a horizontal scrollbar)")
+    for t in layout["tables"]:
+        if t["right"] > vw or t["hidden"] > 0:
+            problems.append(f"layout: table {t['n']} (first header {t['head']!r}) ends at {t['right']} px "
+                            f"in a {vw}-px viewport, {t['hidden']} px of it scrolled out of view")
+    if want_summary and layout["first"] != "section#summary":
+        problems.append(f"layout: the first block after <h1> is {layout['first']!r}, "
+                        "not the executive summary (section#summary)")
+    return problems
+
+
+def check(html, png, profile, want_summary=False):
     page_url = html.resolve().as_uri()
     problems, console, urls = [], [], {}
 
@@ -192,6 +233,8 @@ def check(html, png, profile):
         cdp.wait_for("Page.loadEventFired")
         cdp.drain(0.5)
         title = cdp.send("Runtime.evaluate", expression="document.title")["result"].get("value", "")
+        layout = json.loads(cdp.send("Runtime.evaluate", expression=LAYOUT_JS)["result"]["value"])
+        problems.extend(layout_problems(layout, want_summary))
         size = cdp.send("Page.getLayoutMetrics")
         size = size.get("cssContentSize") or size["contentSize"]
         height = min(max(math.ceil(size["height"]), 1), MAX_HEIGHT)
@@ -207,15 +250,19 @@ def check(html, png, profile):
         kill_group(proc)
     cut = f" (cut from {math.ceil(size['height'])})" if height < size["height"] else ""
     print(f"browser_check: {html}: title {title!r}, page {WIDTH}x{height} px{cut}, "
+          f"{len(layout['tables'])} tables within {layout['viewport']} px checked, "
           f"{len(console)} console messages, {len(problems)} problems; screenshot {png}")
     return problems
 
 
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    want_summary = "--summary" in args
+    args = [a for a in args if a != "--summary"]
+    if len(args) != 2:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
-    html, png = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    html, png = pathlib.Path(args[0]), pathlib.Path(args[1])
     if not html.is_file():
         print(f"browser_check: error: {html} is not a file", file=sys.stderr)
         return 2
@@ -224,7 +271,7 @@ def main():
         signal.signal(sig, lambda n, _f: sys.exit(128 + n))
     profile = tempfile.mkdtemp(prefix="browser_check.")
     try:
-        problems = check(html, png, profile)
+        problems = check(html, png, profile, want_summary)
     except Fail as e:
         print(f"browser_check: error: {e}", file=sys.stderr)
         log = pathlib.Path(profile, "chromium.log")

@@ -188,12 +188,16 @@ fn print_summary(s: &Summary, json: bool, out: &std::path::Path) -> Result<()> {
         s.campaign, s.trials, s.simulated, s.skipped_dead, s.verified_dead
     );
     let pct = |p: f64| format!("{:.1}", 100.0 * p);
-    println!("{:<28} {:>7}  {:<22} {:<22}  outcomes", "class", "trials", "unmasked % [95% CI]", "failure % [95% CI]");
+    // The report's terms: vulnerability is the share not masked, failure the share that failed.
+    println!(
+        "{:<28} {:>7}  {:<24} {:<22}  outcomes",
+        "class", "trials", "vulnerability % [95% CI]", "failure % [95% CI]"
+    );
     for c in &s.classes {
         let outcomes: Vec<String> =
             c.outcomes.iter().filter(|o| o.share.k > 0).map(|o| format!("{} {}", o.outcome, o.share.k)).collect();
         println!(
-            "{:<28} {:>7}  {:<22} {:<22}  {}",
+            "{:<28} {:>7}  {:<24} {:<22}  {}",
             c.class,
             c.trials,
             format!("{} [{}, {}]", pct(c.unmasked.p), pct(c.unmasked.lo), pct(c.unmasked.hi)),
@@ -202,7 +206,7 @@ fn print_summary(s: &Summary, json: bool, out: &std::path::Path) -> Result<()> {
         );
     }
     println!(
-        "all selected ({}): unmasked {}% [{}, {}], failure {}% [{}, {}]",
+        "all selected ({}): vulnerability {}% [{}, {}], failure {}% [{}, {}]",
         s.unmasked.method,
         pct(s.unmasked.p),
         pct(s.unmasked.lo),

@@ -3,9 +3,9 @@
 use anyhow::Result;
 use clap::Args;
 use faultline_hw::budget::HostMemory;
-use faultline_report::aggregate::{aggregate, Report};
+use faultline_report::aggregate::{aggregate, ties, Report};
 use faultline_report::diff::{Change, DiffRow};
-use faultline_report::document::pct;
+use faultline_report::document::{pct, rank_list};
 use faultline_report::load::{load, Trace};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -61,7 +61,10 @@ pub fn run(a: ReportArgs, mem: &HostMemory) -> Result<()> {
         "report of campaign {}: {} trials ({} simulated, {} provably dead), {} figures",
         trace.info.spec.name, s.trials, s.simulated, s.skipped_dead, w.figures
     );
-    println!("{:<18} {:>10} {:>8}  {:<24} {:<24}", "unit", "bits", "trials", "vulnerability %", "failure %");
+    println!(
+        "{:<18} {:>10} {:>8}  {:<24} {:<24}",
+        "unit", "bits", "trials", "vulnerability % [95% CI]", "failure % [95% CI]"
+    );
     for u in &report.units {
         println!("{:<18} {:>10} {:>8}  {:<24} {:<24}", u.unit, u.bits, u.trials, pct(u.unmasked), pct(u.failure));
     }
@@ -70,10 +73,24 @@ pub fn run(a: ReportArgs, mem: &HostMemory) -> Result<()> {
         .iter()
         .filter(|r| r.failure_per_bit > 0.0)
         .take(3)
-        .map(|r| format!("{} ({:.2}% per faulty bit)", r.class, 100.0 * r.failure_per_bit))
+        .map(|r| {
+            let [lo, hi] = r.failure_ci;
+            format!(
+                "{} ({:.2}% [{:.2}, {:.2}] per faulty bit)",
+                r.class,
+                100.0 * r.failure_per_bit,
+                100.0 * lo,
+                100.0 * hi
+            )
+        })
         .collect();
     if !top.is_empty() {
         println!("protect first: {}", top.join(", "));
+        let intervals: Vec<[f64; 3]> =
+            report.ranking.iter().map(|r| [r.failure_per_bit, r.failure_ci[0], r.failure_ci[1]]).collect();
+        if let Some(tied) = ties(&intervals).first().filter(|t| !t.is_empty()) {
+            println!("  not separated: #1's 95% interval overlaps those of {} (the report's ranking)", rank_list(tied));
+        }
     }
     println!("wrote {}, {}, {}, {}", w.html.display(), w.markdown.display(), w.csv[0].display(), w.csv[1].display());
     Ok(())

@@ -97,7 +97,14 @@ fn shards_merge_to_one_run_and_mismatches_are_refused() {
     assert!(!out.status.success() && err.contains("was run as shard 0/2"), "{err}");
     let merged = d.path().join("merged");
     let out = ok(faultline(&["merge", "--out", s(&merged), &shards[1], &shards[0]]));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("campaign slurm-test: 300 trials"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("campaign slurm-test: 300 trials"));
+    // The report's terms: vulnerability, not "unmasked".
+    assert!(
+        text.contains("vulnerability % [95% CI]") && text.contains("all selected (pooled): vulnerability "),
+        "{text}"
+    );
+    assert!(!text.contains("unmasked"), "{text}");
     for f in ["campaign.json", "records.jsonl", "summary.json"] {
         assert_eq!(std::fs::read(whole.join(f)).unwrap(), std::fs::read(merged.join(f)).unwrap(), "{f}");
     }

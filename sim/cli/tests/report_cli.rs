@@ -16,6 +16,12 @@ fn report_writes_its_files_and_prints_the_unit_table() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(text.starts_with("report of campaign tiny: 360 trials (104 simulated, 256 provably dead)"), "{text}");
     assert!(text.lines().any(|l| l.starts_with("MXU ") && l.contains("3072")), "{text}");
+    // The report's terms, and the ranking's intervals and ties.
+    assert!(text.lines().any(|l| l.starts_with("unit ") && l.contains("vulnerability % [95% CI]")), "{text}");
+    assert!(!text.contains("unmasked"), "{text}");
+    let protect = text.lines().find(|l| l.starts_with("protect first: ")).expect("a protect-first line");
+    assert!(protect.starts_with("protect first: seq.tile (5.00% [1.71, 13.70] per faulty bit)"), "{text}");
+    assert!(text.contains("  not separated: #1's 95% interval overlaps those of #2\u{2013}#6"), "{text}");
     for f in
         ["index.html", "report.md", "summary.csv", "trials.csv", "figures/loss-curves.svg", "figures/loss-curves.png"]
     {

@@ -146,6 +146,12 @@ pub struct Rank {
     pub bits: u64,
     /// Training-failure probability per faulty bit (the class's failure share).
     pub failure_per_bit: f64,
+    /// That probability's Wilson 95% interval `[lo, hi]`.
+    pub failure_ci: [f64; 2],
+    /// Trials that failed, of [`Rank::trials`]: what the estimate rests on.
+    pub failures: u64,
+    /// Trials of the class.
+    pub trials: u64,
     /// Its share of the selected classes' total failure rate (bits x failure, normalised).
     pub share: f64,
     /// Failure FIT it contributes, when the campaign gives a raw FIT.
@@ -232,6 +238,19 @@ pub fn bit_field(format: Option<&str>, bit: u32) -> &'static str {
         Some(_) => "mantissa",
         None => "magnitude",
     }
+}
+
+/// For each of `intervals` (`[p, lo, hi]`, in rank order), the other ranks (0-based) whose
+/// intervals overlap its own: the ones this campaign cannot tell it apart from. Overlapping
+/// 95% intervals are a conservative reading (two rates can differ while their intervals
+/// still touch), so a rank listed apart is apart, and a tie says "not shown to differ".
+pub fn ties(intervals: &[[f64; 3]]) -> Vec<Vec<usize>> {
+    let overlap = |a: &[f64; 3], b: &[f64; 3]| a[1] <= b[2] && b[1] <= a[2];
+    intervals
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (0..intervals.len()).filter(|&j| j != i && overlap(a, &intervals[j])).collect())
+        .collect()
 }
 
 /// `[p, lo, hi]` of an estimate.
@@ -367,11 +386,15 @@ pub fn aggregate(trace: &Trace) -> Report {
     let mut ranking: Vec<Rank> = classes
         .iter()
         .map(|c| {
-            let p = c.counts.failure().p;
+            let e = c.counts.failure();
+            let p = e.p;
             Rank {
                 class: c.info.class.clone(),
                 bits: c.info.bits,
                 failure_per_bit: p,
+                failure_ci: [e.lo, e.hi],
+                failures: e.k,
+                trials: e.n,
                 share: if total_rate > 0.0 { c.info.bits as f64 * p / total_rate } else { 0.0 },
                 fit_failure: c.fit_failure.map(|f| f[0]),
                 fit_per_protected_bit: fit.map(|f| f * p),

@@ -2,8 +2,9 @@
 //! grids), built once from a [`Report`] and rendered by [`crate::markdown`] and [`crate::html`]:
 //! both files say the same thing by construction.
 
+use crate::aggregate::ties;
 use crate::aggregate::{bit_field, Counts, GroupRow, Heatmap, Report, MIN_CELL_TRIALS, NOT_SIMULATED};
-use crate::figures::{Figure, Section};
+use crate::figures::{heat_scale, Figure, HeatScale, Section};
 use crate::load::Trace;
 use faultline_fault::record::CampaignInfo;
 use faultline_fault::spec::Mode;
@@ -40,8 +41,16 @@ pub enum Block {
     },
     /// A figure (Markdown links the file, HTML inlines the SVG).
     Figure(Figure),
-    /// A PE array (HTML: a grid of cells with hover titles; Markdown: its figure).
-    Grid(Heatmap, Option<Figure>),
+    /// A PE array on the report's one colour scale (HTML: a grid of cells, or of blocks of
+    /// PEs when single PEs have too few trials, with hover titles; Markdown: its figure).
+    Grid(Heatmap, Option<Figure>, HeatScale),
+    /// Blocks set apart under an anchor `id` (HTML: a `<section id>`; Markdown: the blocks).
+    Section {
+        /// Anchor and CSS class.
+        id: String,
+        /// Its content.
+        blocks: Vec<Block>,
+    },
 }
 
 /// Share as a percentage with its 95% interval: `12.3 [9.1, 16.2]`.
@@ -176,7 +185,10 @@ fn breakdown(r: &Report, what: &str, rows: &[GroupRow]) -> Block {
 pub fn build(trace: &Trace, r: &Report, figures: &[Figure]) -> Vec<Block> {
     // FIT columns only when the spec gives a raw FIT per bit.
     let fit_given = trace.info.spec.fit_per_bit.is_some();
-    let mut b = overview(trace, r);
+    let mut b = vec![Block::Heading(1, format!("Faultline report: {}", trace.info.spec.name))];
+    // The answer first: the reader who stops after one block has read the findings.
+    b.push(Block::Section { id: "summary".into(), blocks: summary(trace, r) });
+    b.extend(overview(trace, r));
     b.extend(outcomes(r));
     b.extend(by_unit(fit_given, r));
     b.extend(by_class(fit_given, r));
@@ -193,11 +205,199 @@ fn figures_of(figures: &[Figure], sec: Section) -> impl Iterator<Item = Figure> 
     figures.iter().filter(move |f| f.section == sec).cloned()
 }
 
+/// Failed trials below which a rate is called thin in the summary (a rule of thumb: the
+/// Wilson interval of fewer than 5 events spans more than a factor of 3).
+const THIN: u64 = 5;
+
+/// Names of the 0-based entries `idx` of `names`, at most three, then "and N more".
+fn some_names(names: &[String], idx: &[usize]) -> String {
+    let mut v: Vec<String> = idx.iter().take(3).map(|&i| names[i].clone()).collect();
+    if idx.len() > 3 {
+        v.push(format!("{} more", idx.len() - 3));
+    }
+    match v.len() {
+        0 => String::new(),
+        1 => v.remove(0),
+        n => format!("{} and {}", v[..n - 1].join(", "), v[n - 1]),
+    }
+}
+
+/// Trials per group that would separate rates `p1 > p2` with non-overlapping 95% intervals
+/// if the rates held (normal approximation), rounded up to two significant digits.
+pub fn trials_to_separate(p1: f64, p2: f64) -> Option<u64> {
+    if p1 <= p2 {
+        return None;
+    }
+    let sd = (p1 * (1.0 - p1)).sqrt() + (p2 * (1.0 - p2)).sqrt();
+    let n = (1.96 * sd / (p1 - p2)).powi(2).ceil();
+    let unit = 10f64.powf((n.log10().floor() - 1.0).max(0.0));
+    Some(((n / unit).ceil() * unit) as u64)
+}
+
+/// The most vulnerable of `items` (name, `[p, lo, hi]`, sorted by `p` descending): the top
+/// one, and whether the next ones' intervals overlap it. Returns the sentence and whether the
+/// top stands apart.
+fn leader(what: &str, items: &[(String, [f64; 3], [f64; 3])]) -> (String, bool) {
+    let intervals: Vec<[f64; 3]> = items.iter().map(|x| x.1).collect();
+    let tied = ties(&intervals);
+    let (name, v, f) = &items[0];
+    let head = format!(
+        "**Most vulnerable {what}:** {name}: {} % of its faults were not masked (failure {} %)",
+        pct(*v),
+        pct(*f)
+    );
+    if items.len() == 1 {
+        return (format!("{head}."), true);
+    }
+    let names: Vec<String> = items.iter().map(|x| format!("{} ({} %)", x.0, pct(x.1))).collect();
+    if tied[0].is_empty() {
+        (format!("{head}, clearly ahead of the next, {}: their intervals do not overlap.", names[1]), true)
+    } else {
+        (
+            format!(
+                "{head}; its interval overlaps those of {}, so this campaign does not tell them apart.",
+                some_names(&names, &tied[0])
+            ),
+            false,
+        )
+    }
+}
+
+/// The executive summary: the most vulnerable unit and class with their intervals, the
+/// protection that buys the most, and whether the trials suffice to say so.
+fn summary(trace: &Trace, r: &Report) -> Vec<Block> {
+    let fail = if trace.info.spec.mode == Mode::Training { "made training fail" } else { "made inference fail" };
+    let mut items = Vec::new();
+    let mut apart = Vec::new();
+    let mut units: Vec<(String, [f64; 3], [f64; 3])> =
+        r.units.iter().map(|u| (u.unit.clone(), u.unmasked, u.failure)).collect();
+    units.sort_by(|a, b| b.1[0].total_cmp(&a.1[0]));
+    if !units.is_empty() {
+        let (text, ok) = leader("unit", &units);
+        items.push(text);
+        apart.push(ok);
+    }
+    let mut classes: Vec<(String, [f64; 3], [f64; 3])> = r
+        .classes
+        .iter()
+        .filter(|c| c.counts.trials() > 0)
+        .map(|c| {
+            let (u, f) = (c.counts.unmasked(), c.counts.failure());
+            (format!("`{}`", c.info.class), [u.p, u.lo, u.hi], [f.p, f.lo, f.hi])
+        })
+        .collect();
+    classes.sort_by(|a, b| b.1[0].total_cmp(&a.1[0]));
+    if !classes.is_empty() {
+        let (text, ok) = leader("site class", &classes);
+        items.push(text);
+        apart.push(ok);
+    }
+    let s = &r.summary;
+    if r.units.len() > 1 {
+        let biggest = r.units.iter().max_by_key(|u| u.bits).expect("units");
+        items.push(format!(
+            "**All selected bits together:** vulnerability {} %, failure {} %. Each class counts by its bits, so \
+             the largest unit ({}, {} of {} bits) sets this figure, whatever the small units' rates.",
+            pct([s.unmasked.p, s.unmasked.lo, s.unmasked.hi]),
+            pct([s.failure.p, s.failure.lo, s.failure.hi]),
+            biggest.unit,
+            biggest.bits,
+            r.units.iter().map(|u| u.bits).sum::<u64>()
+        ));
+    }
+    let tied = ties(&rank_intervals(r));
+    let mut verdict = Vec::new();
+    match r.ranking.first() {
+        Some(top) if top.failures > 0 => {
+            let fit = top
+                .fit_per_protected_bit
+                .map(|x| format!(", {} FIT removed per protected bit", fit_e(x)))
+                .unwrap_or_default();
+            let mut text = format!(
+                "**Protect first:** `{}`: {:.2} [{:.2}, {:.2}] % of the faults in one of its bits {fail} ({} of {} \
+                 trials){fit}, the highest per bit (ranking below).",
+                top.class,
+                100.0 * top.failure_per_bit,
+                100.0 * top.failure_ci[0],
+                100.0 * top.failure_ci[1],
+                top.failures,
+                top.trials
+            );
+            if !tied[0].is_empty() {
+                text.push_str(&format!(
+                    " Its interval overlaps those of ranks {}: they may buy as much.",
+                    rank_list(&tied[0])
+                ));
+            }
+            items.push(text);
+            apart.push(tied[0].is_empty());
+            if !tied[0].is_empty() {
+                verdict.push(format!("the protection ranking's top is not separated from {}", rank_list(&tied[0])));
+            }
+            let thin: Vec<usize> = std::iter::once(0)
+                .chain(tied[0].iter().copied())
+                .filter(|&i| (1..THIN).contains(&r.ranking[i].failures))
+                .collect();
+            if !thin.is_empty() {
+                let counts: Vec<u64> = thin.iter().map(|&i| r.ranking[i].failures).collect();
+                let (lo, hi) = (counts.iter().min().expect("one"), counts.iter().max().expect("one"));
+                let n = if lo == hi { format!("{lo}") } else { format!("{lo}\u{2013}{hi}") };
+                let each = if thin.len() > 1 { " each" } else { "" };
+                let s = if *hi == 1 { "" } else { "s" };
+                verdict.push(format!("ranks {} rest on {n} failure{s}{each}", rank_list(&thin)));
+            }
+            if let Some(second) = r.ranking.get(1).filter(|_| !tied[0].is_empty()) {
+                if let Some(n) = trials_to_separate(top.failure_per_bit, second.failure_per_bit) {
+                    verdict.push(format!(
+                        "about {n} trials per class (now {}) would separate #1 from #2 if their rates held",
+                        top.trials
+                    ));
+                }
+            }
+        }
+        _ => {
+            let bound = r.ranking.iter().map(|k| k.failure_ci[1]).fold(0.0, f64::max);
+            items.push(format!(
+                "**Protect first:** nothing to choose: no trial {fail}; at 95% confidence every class's failure \
+                 rate per faulty bit is at most {:.1} %.",
+                100.0 * bound
+            ));
+            verdict.push("no failure was seen, so the campaign cannot rank protection".into());
+            apart.push(false);
+        }
+    }
+    let answer = if apart.iter().all(|&a| a) && verdict.is_empty() {
+        "Yes: each leader above stands apart from the next (95% intervals do not overlap).".to_string()
+    } else if apart.iter().any(|&a| a) {
+        format!("Partly: {}.", verdict_text(&apart, &verdict))
+    } else {
+        format!("No: {}.", verdict_text(&apart, &verdict))
+    };
+    items.push(format!("**Enough trials to say so?** {answer}"));
+    vec![Block::Heading(2, "Summary".into()), Block::List(items)]
+}
+
+/// The reasons behind a "partly" or "no": which leaders are tied, then `verdict`'s points.
+fn verdict_text(apart: &[bool], verdict: &[String]) -> String {
+    let mut v = Vec::new();
+    let leaders = ["the most vulnerable unit", "the most vulnerable site class"];
+    let tied: Vec<&str> = apart.iter().zip(leaders).filter(|(a, _)| !**a).map(|(_, l)| l).collect();
+    if !tied.is_empty() {
+        v.push(format!(
+            "{} {} not separated from the next",
+            tied.join(" and "),
+            if tied.len() > 1 { "are" } else { "is" }
+        ));
+    }
+    v.extend(verdict.iter().cloned());
+    v.join("; ")
+}
+
 /// The title, what the trials were and what the rates mean, and the run's description.
 fn overview(trace: &Trace, r: &Report) -> Vec<Block> {
     let info = &trace.info;
     let s = &r.summary;
-    let mut b = vec![Block::Heading(1, format!("Faultline report: {}", info.spec.name))];
+    let mut b = vec![Block::Heading(2, "What was run".into())];
     let verb = if info.spec.mode == Mode::Training { "training" } else { "inference" };
     b.push(Block::Para(format!(
         "{} trials of one {} each during {verb} ({} simulated; {} provably dead, so not run and counted \
@@ -220,7 +420,6 @@ fn overview(trace: &Trace, r: &Report) -> Vec<Block> {
     if trace.partial_last_line {
         b.push(Block::Para("The last line of `records.jsonl` was half-written and is not counted.".into()));
     }
-    b.push(Block::Heading(2, "Run".into()));
     b.push(Block::List(run_description(info, &trace.dir.display().to_string())));
     b
 }
@@ -284,13 +483,18 @@ fn by_unit(fit_given: bool, r: &Report) -> Vec<Block> {
     ]
 }
 
-/// Outcome counts and rates per site class.
+/// Rates per site class, then their outcome counts: two tables, so the rates (the columns a
+/// reader comes for) fit a page beside the class names.
 fn by_class(fit_given: bool, r: &Report) -> Vec<Block> {
-    let mut head = counts_head(r, &["class", "kind", "format", "bits"]);
-    head.insert(5, "dead (not run)".into());
+    let mut head: Vec<String> =
+        ["class", "kind", "format", "bits", "trials", "vulnerability % [95% CI]", "failure % [95% CI]"]
+            .map(String::from)
+            .to_vec();
     if fit_given {
         head.push("failure FIT [95% CI]".into());
     }
+    let mut counts_head: Vec<String> = ["class", "trials", "dead (not run)"].map(String::from).to_vec();
+    counts_head.extend(present(r).iter().map(|o| o.name().to_string()));
     vec![
         Block::Heading(2, "Vulnerability by site class".into()),
         Block::Table {
@@ -304,32 +508,95 @@ fn by_class(fit_given: bool, r: &Report) -> Vec<Block> {
                         format!("{:?}", c.info.kind),
                         c.info.format.clone().unwrap_or_else(|| "-".into()),
                         c.info.bits.to_string(),
+                        c.counts.trials().to_string(),
+                        pct_of(c.counts.unmasked()),
+                        pct_of(c.counts.failure()),
                     ];
-                    cells.extend(counts_cells(r, &c.counts));
-                    cells.insert(5, c.skipped.to_string());
                     cells.extend(c.fit_failure.map(|f| format!("{} [{}, {}]", fit(f[0]), fit(f[1]), fit(f[2]))));
                     Row { cells, strong: false }
                 })
                 .collect(),
             text_columns: 3,
         },
+        Block::Heading(3, "Outcomes by site class".into()),
+        Block::Para(
+            "Trials per outcome; `dead (not run)` of them were provably dead, so not simulated and counted \
+             `HwMasked`."
+                .into(),
+        ),
+        Block::Table {
+            head: counts_head,
+            rows: r
+                .classes
+                .iter()
+                .map(|c| {
+                    let mut cells =
+                        vec![format!("`{}`", c.info.class), c.counts.trials().to_string(), c.skipped.to_string()];
+                    cells.extend(present(r).iter().map(|&o| c.counts.of(o).to_string()));
+                    Row { cells, strong: false }
+                })
+                .collect(),
+            text_columns: 1,
+        },
     ]
 }
 
-/// Classes ranked by the failures one protected bit removes.
-fn ranking(fit_given: bool, r: &Report) -> Vec<Block> {
-    let mut head: Vec<String> =
-        ["rank", "class", "bits", "failure per faulty bit %", "share of failures %"].map(String::from).to_vec();
-    if fit_given {
-        head.extend(["failure FIT".into(), "FIT removed per protected bit".into()]);
+/// `#2–#4, #6`: 0-based ranks `ranks` (ascending) as 1-based runs.
+pub fn rank_list(ranks: &[usize]) -> String {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &r in ranks {
+        match runs.last_mut() {
+            Some(run) if run.1 + 1 == r => run.1 = r,
+            _ => runs.push((r, r)),
+        }
     }
+    runs.iter()
+        .map(|&(a, b)| if a == b { format!("#{}", a + 1) } else { format!("#{}\u{2013}#{}", a + 1, b + 1) })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A failure FIT removed per protected bit (`0` or three significant digits in e-notation).
+fn fit_e(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else {
+        format!("{x:.2e}")
+    }
+}
+
+/// The protection ranking's rows as `[p, lo, hi]` of failure per faulty bit, in rank order.
+fn rank_intervals(r: &Report) -> Vec<[f64; 3]> {
+    r.ranking.iter().map(|k| [k.failure_per_bit, k.failure_ci[0], k.failure_ci[1]]).collect()
+}
+
+/// Classes ranked by the failures one protected bit removes, with each rate's interval and
+/// the ranks it cannot be told apart from.
+fn ranking(fit_given: bool, r: &Report) -> Vec<Block> {
+    let mut head: Vec<String> = [
+        "rank",
+        "class",
+        "bits",
+        "failure per faulty bit % [95% CI]",
+        "failed / trials",
+        "tied with (intervals overlap)",
+        "share of failures %",
+    ]
+    .map(String::from)
+    .to_vec();
+    if fit_given {
+        head.extend(["failure FIT".into(), "FIT removed per protected bit [95% CI]".into()]);
+    }
+    let tied = ties(&rank_intervals(r));
     vec![
         Block::Heading(2, "Where protection buys the most".into()),
         Block::Para(
-            "Classes ranked by the training failures one protected bit removes: the failure probability of a \
-             fault in one of its bits (times the raw FIT per bit, when given). `share` is the class's part of \
-             the selected classes' failure rate; protecting the top rows first removes the most failures per \
-             bit of protection."
+            "Classes ranked by the failures one protected bit removes: the failure probability of a fault in \
+             one of its bits (times the raw FIT per bit, when given), with its 95% interval and the failed \
+             trials it rests on. A rank whose interval overlaps another's is `tied` with it: this campaign \
+             cannot say which of the two buys more, so read tied ranks as one group (more trials narrow the \
+             intervals). `share` is the class's part of the selected classes' failure rate; protecting the \
+             top rows first removes the most failures per bit of protection."
                 .into(),
         ),
         Block::Table {
@@ -337,19 +604,33 @@ fn ranking(fit_given: bool, r: &Report) -> Vec<Block> {
             rows: r
                 .ranking
                 .iter()
+                .zip(&tied)
                 .enumerate()
-                .map(|(i, k)| {
+                .map(|(i, (k, t))| {
                     let mut cells = vec![
                         (i + 1).to_string(),
                         format!("`{}`", k.class),
                         k.bits.to_string(),
-                        format!("{:.2}", 100.0 * k.failure_per_bit),
+                        format!(
+                            "{:.2} [{:.2}, {:.2}]",
+                            100.0 * k.failure_per_bit,
+                            100.0 * k.failure_ci[0],
+                            100.0 * k.failure_ci[1]
+                        ),
+                        format!("{} / {}", k.failures, k.trials),
+                        if t.is_empty() { "\u{2014}".into() } else { rank_list(t) },
                         format!("{:.1}", 100.0 * k.share),
                     ];
                     cells.extend(k.fit_failure.map(fit));
-                    cells.extend(
-                        k.fit_per_protected_bit.map(|x| if x == 0.0 { "0".into() } else { format!("{x:.2e}") }),
-                    );
+                    cells.extend(k.fit_per_protected_bit.map(|x| {
+                        let f = if k.failure_per_bit > 0.0 { x / k.failure_per_bit } else { 0.0 };
+                        match f {
+                            f if f > 0.0 => {
+                                format!("{} [{}, {}]", fit_e(x), fit_e(f * k.failure_ci[0]), fit_e(f * k.failure_ci[1]))
+                            }
+                            _ => fit_e(x),
+                        }
+                    }));
                     Row { cells, strong: false }
                 })
                 .collect(),
@@ -358,16 +639,28 @@ fn ranking(fit_given: bool, r: &Report) -> Vec<Block> {
     ]
 }
 
-/// A PE grid per register kind with its heatmap figure (nothing without PE classes).
+/// A PE grid per register kind with its heatmap figure (nothing without PE classes), all on
+/// one colour scale.
 fn pe_array(r: &Report, figures: &[Figure]) -> Vec<Block> {
     if r.heatmaps.is_empty() {
         return Vec::new();
     }
+    let scale = heat_scale(r);
+    let blocked = r.heatmaps.iter().any(|h| crate::figures::block_size(h) > 1);
     let mut b = vec![
         Block::Heading(2, "PE array".into()),
         Block::Para(format!(
-            "Training-failure rate of the faults anchored in each PE, per register kind (row 0 at the top). \
-             Cells with fewer than {MIN_CELL_TRIALS} trials are marked, not coloured: too few to estimate."
+            "Failure rate of the faults anchored in each PE, per register kind (row 0 at the top). One colour \
+             scale for every grid of this report, here and in the figure files: from 0 % (pale yellow) to {:.0} % \
+             or more (dark red). Cells with fewer than {MIN_CELL_TRIALS} trials are hatched, not coloured: too \
+             few to estimate.{}",
+            100.0 * scale.top,
+            if blocked {
+                " Where single PEs got too few trials, a cell is a square block of PEs (its size is under the grid) \
+                 pooling their trials."
+            } else {
+                ""
+            }
         )),
     ];
     for h in &r.heatmaps {
@@ -379,7 +672,7 @@ fn pe_array(r: &Report, figures: &[Figure]) -> Vec<Block> {
             })
             .cloned();
         b.push(Block::Heading(3, format!("`{}`", h.class)));
-        b.push(Block::Grid(h.clone(), fig));
+        b.push(Block::Grid(h.clone(), fig, scale.clone()));
     }
     b
 }

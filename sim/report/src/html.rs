@@ -3,18 +3,22 @@
 
 use crate::aggregate::{Heatmap, MIN_CELL_TRIALS};
 use crate::document::Block;
+use crate::figures::{block_size, blocks, HeatScale};
 
-/// The page's style: print-friendly, wide tables scroll instead of overflowing.
+/// The page's style: print-friendly; tables fit a 1,280-px page (long names and headers wrap),
+/// and only a PE grid wider than the page scrolls.
 const STYLE: &str = "
 body { font-family: DejaVu Sans, Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
 h1 { border-bottom: 2px solid #444; padding-bottom: .2em; }
 h2 { border-bottom: 1px solid #bbb; margin-top: 2em; }
 code { background: #f3f3f3; padding: 0 .2em; border-radius: 3px; font-size: 90%; }
-td code { white-space: nowrap; }
+section.summary { background: #f6f8fb; border: 1px solid #c9d3e0; border-left: 5px solid #0072b2; padding: .2em 1.2em .4em; margin: 1em 0 2em; }
+section.summary h2 { border: none; margin-top: .6em; }
+section.summary li { margin: .45em 0; line-height: 1.4; }
 .scroll { overflow-x: auto; }
-table { border-collapse: collapse; margin: .8em 0; font-size: 13px; }
-th, td { border: 1px solid #ccc; padding: 3px 7px; }
-th { background: #f0f0f0; }
+table { border-collapse: collapse; margin: .8em 0; font-size: 13px; max-width: 100%; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; }
+th { background: #f0f0f0; font-weight: 600; vertical-align: bottom; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.strong td { font-weight: bold; background: #fafafa; }
 figure { margin: 1em 0; }
@@ -42,7 +46,51 @@ fn inline(s: &str) -> String {
             .map(|(i, part)| if i % 2 == 1 { format!("<{tag}>{part}</{tag}>") } else { part.to_string() })
             .collect()
     };
-    spans(&spans(&escape(s), "`", "code"), "**", "strong")
+    let code = |s: &str| -> String {
+        s.split('`')
+            .enumerate()
+            .map(|(i, part)| if i % 2 == 1 { format!("<code>{}</code>", breakable(part)) } else { part.to_string() })
+            .collect()
+    };
+    spans(&code(&escape(s)), "**", "strong")
+}
+
+/// Code text (escaped) with break opportunities after `.` before a letter, `/` and `,`, so
+/// that long site names and paths wrap in a narrow column instead of widening it.
+fn breakable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        let next_letter = chars.peek().is_some_and(|n| n.is_ascii_alphabetic());
+        if (c == '.' && next_letter) || ((c == '/' || c == ',') && chars.peek().is_some()) {
+            out.push_str("<wbr>");
+        }
+    }
+    out
+}
+
+/// A header's text with break opportunities inside CamelCase names (`Short<wbr>Term<wbr>InfNan`),
+/// so that outcome columns are as narrow as their numbers.
+fn header(s: &str) -> String {
+    let text = inline(s);
+    let mut out = String::with_capacity(text.len());
+    let mut prev_lower = false;
+    let mut in_tag = false;
+    for c in text.chars() {
+        if c == '<' {
+            in_tag = true;
+        }
+        if !in_tag && prev_lower && c.is_ascii_uppercase() {
+            out.push_str("<wbr>");
+        }
+        prev_lower = !in_tag && c.is_ascii_lowercase();
+        if c == '>' {
+            in_tag = false;
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// CSS colour of rate `p` on a scale topping at `vmax` (the figures' colour map).
@@ -51,26 +99,36 @@ fn rate_color(p: f64, vmax: f64) -> String {
     format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
 }
 
-/// A PE grid: one cell per PE with its counts in a hover title.
-fn grid(h: &Heatmap) -> String {
-    // As the figure does, the scale tops out at the highest rate shown (at least 5%, rounded
-    // up to 5%), so low rates still differ.
-    let rate = |x: &crate::aggregate::Cell| x.failures as f64 / x.trials as f64;
-    let highest = h.cells.iter().filter(|x| x.trials >= MIN_CELL_TRIALS).map(rate).fold(0.0, f64::max);
-    let vmax = (highest.max(0.05) * 20.0).ceil() / 20.0;
-    // Cells as large as fit ~600 px: an 8x8 array reads as well as a 128x128 one.
-    let px = (600 / h.cols.max(1)).clamp(4, 36);
+/// A PE grid on the report's colour scale: one cell per PE, or per square block of PEs
+/// pooling their trials when single PEs have too few (as the heatmap figure draws it), each
+/// with its counts in a hover title.
+fn grid(h: &Heatmap, scale: &HeatScale) -> String {
+    let b = block_size(h);
+    let cells = blocks(h, b);
+    let cols = h.cols.div_ceil(b);
+    // Cells as large as fit ~600 px: an 8x8 array reads as well as a 128x128 one, and a
+    // block of PEs is drawn as large as the PEs it pools.
+    let px = (600 / cols.max(1)).clamp(4, 36 * b);
+    let label = |i: usize, n: usize| {
+        if b == 1 {
+            i.to_string()
+        } else {
+            format!("{}\u{2013}{}", i * b, ((i + 1) * b).min(n) - 1)
+        }
+    };
     let mut s = format!("<div class=\"scroll\"><table class=\"grid\" style=\"--cell: {px}px\"><tr><th></th>");
-    for c in 0..h.cols {
-        s.push_str(&format!("<th>{c}</th>"));
+    for c in 0..cols {
+        s.push_str(&format!("<th>{}</th>", label(c, h.cols)));
     }
     s.push_str("</tr>\n");
-    for r in 0..h.rows {
-        s.push_str(&format!("<tr><th>{r}</th>"));
-        for c in 0..h.cols {
-            let x = h.cells[r * h.cols + c];
+    for (r, row) in cells.chunks(cols).enumerate() {
+        s.push_str(&format!("<tr><th>{}</th>", label(r, h.rows)));
+        for x in row {
+            let pes = |a: usize, z: usize| if z - a == 1 { a.to_string() } else { format!("{a}..{}", z - 1) };
             let title = format!(
-                "pe[{r}][{c}].{}: {} trials, {} unmasked, {} failed{}",
+                "pe[{}][{}].{}: {} trials, {} unmasked, {} failed{}",
+                pes(x.r0, x.r1),
+                pes(x.c0, x.c1),
                 h.register,
                 x.trials,
                 x.unmasked,
@@ -78,7 +136,7 @@ fn grid(h: &Heatmap) -> String {
                 if x.trials < MIN_CELL_TRIALS {
                     " (too few trials to estimate)".to_string()
                 } else {
-                    format!(" ({:.1}% failure)", 100.0 * x.failures as f64 / x.trials as f64)
+                    format!(" ({:.1}% failure)", 100.0 * x.rate())
                 }
             );
             if x.trials < MIN_CELL_TRIALS {
@@ -86,18 +144,21 @@ fn grid(h: &Heatmap) -> String {
             } else {
                 s.push_str(&format!(
                     "<td style=\"background:{}\" title=\"{}\"></td>",
-                    rate_color(rate(&x), vmax),
+                    rate_color(x.rate(), scale.top),
                     escape(&title)
                 ));
             }
         }
         s.push_str("</tr>\n");
     }
-    s.push_str("</table></div>\n<p class=\"legend\">failure rate: ");
-    for i in 0..=4 {
-        let p = vmax * i as f64 / 4.0;
+    let cell = if b == 1 { "one PE".to_string() } else { format!("a block of {b}x{b} PEs, their trials pooled") };
+    s.push_str(&format!(
+        "</table></div>\n<p class=\"legend\">a cell is {cell}; failure rate (the report's one scale): "
+    ));
+    for &p in &scale.ticks {
         let label = (1e4 * p).round() / 100.0;
-        s.push_str(&format!("<span style=\"background:{}\"></span>{label}% ", rate_color(p, vmax)));
+        let more = if (p - scale.top).abs() < 1e-12 { " or more" } else { "" };
+        s.push_str(&format!("<span style=\"background:{}\"></span>{label}%{more} ", rate_color(p, scale.top)));
     }
     s.push_str(&format!(
         "&nbsp; <span class=\"few\"></span> fewer than {MIN_CELL_TRIALS} trials (hover a cell for its counts)</p>\n"
@@ -111,6 +172,13 @@ pub fn render(title: &str, blocks: &[Block]) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
         escape(title)
     );
+    render_into(&mut out, blocks);
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// Appends `blocks` as HTML to `out`.
+fn render_into(out: &mut String, blocks: &[Block]) {
     for b in blocks {
         match b {
             Block::Heading(level, text) => out.push_str(&format!("<h{level}>{}</h{level}>\n", inline(text))),
@@ -125,7 +193,7 @@ pub fn render(title: &str, blocks: &[Block]) -> String {
             Block::Table { head, rows, text_columns } => {
                 out.push_str("<div class=\"scroll\"><table>\n<tr>");
                 for h in head {
-                    out.push_str(&format!("<th>{}</th>", inline(h)));
+                    out.push_str(&format!("<th>{}</th>", header(h)));
                 }
                 out.push_str("</tr>\n");
                 for r in rows {
@@ -148,9 +216,13 @@ pub fn render(title: &str, blocks: &[Block]) -> String {
                     inline(&f.title)
                 ));
             }
-            Block::Grid(h, _) => out.push_str(&grid(h)),
+            Block::Grid(h, _, scale) => out.push_str(&grid(h, scale)),
+            Block::Section { id, blocks } => {
+                let id = escape(id);
+                out.push_str(&format!("<section id=\"{id}\" class=\"{id}\">\n"));
+                render_into(out, blocks);
+                out.push_str("</section>\n");
+            }
         }
     }
-    out.push_str("</body>\n</html>\n");
-    out
 }

@@ -35,6 +35,15 @@ fn cell(s: &str) -> String {
 /// Renders `blocks` as Markdown.
 pub fn render(blocks: &[Block]) -> String {
     let mut out = String::new();
+    render_into(&mut out, blocks);
+    while out.ends_with("\n\n") {
+        out.pop();
+    }
+    out
+}
+
+/// Appends `blocks` to `out`.
+fn render_into(out: &mut String, blocks: &[Block]) {
     for b in blocks {
         match b {
             Block::Heading(level, t) => out.push_str(&format!("{} {}\n\n", "#".repeat(*level as usize), text(t))),
@@ -59,12 +68,9 @@ pub fn render(blocks: &[Block]) -> String {
                 out.push('\n');
             }
             Block::Figure(f) => out.push_str(&format!("![{}](figures/{}.svg)\n\n", text(&f.title), f.name)),
-            Block::Grid(_, Some(f)) => out.push_str(&format!("![{}](figures/{}.svg)\n\n", text(&f.title), f.name)),
-            Block::Grid(_, None) => {}
+            Block::Grid(_, Some(f), _) => out.push_str(&format!("![{}](figures/{}.svg)\n\n", text(&f.title), f.name)),
+            Block::Grid(_, None, _) => {}
+            Block::Section { blocks, .. } => render_into(out, blocks),
         }
     }
-    while out.ends_with("\n\n") {
-        out.pop();
-    }
-    out
 }

@@ -214,10 +214,132 @@ pub fn abft_summary(c: &CampaignResult) -> String {
     )
 }
 
+/// Two-sided exact sign test (McNemar's, exact) of `removed` against `added` failures among
+/// paired trials: the chance of a split at least this uneven if the plan changed nothing.
+pub fn sign_test(removed: u64, added: u64) -> f64 {
+    let n = removed + added;
+    if n == 0 {
+        return 1.0;
+    }
+    let k = removed.min(added);
+    // P(X <= k) for X ~ Binomial(n, 1/2), in logs so that large n stays finite.
+    let ln_choose = |n: u64, i: u64| -> f64 { (1..=i).map(|j| ((n - i + j) as f64).ln() - (j as f64).ln()).sum() };
+    let tail: f64 = (0..=k).map(|i| (ln_choose(n, i) - n as f64 * std::f64::consts::LN_2).exp()).sum();
+    (2.0 * tail).min(1.0)
+}
+
+/// Paired changes a sign test calls beyond chance at 5%.
+const SIGNIFICANT: f64 = 0.05;
+
+/// What the noise allows this campaign's plans to claim, in words: whether their residual
+/// FIT intervals overlap the baseline's (then FIT cannot rank them), and which plans' paired
+/// changes a sign test calls beyond chance.
+pub fn noise_summary(c: &CampaignResult) -> String {
+    let Some(base) = baseline(c) else { return "No plans.".into() };
+    let b = c.plans[base].failure_fit;
+    let overlap = |i: Interval| i.lo <= b.hi && b.lo <= i.hi;
+    let others: Vec<&PlanResult> = c.plans.iter().enumerate().filter(|&(i, _)| i != base).map(|(_, p)| p).collect();
+    let apart: Vec<String> =
+        others.iter().filter(|p| !overlap(p.failure_fit)).map(|p| format!("`{}`", p.plan)).collect();
+    let fit = if others.is_empty() {
+        String::new()
+    } else if apart.is_empty() {
+        format!(
+            "Residual FIT: every plan's 95% interval overlaps the unprotected `{}`'s ({}), so on FIT the \
+             differences between plans are within the noise of this campaign. ",
+            c.plans[base].plan,
+            fit_interval(b)
+        )
+    } else {
+        format!(
+            "Residual FIT: {} lie below the unprotected interval ({}); the other plans' intervals overlap it \
+             (within the noise). ",
+            apart.join(", "),
+            fit_interval(b)
+        )
+    };
+    let mut sharp: Vec<String> = Vec::new();
+    let mut chance: Vec<String> = Vec::new();
+    for p in &others {
+        if p.failures_removed + p.failures_added == 0 {
+            continue;
+        }
+        let q = sign_test(p.failures_removed, p.failures_added);
+        let text = format!("`{}` ({}/{}, p = {:.2})", p.plan, p.failures_removed, p.failures_added, q);
+        if q < SIGNIFICANT {
+            sharp.push(text);
+        } else {
+            chance.push(text);
+        }
+    }
+    let mut parts = Vec::new();
+    if !sharp.is_empty() {
+        parts.push(format!("beyond chance at 5%: {}", sharp.join(", ")));
+    }
+    if !chance.is_empty() {
+        parts.push(format!("within chance: {}", chance.join(", ")));
+    }
+    let paired = if parts.is_empty() {
+        "Paired trials: no plan changed any paired trial's failure.".to_string()
+    } else {
+        format!(
+            "Paired trials (failures removed/added of the same faults, exact sign test) are the sharper \
+             comparison: {}.",
+            parts.join("; ")
+        )
+    };
+    format!("{fit}{paired}")
+}
+
+/// The exploration's executive summary: per campaign, the Pareto plans and what the noise
+/// allows to claim.
+fn summary(result: &ExploreResult) -> Vec<Block> {
+    let items = result
+        .campaigns
+        .iter()
+        .map(|c| {
+            let pareto: Vec<String> = c.plans.iter().filter(|p| p.pareto).map(|p| format!("`{}`", p.plan)).collect();
+            let base = baseline(c);
+            let b = base.map(|i| c.plans[i].failure_fit);
+            let others = || c.plans.iter().enumerate().filter(move |&(i, _)| Some(i) != base).map(|(_, p)| p);
+            let apart: Vec<String> = others()
+                .filter(|p| b.is_some_and(|b| p.failure_fit.hi < b.lo || b.hi < p.failure_fit.lo))
+                .map(|p| format!("`{}`", p.plan))
+                .collect();
+            let sharp: Vec<String> = others()
+                .filter(|p| p.failures_removed > p.failures_added)
+                .filter(|p| sign_test(p.failures_removed, p.failures_added) < SIGNIFICANT)
+                .map(|p| format!("`{}`", p.plan))
+                .collect();
+            format!(
+                "**{}** ({} on {}, {} trials per plan): Pareto-optimal {}. On residual FIT {}. On paired trials {}.",
+                c.campaign,
+                c.model,
+                c.hw,
+                c.trials,
+                if pareto.is_empty() { "none".into() } else { pareto.join(", ") },
+                if apart.is_empty() {
+                    "every plan is within the noise: its 95% interval overlaps the unprotected one's".to_string()
+                } else {
+                    format!("{} differ from unprotected; the rest are within the noise", apart.join(", "))
+                },
+                if sharp.is_empty() {
+                    "no plan removes more failures than it adds beyond chance (sign test, 5%)".to_string()
+                } else {
+                    format!("{} remove more failures than they add beyond chance (sign test, 5%)", sharp.join(", "))
+                }
+            )
+        })
+        .collect();
+    vec![Block::Heading(2, "Summary".into()), Block::List(items)]
+}
+
 /// The report's blocks: an introduction, then per campaign its plan table, its figures
 /// (those of `figures` named after it) and its per-layer ABFT table.
 pub fn build(result: &ExploreResult, figures: &[Figure]) -> Vec<Block> {
     let mut b = vec![Block::Heading(1, format!("Faultline exploration: {}", result.name))];
+    b.push(Block::Section { id: "summary".into(), blocks: summary(result) });
+    b.push(Block::Heading(2, "What was compared".into()));
     b.push(Block::Para(format!(
         "Every protection plan against each campaign, on the trials of the unprotected baseline (`none`): a \
          plan that adds no instruction runs the very same faults; one that adds checks runs each register \
@@ -239,6 +361,7 @@ pub fn build(result: &ExploreResult, figures: &[Figure]) -> Vec<Block> {
             ),
         ));
         b.push(Block::Heading(3, "Plans".into()));
+        b.push(Block::Para(noise_summary(c)));
         let base = baseline(c);
         b.push(Block::Table {
             head: PLAN_HEAD.map(String::from).to_vec(),
@@ -571,6 +694,27 @@ where
     let fit_top = if fit_max > 0.0 { fit_top.min(CLIP * fit_max) } else { fit_top };
     let (yaxis, ystep) = axis_from_zero(fit_top, 0.04, true);
     let cut = yaxis.hi;
+    // Say on the figure what the whiskers mean for the comparison: cut ones, and whether
+    // every interval overlaps every other (then the points' order is within the noise).
+    let mut notes = Vec::new();
+    let highest = plans.iter().map(|q| q.failure_fit.hi).fold(0.0, f64::max);
+    if highest > cut {
+        notes.push(format!("whiskers cut at {} (arrows); upper ends reach {}", tick_label(cut, ystep), fit(highest)));
+    }
+    let all_overlap = plans
+        .iter()
+        .all(|a| plans.iter().all(|b| a.failure_fit.lo <= b.failure_fit.hi && b.failure_fit.lo <= a.failure_fit.hi));
+    if all_overlap && plans.len() > 1 {
+        notes.push("all FIT intervals overlap: differences within the noise".into());
+    }
+    let body = if notes.is_empty() {
+        body
+    } else {
+        let (top, rest) = body.split_vertically(22);
+        let w = top.dim_in_pixel().0 as i32;
+        top.draw(&Text::new(notes.join("; "), (w / 2, 10), font(13.0).pos(Pos::new(HPos::Center, VPos::Center))))?;
+        rest
+    };
     let right = xaxis.hi;
     let mut chart = ChartBuilder::on(&body)
         .margin(10)

@@ -229,6 +229,11 @@ fn shipped_example_is_what_its_explore_json_renders_to() {
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../reports/examples/explore-mlp");
     let result: ExploreResult =
         serde_json::from_str(&fs::read_to_string(shipped.join("explore.json")).unwrap()).unwrap();
+    // FAULTLINE_BLESS=1 rewrites the example's report from its explore.json, as
+    // `faultline explore` would after the same campaigns (explore.json itself is untouched).
+    if std::env::var_os("FAULTLINE_BLESS").is_some() {
+        write_pareto(&result, &shipped).unwrap();
+    }
     let dir = tempfile::tempdir().unwrap();
     write_pareto(&result, dir.path()).unwrap();
     for file in ["pareto.md", "pareto.csv", "index.html"] {
@@ -236,7 +241,40 @@ fn shipped_example_is_what_its_explore_json_renders_to() {
             (fs::read_to_string(shipped.join(file)).unwrap(), fs::read_to_string(dir.path().join(file)).unwrap());
         assert!(
             want == got,
-            "{file} of the shipped example is stale: regenerate it with `faultline explore configs/explore-mlp.ron`"
+            "{file} of the shipped example is stale: regenerate it with `faultline explore configs/explore-mlp.ron` \
+             (or FAULTLINE_BLESS=1 on this test)"
         );
     }
+}
+
+#[test]
+fn sign_test_is_the_exact_two_sided_binomial() {
+    use faultline_report::pareto::sign_test;
+    // 6 removed, 0 added: 2 x (1/2)^6.
+    assert!((sign_test(6, 0) - 0.03125).abs() < 1e-12);
+    assert!((sign_test(0, 6) - 0.03125).abs() < 1e-12);
+    // 3/0: 2 x 1/8; 1/1 and none: no evidence at all.
+    assert!((sign_test(3, 0) - 0.25).abs() < 1e-12);
+    assert_eq!((sign_test(1, 1), sign_test(0, 0)), (1.0, 1.0));
+    // 10/2: 2 x (1 + 12 + 66) / 4096.
+    assert!((sign_test(10, 2) - 2.0 * 79.0 / 4096.0).abs() < 1e-12);
+    // Large counts stay finite.
+    assert!(sign_test(600, 400) < 1e-9);
+}
+
+#[test]
+fn the_page_says_when_plans_differ_within_the_noise() {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../reports/examples/explore-mlp");
+    let result: ExploreResult =
+        serde_json::from_str(&fs::read_to_string(shipped.join("explore.json")).unwrap()).unwrap();
+    let text = faultline_report::pareto::noise_summary(&result.campaigns[1]);
+    // explore-cnn: every FIT interval overlaps the baseline's, and global ABFT's 6/0 is beyond chance.
+    assert!(text.contains("within the noise"), "{text}");
+    assert!(text.contains("beyond chance at 5%: `abft-global` (6/0, p = 0.03)"), "{text}");
+    // A plan whose FIT interval lies below the baseline's is named as apart.
+    let mut c = result.campaigns[1].clone();
+    c.plans[1].failure_fit = faultline_fault::explore::Interval { p: 0.0, lo: 0.0, hi: 0.0 };
+    c.plans[0].failure_fit.lo = 0.01;
+    let text = faultline_report::pareto::noise_summary(&c);
+    assert!(text.contains(&format!("`{}` lie below the unprotected interval", c.plans[1].plan)), "{text}");
 }

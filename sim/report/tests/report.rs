@@ -6,6 +6,8 @@
 use faultline_hw::budget::HostMemory;
 use faultline_report::aggregate::aggregate;
 use faultline_report::diff::compare;
+use faultline_report::document::pct_of;
+use faultline_report::figures::{block_size, heat_scale};
 use faultline_report::load::load;
 use faultline_report::ReportError;
 use std::fs;
@@ -120,8 +122,9 @@ fn html_is_one_self_contained_page() {
             - html.matches("xmlns=\"http://www.w3.org/2000/svg\"").count() * (banned == "http://") as usize;
         assert_eq!(hits, 0, "index.html contains `{banned}`");
     }
-    // Every figure is inlined, and every PE grid cell has a hover title with its counts.
-    // Every figure but the heatmaps (the page draws those as grids) is inlined.
+    // Every figure but the heatmaps (the page draws those as grids) is inlined, and every
+    // grid cell (a PE, or a block of PEs where single PEs have too few trials) has a hover
+    // title with its counts.
     let svgs: Vec<String> = fs::read_dir(out.path().join("figures"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -130,11 +133,159 @@ fn html_is_one_self_contained_page() {
     let heatmaps = svgs.iter().filter(|n| n.starts_with("heatmap-")).count();
     assert_eq!(heatmaps, report.heatmaps.len());
     assert_eq!(html.matches("<figure>").count(), svgs.len() - heatmaps, "figures inlined vs files");
-    let cells: usize = report.heatmaps.iter().map(|h| h.rows * h.cols).sum();
+    let cells: usize = report
+        .heatmaps
+        .iter()
+        .map(|h| {
+            let b = block_size(h);
+            h.rows.div_ceil(b) * h.cols.div_ceil(b)
+        })
+        .sum();
     assert_eq!(
         html.matches("<td class=\"few\" title=\"pe[").count() + html.matches("<td style=\"background:").count(),
         cells
     );
+}
+
+/// The report of the fixture: its trace, aggregate, Markdown and HTML.
+fn fixture_report() -> (faultline_report::load::Trace, faultline_report::aggregate::Report, String, String) {
+    let trace = load(Path::new(FIXTURE), &HostMemory::default(), |_, _| {}).unwrap();
+    let report = aggregate(&trace);
+    let out = tempfile::tempdir().unwrap();
+    let w = faultline_report::write_report(&trace, &report, out.path()).unwrap();
+    let (md, html) = (fs::read_to_string(&w.markdown).unwrap(), fs::read_to_string(&w.html).unwrap());
+    (trace, report, md, html)
+}
+
+#[test]
+fn executive_summary_comes_first_and_names_the_top_class_and_protection_with_intervals() {
+    let (_, report, md, html) = fixture_report();
+    // First after the title, in both files.
+    let headings: Vec<&str> = md.lines().filter(|l| l.starts_with('#')).take(2).collect();
+    assert_eq!(headings, ["# Faultline report: tiny", "## Summary"]);
+    let after_h1 = html.split("</h1>\n").nth(1).unwrap();
+    assert!(after_h1.starts_with("<section id=\"summary\""), "{}", &after_h1[..80]);
+    let summary = md.split("## Summary").nth(1).unwrap().split("\n## ").next().unwrap();
+    // The most vulnerable class, found here independently, with its interval.
+    let top = report.classes.iter().max_by(|a, b| a.counts.unmasked().p.total_cmp(&b.counts.unmasked().p)).unwrap();
+    let named = format!("**Most vulnerable site class:** `{}`: {} %", top.info.class, pct_of(top.counts.unmasked()));
+    assert!(summary.contains(&named), "{named} not in:\n{summary}");
+    // The class with the highest failure share, with its interval, is the one to protect first.
+    let worst = report.classes.iter().max_by(|a, b| a.counts.failure().p.total_cmp(&b.counts.failure().p)).unwrap();
+    let f = worst.counts.failure();
+    let protect = format!(
+        "**Protect first:** `{}`: {:.2} [{:.2}, {:.2}] %",
+        worst.info.class,
+        100.0 * f.p,
+        100.0 * f.lo,
+        100.0 * f.hi
+    );
+    assert!(summary.contains(&protect), "{protect} not in:\n{summary}");
+    assert!(summary.contains("**Enough trials to say so?** "), "{summary}");
+}
+
+/// The protection ranking's rows as (rank, `tied with` cell), from report.md.
+fn ranking_rows(md: &str) -> Vec<(usize, String)> {
+    let section = md.split("## Where protection buys the most").nth(1).unwrap().split("\n## ").next().unwrap();
+    section
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.chars().nth(2).is_some_and(|c| c.is_ascii_digit()))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            (cells[0].trim_start_matches("| ").parse().unwrap(), cells[5].to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn ranking_marks_ties_exactly_where_intervals_overlap() {
+    let (_, report, md, _) = fixture_report();
+    let rows = ranking_rows(&md);
+    assert_eq!(rows.len(), report.ranking.len());
+    // Overlap computed here from the classes' own failure estimates, not from the ranking.
+    let est = |class: &str| report.classes.iter().find(|c| c.info.class == class).unwrap().counts.failure();
+    for (i, (rank, tied)) in rows.iter().enumerate() {
+        assert_eq!(*rank, i + 1);
+        let a = est(&report.ranking[i].class);
+        let want: Vec<usize> = (0..rows.len())
+            .filter(|&j| j != i)
+            .filter(|&j| {
+                let b = est(&report.ranking[j].class);
+                a.lo <= b.hi && b.lo <= a.hi
+            })
+            .collect();
+        let listed: Vec<usize> = if tied == "\u{2014}" {
+            Vec::new()
+        } else {
+            tied.split(", ")
+                .flat_map(|run| {
+                    let ends: Vec<usize> = run
+                        .split('\u{2013}')
+                        .map(|r| r.trim_start_matches('#').parse::<usize>().unwrap() - 1)
+                        .collect();
+                    ends[0]..=*ends.last().unwrap()
+                })
+                .collect()
+        };
+        assert_eq!(listed, want, "rank {rank}");
+    }
+    // The fixture's top is tied; make its failures certain and it stands apart.
+    assert_ne!(rows[0].1, "\u{2014}");
+    let top = report.ranking[0].class.clone();
+    let mut trace = load(Path::new(FIXTURE), &HostMemory::default(), |_, _| {}).unwrap();
+    let k = trace.info.classes.iter().position(|c| c.class == top).unwrap() as u16;
+    for t in trace.trials.iter_mut().filter(|t| t.class == k) {
+        t.outcome = faultline_fault::Outcome::SlowDegrade;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let w = faultline_report::write_report(&trace, &aggregate(&trace), out.path()).unwrap();
+    let md = fs::read_to_string(&w.markdown).unwrap();
+    assert_eq!(ranking_rows(&md)[0].1, "\u{2014}");
+    assert!(!md.contains("Its interval overlaps those of ranks"), "{md}");
+}
+
+#[test]
+fn every_pe_grid_uses_one_stated_colour_scale_in_html_svg_and_png() {
+    let trace = load(Path::new(FIXTURE), &HostMemory::default(), |_, _| {}).unwrap();
+    // One grid with a far higher rate than the others: per-grid scales would differ.
+    let mut trace2 = trace.clone();
+    let w = trace2.info.classes.iter().position(|c| c.register == "weight").unwrap() as u16;
+    for t in trace2.trials.iter_mut().filter(|t| t.class == w) {
+        t.outcome = faultline_fault::Outcome::SlowDegrade;
+    }
+    let report = aggregate(&trace2);
+    assert!(report.heatmaps.len() > 1);
+    let scale = heat_scale(&report);
+    assert_eq!(scale.top, 1.0, "every weight trial failed: the scale reaches 100%");
+    let out = tempfile::tempdir().unwrap();
+    let w = faultline_report::write_report(&trace2, &report, out.path()).unwrap();
+    let html = fs::read_to_string(&w.html).unwrap();
+    let legends: Vec<&str> = html
+        .lines()
+        .filter(|l| l.starts_with("<p class=\"legend\">"))
+        .map(|l| l.split_once("failure rate").unwrap().1)
+        .collect();
+    assert_eq!(legends.len(), report.heatmaps.len());
+    assert!(legends.iter().all(|l| *l == legends[0] && l.contains("100%")), "{legends:?}");
+    assert!(html.contains("from 0 % (pale yellow) to 100 % or more (dark red)"));
+    // Each heatmap figure's colour bar tops out at the same label.
+    let mut svgs = 0;
+    for e in fs::read_dir(out.path().join("figures")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with("heatmap-") && name.ends_with(".svg") {
+            let svg = fs::read_to_string(out.path().join("figures").join(&name)).unwrap();
+            assert!(svg.lines().any(|l| l.trim() == "100%"), "{name}: its colour bar does not reach the report's 100%");
+            svgs += 1;
+        }
+    }
+    assert_eq!(svgs, report.heatmaps.len());
+    // The grids pool PEs into the figure's blocks, and say so.
+    for h in &report.heatmaps {
+        let b = block_size(h);
+        if b > 1 {
+            assert!(html.contains(&format!("a cell is a block of {b}x{b} PEs")), "{}", h.class);
+        }
+    }
 }
 
 #[test]
@@ -228,4 +379,18 @@ fn a_half_written_last_line_is_left_out() {
     assert_eq!(trace.trials.len(), 359);
     let report = aggregate(&trace);
     assert_eq!(report.summary.trials, 359);
+}
+
+#[test]
+fn ties_rank_lists_and_trials_to_separate() {
+    use faultline_report::aggregate::ties;
+    use faultline_report::document::{rank_list, trials_to_separate};
+    // [p, lo, hi]: #1 apart from #3, tied with #2; #2 tied with both.
+    let t = ties(&[[0.5, 0.4, 0.6], [0.35, 0.2, 0.45], [0.1, 0.0, 0.3]]);
+    assert_eq!(t, vec![vec![1], vec![0, 2], vec![1]]);
+    assert_eq!(rank_list(&[1, 2, 3, 5, 7, 8]), "#2\u{2013}#4, #6, #8\u{2013}#9");
+    assert_eq!(rank_list(&[]), "");
+    // 8/300 against 2/300 (the shipped example's top two): about 570 trials each.
+    assert_eq!(trials_to_separate(8.0 / 300.0, 2.0 / 300.0), Some(570));
+    assert_eq!(trials_to_separate(0.1, 0.1), None);
 }

@@ -88,8 +88,8 @@ impl Faulty {
     }
 }
 
-/// Figure 4: golden loss per step (black) under sampled faulty trials' losses, coloured by
-/// outcome; a non-finite loss ends a curve with an X at the top edge.
+/// Figure 4: golden loss per step (black, on top) over sampled faulty trials' losses, coloured
+/// by outcome; a non-finite loss ends a curve with an X at the top edge.
 pub(super) fn draw_loss<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, report: &Report) -> Drawn
 where
     DB::ErrorType: 'static,
@@ -124,7 +124,7 @@ where
     // Headroom for the X marks of non-finite losses.
     let yhi = hi + if broken { 0.1 } else { 0.05 } * span;
     let yticks = if log { log_ticks(ylo, hi) } else { ticks(lo, hi, 6) };
-    let mut entries = vec![("golden".to_string(), Swatch::Line(BLACK, 3))];
+    let mut entries = vec![("golden (drawn on top)".to_string(), Swatch::Line(BLACK, 2))];
     entries.extend(outcome_entries(report.curves.iter().map(|c| c.outcome)));
     if clipped {
         entries.push((format!("loss > {LOSS_CLIP:.0}x golden max (clipped)"), Swatch::Triangle(BLACK)));
@@ -137,9 +137,6 @@ where
     let mut chart = chart(&area, (1.0, xhi, ticks(1.0, xhi, 10)), (ylo, yhi, yticks), 60)?;
     let y_desc = if log { "training loss (log scale)" } else { "training loss" };
     mesh(&mut chart, "training step", y_desc, &|x| format!("{}", x.round() as i64), &|y| loss_label(*y, log))?;
-    // Golden first and thick, so faulty curves that follow it stay visible on top of it.
-    let golden_pts = golden.iter().enumerate().filter_map(|(i, &g)| axis(g).map(|y| ((i + 1) as f64, y)));
-    chart.draw_series(LineSeries::new(golden_pts, BLACK.stroke_width(3)))?;
     for Faulty { outcome, points, broken } in &curves {
         let color = outcome_color(*outcome);
         // A loss without a place on a log axis (<= 0) breaks the line like a non-finite one.
@@ -164,6 +161,10 @@ where
             chart.draw_series(std::iter::once(Cross::new((*x, y), 6, color.stroke_width(2))))?;
         }
     }
+    // Golden last, so that it is the reference every faulty curve is read against and never
+    // hidden under them; a faulty curve that runs under it is one that followed it.
+    let golden_pts = golden.iter().enumerate().filter_map(|(i, &g)| axis(g).map(|y| ((i + 1) as f64, y)));
+    chart.draw_series(LineSeries::new(golden_pts, BLACK.stroke_width(2)))?;
     Ok(())
 }
 
@@ -199,7 +200,7 @@ where
     let (ylo, yhi) = ((lo - pad).max(0.0), (hi + pad).min(1.0));
     let yticks = ticks(ylo, yhi, 6);
     let ystep = if yticks.len() > 1 { yticks[1] - yticks[0] } else { 0.01 };
-    let mut entries = vec![("golden".to_string(), Swatch::Line(BLACK, 3))];
+    let mut entries = vec![("golden".to_string(), Swatch::Line(BLACK, 2))];
     entries.extend(outcome_entries(report.accuracy.iter().map(|p| p.outcome)));
     let area = legend(area, &entries)?;
     let (xlo, xhi) = (xs[0] as f64 - 0.6 * gap, xs[xs.len() - 1] as f64 + 0.6 * gap);
@@ -207,9 +208,10 @@ where
     mesh(&mut chart, step_word(report), "test accuracy at window end", &|x| format!("{}", x.round() as i64), &|y| {
         percent(*y, ystep)
     })?;
-    chart.draw_series(report.golden_accuracy.iter().map(|&(s, a)| {
-        PathElement::new(vec![(s as f64 - half * 1.1, a), (s as f64 + half * 1.1, a)], BLACK.stroke_width(3))
-    }))?;
     chart.draw_series(points.iter().map(|&(x, y, o)| Circle::new((x, y), 3, outcome_color(o).mix(0.85).filled())))?;
+    // Golden's bars over the points, as golden's loss is drawn over the faulty curves.
+    chart.draw_series(report.golden_accuracy.iter().map(|&(s, a)| {
+        PathElement::new(vec![(s as f64 - half * 1.1, a), (s as f64 + half * 1.1, a)], BLACK.stroke_width(2))
+    }))?;
     Ok(())
 }

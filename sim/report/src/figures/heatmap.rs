@@ -1,6 +1,6 @@
 //! Figure 1: the PE-array heatmap, per PE or per block of PEs.
 
-use crate::aggregate::{Heatmap, MIN_CELL_TRIALS};
+use crate::aggregate::{Heatmap, Report, MIN_CELL_TRIALS};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -14,8 +14,8 @@ const MAX_HEATMAP_CELLS: usize = 64;
 /// PEs per side of a drawn heatmap cell. A campaign spreads its trials over the whole array,
 /// so per-PE cells rarely reach [`MIN_CELL_TRIALS`]: the side doubles (keeping at least 4
 /// cells per side) until at least half the cells have enough trials to colour. Arrays larger
-/// than [`MAX_HEATMAP_CELLS`] per side start at a block size that fits.
-pub(super) fn block_size(h: &Heatmap) -> usize {
+/// than 64 cells per side start at a block size that fits. The HTML grids pool the same blocks.
+pub fn block_size(h: &Heatmap) -> usize {
     let mut b = h.rows.max(h.cols).div_ceil(MAX_HEATMAP_CELLS).max(1);
     let largest = (h.rows.min(h.cols) / 4).max(b);
     loop {
@@ -28,32 +28,71 @@ pub(super) fn block_size(h: &Heatmap) -> usize {
     }
 }
 
-/// A drawn heatmap cell: PE rows `r0..r1`, columns `c0..c1`, summed trials and failures.
-struct Block {
-    r0: usize,
-    r1: usize,
-    c0: usize,
-    c1: usize,
-    trials: u64,
-    failures: u64,
+/// A drawn heatmap cell: PE rows `r0..r1`, columns `c0..c1`, summed trials, unmasked and
+/// failures.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeBlock {
+    pub(crate) r0: usize,
+    pub(crate) r1: usize,
+    pub(crate) c0: usize,
+    pub(crate) c1: usize,
+    pub(crate) trials: u64,
+    pub(crate) unmasked: u64,
+    pub(crate) failures: u64,
 }
 
-/// The heatmap's cells summed over `b` x `b` blocks of PEs (smaller at the far edges).
-fn blocks(h: &Heatmap, b: usize) -> Vec<Block> {
+impl PeBlock {
+    /// Its failure rate (only meaningful with trials).
+    pub(crate) fn rate(&self) -> f64 {
+        self.failures as f64 / self.trials.max(1) as f64
+    }
+}
+
+/// The one colour scale of a report's PE grids: 0 to `top`, labelled at `ticks` (`step`
+/// apart). Every grid of a report, in its SVG, PNG and HTML, uses it, so one colour is one
+/// failure rate across the whole report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeatScale {
+    /// The rate drawn darkest (a round share: 5%, 10%, 20%, 25%, 50% or 100%).
+    pub top: f64,
+    /// Labelled rates, from 0 to `top`.
+    pub ticks: Vec<f64>,
+    /// Their spacing.
+    pub step: f64,
+}
+
+/// The colour scale of every PE grid of `report`: up to the highest failure rate of any cell
+/// drawn with enough trials in any grid (at least 5%), rounded up, so low rates still differ.
+pub fn heat_scale(report: &Report) -> HeatScale {
+    let highest = report
+        .heatmaps
+        .iter()
+        .flat_map(|h| blocks(h, block_size(h)))
+        .filter(|c| c.trials >= MIN_CELL_TRIALS)
+        .map(|c| c.rate())
+        .fold(0.0, f64::max);
+    let (top, ticks, step) = share_axis(highest.max(0.05), 0.0);
+    HeatScale { top, ticks, step }
+}
+
+/// The heatmap's cells summed over `b` x `b` blocks of PEs (smaller at the far edges), row
+/// by row.
+pub(crate) fn blocks(h: &Heatmap, b: usize) -> Vec<PeBlock> {
     let mut out = Vec::new();
     for r0 in (0..h.rows).step_by(b) {
         for c0 in (0..h.cols).step_by(b) {
             let (r1, c1) = ((r0 + b).min(h.rows), (c0 + b).min(h.cols));
-            let (mut trials, mut failures) = (0, 0);
+            let (mut trials, mut unmasked, mut failures) = (0, 0, 0);
             for r in r0..r1 {
                 for c in c0..c1 {
                     if let Some(cell) = h.cells.get(r * h.cols + c) {
                         trials += cell.trials;
+                        unmasked += cell.unmasked;
                         failures += cell.failures;
                     }
                 }
             }
-            out.push(Block { r0, r1, c0, c1, trials, failures });
+            out.push(PeBlock { r0, r1, c0, c1, trials, unmasked, failures });
         }
     }
     out
@@ -76,9 +115,9 @@ pub(super) fn pe_ticks(n: usize, b: usize) -> Vec<f64> {
     t.into_iter().map(|x| x as f64 + 0.5).collect()
 }
 
-/// Figure 1: the PE array's failure rate per PE (or block of PEs), row 0 at the top like a
-/// floor plan.
-pub(super) fn draw_heatmap<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, h: &Heatmap) -> Drawn
+/// Figure 1: the PE array's failure rate per PE (or block of PEs) on the report's colour
+/// scale `scale`, row 0 at the top like a floor plan.
+pub(super) fn draw_heatmap<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, h: &Heatmap, scale: &HeatScale) -> Drawn
 where
     DB::ErrorType: 'static,
 {
@@ -86,11 +125,9 @@ where
     let area = legend(area, &[(format!("fewer than {min} trials: too few to colour"), Swatch::TooFew)])?;
     let b = block_size(h);
     let cells = blocks(h, b);
-    let rate = |c: &Block| c.failures as f64 / c.trials as f64;
-    let coloured: Vec<&Block> = cells.iter().filter(|c| c.trials >= min).collect();
-    // The scale tops out at the highest rate shown, rounded up, so that low rates still differ.
-    let highest = coloured.iter().map(|c| rate(c)).fold(0.0, f64::max);
-    let (vmax, scale_ticks, scale_step) = share_axis(highest.max(0.05), 0.0);
+    let rate = |c: &PeBlock| c.rate();
+    let coloured: Vec<&PeBlock> = cells.iter().filter(|c| c.trials >= min).collect();
+    let (vmax, scale_ticks, scale_step) = (scale.top, scale.ticks.clone(), scale.step);
     let (plot, bar) = area.split_horizontally(area.dim_in_pixel().0.saturating_sub(110));
     let (rows, cols) = (h.rows as f64, h.cols as f64);
     // Chart y runs up from the bottom: PE row r spans y in [rows - r - 1, rows - r].

@@ -30,7 +30,10 @@ pub use style::{heat, outcome_color};
 
 use chart::{title, DrawError, Drawn};
 use curves::{draw_accuracy, draw_loss};
-use heatmap::{block_size, draw_heatmap};
+pub use heatmap::block_size;
+pub(crate) use heatmap::blocks;
+use heatmap::draw_heatmap;
+pub use heatmap::{heat_scale, HeatScale};
 use shares::{draw_bits, draw_step, steps};
 use style::HEATMAP_SIZE;
 
@@ -211,7 +214,7 @@ where
     root.fill(&WHITE)?;
     let body = title(&root, &p.title)?;
     match p.kind {
-        Kind::Heatmap(h) => draw_heatmap(&body, h)?,
+        Kind::Heatmap(h) => draw_heatmap(&body, h, &heat_scale(report))?,
         Kind::Bits(i) => draw_bits(&body, report, i)?,
         Kind::Step => draw_step(&body, report)?,
         Kind::Loss => draw_loss(&body, report)?,
