@@ -247,6 +247,21 @@ fn every_example_prints_what_its_page_shows() {
     assert!(failures.is_empty(), "{} example(s) differ from their pages:\n\n{}", failures.len(), failures.join("\n\n"));
 }
 
+/// The README is not a page of the book (whose build checks links): its relative links are
+/// checked here.
+#[test]
+fn the_readmes_links_resolve() {
+    let root = repo_root();
+    let text = std::fs::read_to_string(root.join("README.md")).expect("read README.md");
+    let link = Regex::new(r"\]\(([^)#\s]+)(#[^)]*)?\)").expect("link pattern");
+    let broken: Vec<&str> = link
+        .captures_iter(&text)
+        .map(|c| c.get(1).expect("a target").as_str())
+        .filter(|t| !t.contains("://") && !root.join(t).exists())
+        .collect();
+    assert!(broken.is_empty(), "README.md links to missing files: {broken:?}");
+}
+
 #[test]
 fn a_one_character_change_in_an_output_fails() {
     let page = "```console\n$ echo 'gemm 16x8x8: 12 corrupted in 1.38 s'\ngemm 16x8x8: 12 corrupted in [TIME]\n```\n";
