@@ -66,6 +66,13 @@ fn parse(page: &str, text: &str) -> Result<Vec<Example>, Vec<String>> {
                         command.push_str(body[j]);
                     }
                     j += 1;
+                    // `head` quits early; the writer then dies of SIGPIPE and, under pipefail,
+                    // the example fails at random (exit 141). `sed -n 1,Np` reads everything.
+                    if Regex::new(r"\|\s*head\b").expect("a valid regex").is_match(&command) {
+                        errors.push(format!(
+                            "{page}:{line}: `| head` makes the example flaky (the writer may die of SIGPIPE, exit 141); use `| sed -n 1,Np`"
+                        ));
+                    }
                     let mut expected = Vec::new();
                     while j < body.len() && !body[j].starts_with("$ ") {
                         expected.push(body[j].trim_end().to_string());
@@ -290,4 +297,8 @@ fn elisions_and_exit_codes() {
     let ex = parse("t.md", page).unwrap();
     assert_eq!(ex[0].command, "faultline a \\\n    --b 1");
     assert_eq!(ex[0].expected, ["out"]);
+    let page = "```console\n$ faultline sites | head -n 3\nout\n```\n";
+    assert!(parse("t.md", page).is_err(), "a `| head` pipeline is refused");
+    let page = "```console\n$ faultline sites | sed -n 1,3p | header\nout\n```\n";
+    assert!(parse("t.md", page).is_ok(), "`header` is not `head`");
 }
