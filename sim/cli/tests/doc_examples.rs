@@ -131,8 +131,7 @@ fn line_pattern(line: &str) -> Regex {
 
 /// Whether `actual` is what `expected` shows (`...` lines match any run of lines).
 fn matches(expected: &[String], actual: &[&str]) -> bool {
-    let pats: Vec<Option<Regex>> =
-        expected.iter().map(|e| (e.trim() != "...").then(|| line_pattern(e))).collect();
+    let pats: Vec<Option<Regex>> = expected.iter().map(|e| (e.trim() != "...").then(|| line_pattern(e))).collect();
     // ok[i][j]: expected[i..] matches actual[j..].
     let (n, m) = (pats.len(), actual.len());
     let mut ok = vec![vec![false; m + 1]; n + 1];
@@ -267,6 +266,74 @@ fn the_readmes_links_resolve() {
         .filter(|t| !t.contains("://") && !root.join(t).exists())
         .collect();
     assert!(broken.is_empty(), "README.md links to missing files: {broken:?}");
+}
+
+/// The ids mdBook gives a page's headings: the heading's text, lower-cased, spaces to `-`,
+/// only letters, digits, `-` and `_` kept; a repeated id gets `-1`, `-2`, ...
+fn heading_ids(text: &str) -> Vec<String> {
+    let link = Regex::new(r"\[([^\]]*)\]\([^)]*\)").expect("link pattern");
+    // mdBook counts repeats of the bare id (as `seen`), not of the suffixed ones.
+    let (mut ids, mut seen, mut fenced) = (Vec::<String>::new(), Vec::<String>::new(), false);
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        let Some(h) = line.strip_prefix('#').filter(|_| !fenced) else { continue };
+        let h = link.replace_all(h.trim_start_matches('#').trim(), "$1");
+        let id: String = h
+            .chars()
+            .filter_map(|c| match c {
+                c if c.is_whitespace() => Some('-'),
+                c if c.is_alphanumeric() || c == '_' || c == '-' => Some(c.to_ascii_lowercase()),
+                _ => None,
+            })
+            .collect();
+        let n = seen.iter().filter(|x| **x == id).count();
+        ids.push(if n == 0 { id.clone() } else { format!("{id}-{n}") });
+        seen.push(id);
+    }
+    ids
+}
+
+/// Every `page.md#heading` link in the README and the guide names a heading of that page
+/// (mdbook-linkcheck checks files, not headings).
+#[test]
+fn every_link_to_a_heading_finds_it() {
+    let root = repo_root();
+    let link = Regex::new(r"\]\(([^)#\s]*)#([^)\s]+)\)").expect("link pattern");
+    let mut broken = Vec::new();
+    for page in pages(&root) {
+        let text = std::fs::read_to_string(root.join(&page)).expect("read the page");
+        for c in link.captures_iter(&text) {
+            let (file, anchor) = (&c[1], &c[2]);
+            if file.contains("://") {
+                continue;
+            }
+            let target = if file.is_empty() {
+                root.join(&page)
+            } else {
+                root.join(&page).parent().expect("a page's folder").join(file)
+            };
+            if target.extension().is_none_or(|x| x != "md") {
+                continue;
+            }
+            let Ok(t) = std::fs::read_to_string(&target) else {
+                broken.push(format!("{}: {file}#{anchor}: no such page", page.display()));
+                continue;
+            };
+            if !heading_ids(&t).iter().any(|id| id == anchor) {
+                broken.push(format!("{}: {file}#{anchor}: no such heading", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to missing headings:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn heading_ids_are_mdbooks() {
+    let page = "# Outcomes: masked\n## Outcomes\n## `faultline gemm`: one GEMM\n```\n# not a heading\n```\n## Outcomes\n### [Sampling](x.md)\n";
+    let ids = heading_ids(page);
+    assert_eq!(ids, ["outcomes-masked", "outcomes", "faultline-gemm-one-gemm", "outcomes-1", "sampling"]);
 }
 
 #[test]
