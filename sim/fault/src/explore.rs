@@ -561,12 +561,16 @@ fn exec_unit(unit: Unit) -> Option<ExecUnit> {
 /// Maps cycles of a base step onto a protected step of the same program plus checks and clamps, for the
 /// instructions of one unit: a cycle inside the `j`-th instruction (of the unit's original
 /// ones) maps to the same offset inside its counterpart; a cycle in the idle gap before it,
-/// to the same distance before the counterpart, if that is idle too.
+/// to the same distance before the counterpart, if that is idle too; a cycle after the last,
+/// to the same distance after its counterpart, if the protected step lasts that long.
 struct CycleMap {
     /// Base `(start, end)` of each instruction of the unit.
     base: Vec<(u64, u64)>,
     /// Protected `(start, end, end of the unit's previous instruction)` of each counterpart.
     prot: Vec<(u64, u64, u64)>,
+    /// Cycles of the protected step: its idle tail after the unit's last instruction can be
+    /// shorter than the base step's, when the plan's instructions overlap the tail.
+    prot_total: u64,
 }
 
 impl CycleMap {
@@ -591,7 +595,7 @@ impl CycleMap {
             }
             prev_end = c.start + c.cycles;
         }
-        (b.len() == p.len()).then_some(CycleMap { base: b, prot: p })
+        (b.len() == p.len()).then_some(CycleMap { base: b, prot: p, prot_total: prot.schedule.total_cycles })
     }
 
     /// The protected cycle of base cycle `c`, and whether it is the same point of the same
@@ -607,10 +611,18 @@ impl CycleMap {
                     (back.max(prev), back >= prev)
                 }
             }
-            None => match (self.base.last(), self.prot.last()) {
-                (Some(&(_, be)), Some(&(_, pe, _))) => (pe + (c - be), true),
-                _ => (c, true),
-            },
+            None => {
+                let c = match (self.base.last(), self.prot.last()) {
+                    (Some(&(_, be)), Some(&(_, pe, _))) => pe + (c - be),
+                    _ => c,
+                };
+                // Past the protected step's end: its last cycle, still in the idle tail.
+                if c < self.prot_total {
+                    (c, true)
+                } else {
+                    (self.prot_total.saturating_sub(1), false)
+                }
+            }
         }
     }
 }

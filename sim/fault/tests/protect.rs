@@ -283,6 +283,32 @@ fn explore_pairs_register_faults_across_programs_and_costs_each_layer() {
     assert!(out.join("explore.json").exists());
 }
 
+/// A fault in the unit's idle tail, after its last instruction, stays inside the protected
+/// step even when the plan's instructions shorten that tail (the shipped MXU campaign under
+/// the shipped Ranger plan had trials moved past the step's end, and the exploration failed).
+#[test]
+fn faults_after_a_units_last_instruction_stay_inside_the_protected_step() {
+    use faultline_fault::explore::{run, ExploreSpec};
+    let d = tempfile::tempdir().unwrap();
+    let r = root();
+    let file = d.path().join("x.ron");
+    std::fs::write(
+        &file,
+        format!(
+            "ExploreSpec(name: \"x\", campaigns: [\"{}\"], plans: [\"{}\"])",
+            r.join("configs/campaign-mlp-mxu.ron").display(),
+            r.join("configs/protect-ranger.ron").display()
+        ),
+    )
+    .unwrap();
+    let spec = ExploreSpec::load(&file).unwrap();
+    let res = run(&spec, &file, &d.path().join("out"), 2, &HostMemory::default(), |_| {}).unwrap();
+    let ranger = &res.campaigns[0].plans[1];
+    assert!(ranger.cycles > res.campaigns[0].base_cycles);
+    // Most trials pair exactly; the few clamped to the step's last cycle do not.
+    assert!(ranger.paired_trials > res.campaigns[0].trials / 2 && ranger.paired_trials < res.campaigns[0].trials);
+}
+
 /// The shipped Ranger plan: the clamps' bounds are learned on the golden run (each the
 /// smallest fp32 at or above its node's largest golden `|x|`), and with them the golden
 /// trajectory is the unprotected one, bit for bit.
