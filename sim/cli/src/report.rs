@@ -105,10 +105,12 @@ pub fn run_diff(a: DiffArgs, mem: &HostMemory) -> Result<()> {
     let (tb, rb) = read(&a.b, &half)?;
     let files = faultline_report::diff::write_diff(&ta, &ra, &tb, &rb, &a.out)?;
     let rows = faultline_report::diff::compare(&ra, &rb);
-    println!(
-        "A = {} ({} trials), B = {} ({} trials)",
-        ta.info.spec.name, ra.summary.trials, tb.info.spec.name, rb.summary.trials
-    );
+    // A campaign run with `--protect` keeps its spec's name: the plan tells the sides apart.
+    let name = |t: &Trace| match &t.info.protection {
+        Some(p) => format!("{} under {}", t.info.spec.name, p.plan.name),
+        None => t.info.spec.name.clone(),
+    };
+    println!("A = {} ({} trials), B = {} ({} trials)", name(&ta), ra.summary.trials, name(&tb), rb.summary.trials);
     let side = |e: Option<[f64; 3]>| e.map_or("-".to_string(), pct);
     for (what, pick) in [
         ("vulnerability %", (|r: &DiffRow| r.unmasked) as fn(&DiffRow) -> Change),

@@ -37,6 +37,7 @@ struct Example {
 fn parse(page: &str, text: &str) -> Result<Vec<Example>, Vec<String>> {
     let lines: Vec<&str> = text.lines().collect();
     let (mut out, mut errors) = (Vec::new(), Vec::new());
+    let head = Regex::new(r"\|\s*head\b").expect("a valid regex");
     let mut i = 0;
     while i < lines.len() {
         let Some(info) = lines[i].strip_prefix("```") else {
@@ -68,7 +69,7 @@ fn parse(page: &str, text: &str) -> Result<Vec<Example>, Vec<String>> {
                     j += 1;
                     // `head` quits early; the writer then dies of SIGPIPE and, under pipefail,
                     // the example fails at random (exit 141). `sed -n 1,Np` reads everything.
-                    if Regex::new(r"\|\s*head\b").expect("a valid regex").is_match(&command) {
+                    if head.is_match(&command) {
                         errors.push(format!(
                             "{page}:{line}: `| head` makes the example flaky (the writer may die of SIGPIPE, exit 141); use `| sed -n 1,Np`"
                         ));

@@ -126,11 +126,12 @@ fn grid(h: &Heatmap, scale: &HeatScale) -> String {
         for x in row {
             let pes = |a: usize, z: usize| if z - a == 1 { a.to_string() } else { format!("{a}..{}", z - 1) };
             let title = format!(
-                "pe[{}][{}].{}: {} trials, {} unmasked, {} failed{}",
+                "pe[{}][{}].{}: {} {}, {} not masked, {} failed{}",
                 pes(x.r0, x.r1),
                 pes(x.c0, x.c1),
                 h.register,
                 x.trials,
+                if x.trials == 1 { "trial" } else { "trials" },
                 x.unmasked,
                 x.failures,
                 if x.trials < MIN_CELL_TRIALS {

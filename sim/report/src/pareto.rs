@@ -252,9 +252,10 @@ pub fn noise_summary(c: &CampaignResult) -> String {
         )
     } else {
         format!(
-            "Residual FIT: {} lie below the unprotected interval ({}); the other plans' intervals overlap it \
+            "Residual FIT: {} {} below the unprotected interval ({}); the other plans' intervals overlap it \
              (within the noise). ",
             apart.join(", "),
+            if apart.len() == 1 { "lies" } else { "lie" },
             fit_interval(b)
         )
     };
@@ -265,7 +266,7 @@ pub fn noise_summary(c: &CampaignResult) -> String {
             continue;
         }
         let q = sign_test(p.failures_removed, p.failures_added);
-        let text = format!("`{}` ({}/{}, p = {:.2})", p.plan, p.failures_removed, p.failures_added, q);
+        let text = format!("`{}` ({}/{}, {})", p.plan, p.failures_removed, p.failures_added, p_value(q));
         if q < SIGNIFICANT {
             sharp.push(text);
         } else {
@@ -321,12 +322,14 @@ fn summary(result: &ExploreResult) -> Vec<Block> {
                 if apart.is_empty() {
                     "every plan is within the noise: its 95% interval overlaps the unprotected one's".to_string()
                 } else {
-                    format!("{} differ from unprotected; the rest are within the noise", apart.join(", "))
+                    let verb = if apart.len() == 1 { "differs" } else { "differ" };
+                    format!("{} {verb} from unprotected; the rest are within the noise", apart.join(", "))
                 },
                 if sharp.is_empty() {
                     "no plan removes more failures than it adds beyond chance (sign test, 5%)".to_string()
                 } else {
-                    format!("{} remove more failures than they add beyond chance (sign test, 5%)", sharp.join(", "))
+                    let (verb, adds) = if sharp.len() == 1 { ("removes", "it adds") } else { ("remove", "they add") };
+                    format!("{} {verb} more failures than {adds} beyond chance (sign test, 5%)", sharp.join(", "))
                 }
             )
         })
@@ -793,9 +796,28 @@ where
     Ok(())
 }
 
+/// A sign test's p-value as a reader should see it: two decimals, and small ones not
+/// rounded to zero.
+fn p_value(q: f64) -> String {
+    if q < 0.001 {
+        "p < 0.001".into()
+    } else if q < 0.01 {
+        format!("p = {q:.3}")
+    } else {
+        format!("p = {q:.2}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_p_values_are_not_rounded_to_zero() {
+        assert_eq!(p_value(2.0 * 0.5f64.powi(14)), "p < 0.001");
+        assert_eq!(p_value(0.0039), "p = 0.004");
+        assert_eq!(p_value(0.126), "p = 0.13");
+    }
 
     #[test]
     fn front_keeps_the_lowest_fit_for_each_cost() {

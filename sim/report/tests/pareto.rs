@@ -276,5 +276,10 @@ fn the_page_says_when_plans_differ_within_the_noise() {
     c.plans[1].failure_fit = faultline_fault::explore::Interval { p: 0.0, lo: 0.0, hi: 0.0 };
     c.plans[0].failure_fit.lo = 0.01;
     let text = faultline_report::pareto::noise_summary(&c);
-    assert!(text.contains(&format!("`{}` lie below the unprotected interval", c.plans[1].plan)), "{text}");
+    assert!(text.contains(&format!("`{}` lies below the unprotected interval", c.plans[1].plan)), "{text}");
+    // Two plans apart: the verb agrees.
+    c.plans[2].failure_fit = c.plans[1].failure_fit;
+    let text = faultline_report::pareto::noise_summary(&c);
+    let two = format!("`{}`, `{}` lie below", c.plans[1].plan, c.plans[2].plan);
+    assert!(text.contains(&two), "{text}");
 }
