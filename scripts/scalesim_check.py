@@ -5,8 +5,8 @@ SCALE-Sim's Total Cycles must equal Faultline's exactly, its utilisation columns
 (relative), and its SRAM IFMAP reads, Filter reads and OFMAP writes exactly (tolerance 0).
 
 --full: ResNet-18 and a BERT-base encoder layer on a 32x32 array, both tools timed side by side
-(Faultline at cycle level); rows of dataflows not run keep their last values; writes reports/examples/scalesim/comparison.md and the README's table
-between its markers. Slow (SCALE-Sim takes minutes per network).
+(Faultline at cycle level); rows of dataflows not run keep their last values; writes reports/examples/scalesim/comparison.md (the guide's
+commands/scalesim.md prints it). Slow (SCALE-Sim takes minutes per network).
 
 Usage: scalesim_check.py --faultline BIN [--full [--dataflows ws,os,is]] [--root DIR]
 """
@@ -76,7 +76,6 @@ ARRAYS = [(8, 8, (256, 256, 128)), (16, 4, (256, 256, 128)), (32, 32, (256, 256,
 DATAFLOWS = ["ws", "os", "is"]
 TEST_TOPOLOGIES = ["topologies/test-gemms.csv", "topologies/test-convs.csv"]
 FULL = [("ResNet-18", "topologies/resnet18.csv"), ("BERT-base encoder layer", "topologies/bert-base-encoder.csv")]
-BEGIN, END = "<!-- scalesim-table:begin -->", "<!-- scalesim-table:end -->"
 
 
 def read_report(path):
@@ -213,15 +212,6 @@ def full(faultline, root, dataflows):
     table = "\n".join(lines[:2] + [rows[k] for k in order if k in rows]) + "\n"
     with open(os.path.join(out, "comparison.md"), "w") as f:
         f.write(table)
-    readme = os.path.join(root, "README.md")
-    with open(readme) as f:
-        text = f.read()
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        with open(readme, "w") as f:
-            f.write(head + BEGIN + "\n" + table + END + tail)
-        print("README.md: table between the scalesim-table markers rewritten")
 
 
 def main():
