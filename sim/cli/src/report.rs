@@ -5,7 +5,7 @@ use clap::Args;
 use faultline_hw::budget::HostMemory;
 use faultline_report::aggregate::{aggregate, ties, Report};
 use faultline_report::diff::{Change, DiffRow};
-use faultline_report::document::{pct, rank_list};
+use faultline_report::document::{pct, rank_intervals, rank_list};
 use faultline_report::load::{load, Trace};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -86,9 +86,7 @@ pub fn run(a: ReportArgs, mem: &HostMemory) -> Result<()> {
         .collect();
     if !top.is_empty() {
         println!("protect first: {}", top.join(", "));
-        let intervals: Vec<[f64; 3]> =
-            report.ranking.iter().map(|r| [r.failure_per_bit, r.failure_ci[0], r.failure_ci[1]]).collect();
-        if let Some(tied) = ties(&intervals).first().filter(|t| !t.is_empty()) {
+        if let Some(tied) = ties(&rank_intervals(&report)).first().filter(|t| !t.is_empty()) {
             println!("  not separated: #1's 95% interval overlaps those of {} (the report's ranking)", rank_list(tied));
         }
     }

@@ -113,6 +113,13 @@ pub struct Interval {
     pub hi: f64,
 }
 
+impl Interval {
+    /// Whether the two intervals share a point: if so, the estimates are not told apart.
+    pub fn overlaps(self, other: Interval) -> bool {
+        self.lo <= other.hi && other.lo <= self.hi
+    }
+}
+
 /// The ABFT cost of one forward GEMM, each variant added alone to the unprotected step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LayerAbft {

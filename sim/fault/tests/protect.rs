@@ -222,9 +222,17 @@ fn a_plan_that_guards_nothing_names_its_file_and_field() {
     assert!(spec(&p, "sgd").starts_with(&format!("{}:1:", p.display())));
 }
 
+/// Runs the exploration `ExploreSpec(name: "x", FIELDS)` written in `dir`, into `dir/out`.
+fn explore(dir: &Path, fields: &str) -> faultline_fault::explore::ExploreResult {
+    use faultline_fault::explore::{run, ExploreSpec};
+    let file = dir.join("x.ron");
+    std::fs::write(&file, format!("ExploreSpec(name: \"x\", {fields})")).unwrap();
+    let spec = ExploreSpec::load(&file).unwrap();
+    run(&spec, &file, &dir.join("out"), 2, &HostMemory::default(), |_| {}).unwrap()
+}
+
 #[test]
 fn explore_pairs_register_faults_across_programs_and_costs_each_layer() {
-    use faultline_fault::explore::{run, ExploreSpec};
     let d = tempfile::tempdir().unwrap();
     let r = root();
     let campaign = d.path().join("c.ron");
@@ -241,12 +249,8 @@ fn explore_pairs_register_faults_across_programs_and_costs_each_layer() {
     .unwrap();
     plan_file(d.path(), "codes", "mechanisms: [Ecc(code: Secded, on: [\"ub.word[*]\"])]");
     plan_file(d.path(), "abft", "mechanisms: [Abft(nodes: [\"*\"], tile: Global)]");
-    let file = d.path().join("x.ron");
-    std::fs::write(&file, "ExploreSpec(name: \"x\", campaigns: [\"c.ron\"], plans: [\"codes.ron\", \"abft.ron\"])")
-        .unwrap();
-    let spec = ExploreSpec::load(&file).unwrap();
+    let res = explore(d.path(), "campaigns: [\"c.ron\"], plans: [\"codes.ron\", \"abft.ron\"]");
     let out = d.path().join("out");
-    let res = run(&spec, &file, &out, 2, &HostMemory::default(), |_| {}).unwrap();
     let c = &res.campaigns[0];
     let names: Vec<&str> = c.plans.iter().map(|p| p.plan.as_str()).collect();
     assert_eq!(names, ["none", "codes", "abft"]);
@@ -288,21 +292,16 @@ fn explore_pairs_register_faults_across_programs_and_costs_each_layer() {
 /// the shipped Ranger plan had trials moved past the step's end, and the exploration failed).
 #[test]
 fn faults_after_a_units_last_instruction_stay_inside_the_protected_step() {
-    use faultline_fault::explore::{run, ExploreSpec};
     let d = tempfile::tempdir().unwrap();
     let r = root();
-    let file = d.path().join("x.ron");
-    std::fs::write(
-        &file,
-        format!(
-            "ExploreSpec(name: \"x\", campaigns: [\"{}\"], plans: [\"{}\"])",
+    let res = explore(
+        d.path(),
+        &format!(
+            "campaigns: [\"{}\"], plans: [\"{}\"]",
             r.join("configs/campaign-mlp-mxu.ron").display(),
             r.join("configs/protect-ranger.ron").display()
         ),
-    )
-    .unwrap();
-    let spec = ExploreSpec::load(&file).unwrap();
-    let res = run(&spec, &file, &d.path().join("out"), 2, &HostMemory::default(), |_| {}).unwrap();
+    );
     let ranger = &res.campaigns[0].plans[1];
     assert!(ranger.cycles > res.campaigns[0].base_cycles);
     // Most trials pair exactly; the few clamped to the step's last cycle do not.

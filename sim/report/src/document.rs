@@ -566,7 +566,7 @@ fn fit_e(x: f64) -> String {
 }
 
 /// The protection ranking's rows as `[p, lo, hi]` of failure per faulty bit, in rank order.
-fn rank_intervals(r: &Report) -> Vec<[f64; 3]> {
+pub fn rank_intervals(r: &Report) -> Vec<[f64; 3]> {
     r.ranking.iter().map(|k| [k.failure_per_bit, k.failure_ci[0], k.failure_ci[1]]).collect()
 }
 

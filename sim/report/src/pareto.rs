@@ -237,10 +237,8 @@ const SIGNIFICANT: f64 = 0.05;
 pub fn noise_summary(c: &CampaignResult) -> String {
     let Some(base) = baseline(c) else { return "No plans.".into() };
     let b = c.plans[base].failure_fit;
-    let overlap = |i: Interval| i.lo <= b.hi && b.lo <= i.hi;
     let others: Vec<&PlanResult> = c.plans.iter().enumerate().filter(|&(i, _)| i != base).map(|(_, p)| p).collect();
-    let apart: Vec<String> =
-        others.iter().filter(|p| !overlap(p.failure_fit)).map(|p| format!("`{}`", p.plan)).collect();
+    let apart = apart_from_baseline(c, base);
     let fit = if others.is_empty() {
         String::new()
     } else if apart.is_empty() {
@@ -255,7 +253,7 @@ pub fn noise_summary(c: &CampaignResult) -> String {
             "Residual FIT: {} {} below the unprotected interval ({}); the other plans' intervals overlap it \
              (within the noise). ",
             apart.join(", "),
-            if apart.len() == 1 { "lies" } else { "lie" },
+            agree(apart.len(), "lies", "lie"),
             fit_interval(b)
         )
     };
@@ -292,6 +290,27 @@ pub fn noise_summary(c: &CampaignResult) -> String {
     format!("{fit}{paired}")
 }
 
+/// The plans of `c` other than the baseline `base` whose residual-FIT interval lies clear of
+/// the baseline's, as `` `name` ``: the ones FIT tells apart from no protection.
+fn apart_from_baseline(c: &CampaignResult, base: usize) -> Vec<String> {
+    let b = c.plans[base].failure_fit;
+    c.plans
+        .iter()
+        .enumerate()
+        .filter(|&(i, p)| i != base && !p.failure_fit.overlaps(b))
+        .map(|(_, p)| format!("`{}`", p.plan))
+        .collect()
+}
+
+/// `one` for a single subject, `many` otherwise: a verb that agrees with a list of plans.
+fn agree(n: usize, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
 /// The exploration's executive summary: per campaign, the Pareto plans and what the noise
 /// allows to claim.
 fn summary(result: &ExploreResult) -> Vec<Block> {
@@ -301,13 +320,13 @@ fn summary(result: &ExploreResult) -> Vec<Block> {
         .map(|c| {
             let pareto: Vec<String> = c.plans.iter().filter(|p| p.pareto).map(|p| format!("`{}`", p.plan)).collect();
             let base = baseline(c);
-            let b = base.map(|i| c.plans[i].failure_fit);
-            let others = || c.plans.iter().enumerate().filter(move |&(i, _)| Some(i) != base).map(|(_, p)| p);
-            let apart: Vec<String> = others()
-                .filter(|p| b.is_some_and(|b| p.failure_fit.hi < b.lo || b.hi < p.failure_fit.lo))
-                .map(|p| format!("`{}`", p.plan))
-                .collect();
-            let sharp: Vec<String> = others()
+            let apart = base.map(|b| apart_from_baseline(c, b)).unwrap_or_default();
+            let sharp: Vec<String> = c
+                .plans
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| Some(i) != base)
+                .map(|(_, p)| p)
                 .filter(|p| p.failures_removed > p.failures_added)
                 .filter(|p| sign_test(p.failures_removed, p.failures_added) < SIGNIFICANT)
                 .map(|p| format!("`{}`", p.plan))
@@ -322,13 +341,14 @@ fn summary(result: &ExploreResult) -> Vec<Block> {
                 if apart.is_empty() {
                     "every plan is within the noise: its 95% interval overlaps the unprotected one's".to_string()
                 } else {
-                    let verb = if apart.len() == 1 { "differs" } else { "differ" };
+                    let verb = agree(apart.len(), "differs", "differ");
                     format!("{} {verb} from unprotected; the rest are within the noise", apart.join(", "))
                 },
                 if sharp.is_empty() {
                     "no plan removes more failures than it adds beyond chance (sign test, 5%)".to_string()
                 } else {
-                    let (verb, adds) = if sharp.len() == 1 { ("removes", "it adds") } else { ("remove", "they add") };
+                    let (verb, adds) =
+                        (agree(sharp.len(), "removes", "remove"), agree(sharp.len(), "it adds", "they add"));
                     format!("{} {verb} more failures than {adds} beyond chance (sign test, 5%)", sharp.join(", "))
                 }
             )
@@ -704,9 +724,7 @@ where
     if highest > cut {
         notes.push(format!("whiskers cut at {} (arrows); upper ends reach {}", tick_label(cut, ystep), fit(highest)));
     }
-    let all_overlap = plans
-        .iter()
-        .all(|a| plans.iter().all(|b| a.failure_fit.lo <= b.failure_fit.hi && b.failure_fit.lo <= a.failure_fit.hi));
+    let all_overlap = plans.iter().all(|a| plans.iter().all(|b| a.failure_fit.overlaps(b.failure_fit)));
     if all_overlap && plans.len() > 1 {
         notes.push("all FIT intervals overlap: differences within the noise".into());
     }
