@@ -125,7 +125,6 @@ where
     let area = legend(area, &[(format!("fewer than {min} trials: too few to colour"), Swatch::TooFew)])?;
     let b = block_size(h);
     let cells = blocks(h, b);
-    let rate = |c: &PeBlock| c.rate();
     let coloured: Vec<&PeBlock> = cells.iter().filter(|c| c.trials >= min).collect();
     let (vmax, scale_ticks, scale_step) = (scale.top, scale.ticks.clone(), scale.step);
     let (plot, bar) = area.split_horizontally(area.dim_in_pixel().0.saturating_sub(110));
@@ -160,7 +159,7 @@ where
     chart.draw_series(hatch)?;
     chart.draw_series(coloured.iter().map(|c| {
         let corners = [(c.c0 as f64, rows - c.r0 as f64), (c.c1 as f64, rows - c.r1 as f64)];
-        Rectangle::new(corners, heat(rate(c) / vmax).filled())
+        Rectangle::new(corners, heat(c.rate() / vmax).filled())
     }))?;
     // Thin lines between cells, so that neighbours of one colour stay apart.
     let edges = |n: usize| (1..n.div_ceil(b)).map(move |i| (i * b) as f64);

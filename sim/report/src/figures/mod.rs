@@ -75,7 +75,8 @@ pub fn write_figures(report: &Report, dir: &Path) -> Result<Vec<Figure>> {
 
 /// What one figure shows.
 enum Kind<'a> {
-    Heatmap(&'a Heatmap),
+    /// A PE grid on the report's one colour scale (computed once for all grids).
+    Heatmap(&'a Heatmap, HeatScale),
     Bits(usize),
     Step,
     Loss,
@@ -126,6 +127,7 @@ pub(crate) fn slug(s: &str) -> String {
 fn plan(report: &Report) -> Vec<Plan<'_>> {
     let failure = failure_word(report);
     let mut plans = Vec::new();
+    let scale = heat_scale(report);
     for h in &report.heatmaps {
         if h.cells.iter().all(|c| c.trials == 0) {
             continue;
@@ -137,7 +139,7 @@ fn plan(report: &Report) -> Vec<Plan<'_>> {
             title: format!("{} \u{2014} {failure} rate {per} (grey: under {MIN_CELL_TRIALS} trials)", h.class),
             section: Section::Heatmap,
             size: HEATMAP_SIZE,
-            kind: Kind::Heatmap(h),
+            kind: Kind::Heatmap(h, scale.clone()),
         });
     }
     for (i, b) in report.bit_profiles.iter().enumerate() {
@@ -214,7 +216,7 @@ where
     root.fill(&WHITE)?;
     let body = title(&root, &p.title)?;
     match p.kind {
-        Kind::Heatmap(h) => draw_heatmap(&body, h, &heat_scale(report))?,
+        Kind::Heatmap(h, ref scale) => draw_heatmap(&body, h, scale)?,
         Kind::Bits(i) => draw_bits(&body, report, i)?,
         Kind::Step => draw_step(&body, report)?,
         Kind::Loss => draw_loss(&body, report)?,
