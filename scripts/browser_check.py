@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """Open an HTML file in headless Chromium and fail on anything a reader would hit.
 
-Usage: scripts/browser_check.py [--summary] HTML_FILE PNG_OUT   (run with the venv of scripts/pyenv)
+Usage: scripts/browser_check.py HTML_FILE PNG_OUT   (run with the venv of scripts/pyenv)
 
 Drives Debian's `chromium` over the DevTools protocol (websocket-client), loads the file
 in a 1280-px wide viewport, and collects as problems: console errors, warnings and failed
 asserts; uncaught exceptions; Log entries of level error; failed loads; any request other
 than the page itself and data: URLs (a report must be one self-contained file that works
-offline); a page wider than the viewport (a horizontal scrollbar); and any table but a PE
-grid whose right edge passes the viewport or that scrolls inside its box (the key columns
-of a report must be on screen). With --summary, the first block after the page's <h1>
-must be the executive summary, <section id="summary">. Then takes a full-page screenshot,
-1280 px wide, to PNG_OUT and prints one summary line. Exit status:
+offline); a page wider than the viewport (a horizontal scrollbar); any table but a PE grid
+whose right edge passes the viewport or that scrolls inside its box (the key columns of a
+report must be on screen); and a first block after the page's <h1> other than the
+executive summary, <section id="summary"> (a report leads with the answer). Then takes a
+full-page screenshot, 1280 px wide, to PNG_OUT and prints one summary line. Exit status:
 0 if no problem, 1 if any (each listed on stderr), 2 on a usage error or if the browser
 could not be driven. Env: CHROMIUM (binary), BROWSER_CHECK_TIMEOUT (s, default 60).
 """
@@ -173,7 +173,7 @@ LAYOUT_JS = r"""(() => {
 })()"""
 
 
-def layout_problems(layout, want_summary):
+def layout_problems(layout):
     """The layout checks on LAYOUT_JS's measurements."""
     problems = []
     vw = layout["viewport"]
@@ -184,13 +184,13 @@ def layout_problems(layout, want_summary):
         if t["right"] > vw or t["hidden"] > 0:
             problems.append(f"layout: table {t['n']} (first header {t['head']!r}) ends at {t['right']} px "
                             f"in a {vw}-px viewport, {t['hidden']} px of it scrolled out of view")
-    if want_summary and layout["first"] != "section#summary":
+    if layout["first"] != "section#summary":
         problems.append(f"layout: the first block after <h1> is {layout['first']!r}, "
                         "not the executive summary (section#summary)")
     return problems
 
 
-def check(html, png, profile, want_summary=False):
+def check(html, png, profile):
     page_url = html.resolve().as_uri()
     problems, console, urls = [], [], {}
 
@@ -234,7 +234,7 @@ def check(html, png, profile, want_summary=False):
         cdp.drain(0.5)
         title = cdp.send("Runtime.evaluate", expression="document.title")["result"].get("value", "")
         layout = json.loads(cdp.send("Runtime.evaluate", expression=LAYOUT_JS)["result"]["value"])
-        problems.extend(layout_problems(layout, want_summary))
+        problems.extend(layout_problems(layout))
         size = cdp.send("Page.getLayoutMetrics")
         size = size.get("cssContentSize") or size["contentSize"]
         height = min(max(math.ceil(size["height"]), 1), MAX_HEIGHT)
@@ -257,8 +257,6 @@ def check(html, png, profile, want_summary=False):
 
 def main():
     args = sys.argv[1:]
-    want_summary = "--summary" in args
-    args = [a for a in args if a != "--summary"]
     if len(args) != 2:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
@@ -271,7 +269,7 @@ def main():
         signal.signal(sig, lambda n, _f: sys.exit(128 + n))
     profile = tempfile.mkdtemp(prefix="browser_check.")
     try:
-        problems = check(html, png, profile, want_summary)
+        problems = check(html, png, profile)
     except Fail as e:
         print(f"browser_check: error: {e}", file=sys.stderr)
         log = pathlib.Path(profile, "chromium.log")
