@@ -22,6 +22,18 @@ pub trait MacFormat: Copy + Send + Sync + 'static {
     fn mac_value(acc: Self::Value, a: Self::Value, w: Self::Value) -> Self::Value;
     /// `acc + x` for two accumulator values (the accumulator-SRAM add between K folds).
     fn add_value(acc: Self::Value, x: Self::Value) -> Self::Value;
+    /// Whether every product `a * w` of a value of `a` and one of `w` is exact in
+    /// [`MacFormat::Value`], so that [`MacFormat::mac_fused`] equals [`MacFormat::mac_value`]
+    /// on them. `false` when in doubt.
+    fn products_exact(_a: &[Self::Value], _w: &[Self::Value]) -> bool {
+        false
+    }
+    /// `acc + a * w` with one rounding (a fused multiply-add where the host has one): the same
+    /// bits as [`MacFormat::mac_value`] wherever the product is exact.
+    #[inline(always)]
+    fn mac_fused(acc: Self::Value, a: Self::Value, w: Self::Value) -> Self::Value {
+        Self::mac_value(acc, a, w)
+    }
 
     /// `acc + a * w` on raw bits.
     #[inline(always)]
@@ -55,7 +67,7 @@ pub struct Int8Int32;
 
 /// The two fp32-accumulating pairs differ only in how input bits widen to `f32`.
 macro_rules! fp32_accumulate {
-    ($ty:ty, $prec:expr, $decode_in:expr) => {
+    ($ty:ty, $prec:expr, $decode_in:expr, $exact:expr) => {
         impl MacFormat for $ty {
             const PRECISION: Precision = $prec;
             type Value = f32;
@@ -79,12 +91,50 @@ macro_rules! fp32_accumulate {
             fn add_value(acc: f32, x: f32) -> f32 {
                 acc + x
             }
+            fn products_exact(a: &[f32], w: &[f32]) -> bool {
+                $exact(a, w)
+            }
+            #[inline(always)]
+            fn mac_fused(acc: f32, a: f32, w: f32) -> f32 {
+                a.mul_add(w, acc)
+            }
         }
     };
 }
 
-fp32_accumulate!(Bf16Fp32, Precision::Bf16Fp32, bf16_bits_to_f32);
-fp32_accumulate!(Fp32Fp32, Precision::Fp32Fp32, f32::from_bits);
+fp32_accumulate!(Bf16Fp32, Precision::Bf16Fp32, bf16_bits_to_f32, bf16_products_exact);
+// fp32 x fp32 products round (24 x 24 significand bits): never fused.
+fp32_accumulate!(Fp32Fp32, Precision::Fp32Fp32, f32::from_bits, |_: &[f32], _: &[f32]| false);
+
+/// Whether every product of a bf16 value of `a` and one of `w` (as `f32`) is exact in `f32`:
+/// 8 x 8 significand bits always fit in 24, so only the range can fail. Every value must be
+/// finite and nonzero ones normal, and the exponent sums must keep each product in the normal
+/// range (`|x| < 2^(ex+1)`, so `|x w| < 2^(ex+ew+2)`, at most `2^128`, and at least
+/// `2^(ex+ew)`, at least `2^-126`).
+fn bf16_products_exact(a: &[f32], w: &[f32]) -> bool {
+    let (Some((alo, ahi)), Some((wlo, whi))) = (exponents(a), exponents(w)) else { return false };
+    ahi + whi <= 126 && (alo + wlo >= -126 || alo > 127 || wlo > 127)
+}
+
+/// The least and greatest unbiased exponent of the nonzero values of `v` (`(128, -127)` if all
+/// are zero); `None` if one is not finite or is subnormal. Two branch-free reductions over the
+/// magnitudes' bits (their order is the values' order), so they vectorise.
+#[multiversion::multiversion(targets("x86_64+avx2"))]
+fn exponents(v: &[f32]) -> Option<(i32, i32)> {
+    let (mut max, mut min_nz) = (0u32, u32::MAX);
+    for x in v {
+        let mag = x.to_bits() & 0x7fff_ffff;
+        max = max.max(mag);
+        // Zero wraps to the largest value and so never is the least.
+        min_nz = min_nz.min(mag.wrapping_sub(1));
+    }
+    let subnormal = min_nz < 0x007f_ffff;
+    if max >= 0x7f80_0000 || subnormal {
+        return None;
+    }
+    let exp = |mag: u32| (mag >> 23) as i32 - 127;
+    Some((if min_nz == u32::MAX { 128 } else { exp(min_nz + 1) }, exp(max)))
+}
 
 impl MacFormat for Int8Int32 {
     const PRECISION: Precision = Precision::Int8Int32;
@@ -108,6 +158,9 @@ impl MacFormat for Int8Int32 {
     #[inline(always)]
     fn add_value(acc: i32, x: i32) -> i32 {
         acc.wrapping_add(x)
+    }
+    fn products_exact(_: &[i32], _: &[i32]) -> bool {
+        true
     }
 }
 

@@ -1,120 +1,196 @@
 //! The functional twin: the same per-output sequence of MACs and accumulator adds as the
 //! stepped array, without registers or clocks (see the bit-exactness section of [`super`]).
+//!
+//! Each output `(m, n)` is reduced over `K` in chunks (WS and IS: one chunk of `R` array rows
+//! per fold; OS: all of `K` in one), each chunk a partial sum from zero in ascending `k`, and
+//! the chunks added into the accumulator in fold order: exactly the stepped array's order.
+//! Speed comes from doing many independent outputs at once, never from reordering one: a
+//! register block of `MR x NR` outputs over operands packed once per GEMM (rows of `A` in
+//! blocks of `MR`, columns of `W` in panels of `NR`, both decoded, zero-padded, contiguous along
+//! `K`), and row blocks shared out to threads (each output is computed by one thread, so any
+//! thread count gives the same bits).
 
 use super::Schedule;
 use crate::config::Dataflow;
 use crate::matrix::Matrix;
 use faultline_num::MacFormat;
+use rayon::prelude::*;
 
-/// Functional twin of any schedule: [`functional`], an IS schedule through its WS view on the
-/// transposed operands (so the MACs see their operands in the array's order), the result
-/// transposed back.
-pub(super) fn twin<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, acc: Option<&Matrix>) -> Matrix {
-    if s.dataflow == Dataflow::InputStationary {
-        let acct = acc.map(Matrix::transpose);
-        functional::<F>(&s.as_ws(), &w.transpose(), &a.transpose(), acct.as_ref()).transpose()
-    } else {
-        functional::<F>(s, a, w, acc)
-    }
-}
+/// Output columns per register block (two 8-lane AVX2 vectors).
+pub(super) const NR: usize = 16;
+/// Output rows per register block (with `NR`: 12 AVX2 accumulators, enough independent adds to
+/// hide their latency, and each weight load serves `MR` rows).
+pub(super) const MR: usize = 6;
+/// Packed weight bytes a row block sweeps before the next row block starts: the panels of one
+/// column block stay in the L2 cache while every row block of `A` passes them.
+const W_BLOCK_BYTES: usize = 256 << 10;
+/// MACs below which a GEMM runs on the calling thread (spreading it would cost more than it
+/// saves).
+const PAR_MACS: usize = 1 << 21;
 
-/// Functional twin (WS and OS; IS through [`twin`]): the same per-output operation sequence, without registers or clocks.
-/// Compiled for AVX2 as well as the baseline and picked at run time: wider vectors, the same
-/// IEEE multiplies and adds in the same order (Rust never fuses them), so the same bits.
-#[multiversion::multiversion(targets("x86_64+avx2"))]
+/// Functional twin of any schedule (WS, OS, and IS, whose products and K chunks are WS's on the
+/// same operands: see [`super`]): `out = [acc +] a * w` as accumulator bits.
 pub(super) fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, acc: Option<&Matrix>) -> Matrix {
     let (m, k, n) = (s.m, s.k, s.n);
-    // Columns are padded to whole blocks of `B` (zero weights, results dropped), so every block
-    // takes the vectorised path; a column's own sequence of operations is unchanged.
-    let np = n.div_ceil(B) * B;
-    // Plain loops, not `map().collect()` (compiled without AVX2, it would not inline these).
-    let mut av = vec![F::Value::default(); a.data.len()];
-    for (d, &b) in av.iter_mut().zip(&a.data) {
-        *d = F::decode_in(b);
-    }
-    let mut wv = vec![F::Value::default(); k * np];
-    for (row, src) in wv.chunks_exact_mut(np).zip(w.data.chunks_exact(n)) {
-        for (d, &b) in row.iter_mut().zip(src) {
-            *d = F::decode_in(b);
-        }
-    }
-    let mut out = vec![F::Value::default(); m * np];
-    if let Some(c) = acc {
-        for (row, src) in out.chunks_exact_mut(np).zip(c.data.chunks_exact(n)) {
-            for (d, &b) in row.iter_mut().zip(src) {
-                *d = F::decode_acc(b);
-            }
-        }
-    }
-    // Whether the first K fold overwrites the accumulators (else every fold adds).
-    let overwrite = s.folds.first().is_some_and(|f| f.overwrite);
-    // K is reduced in chunks of R in WS (one chunk per fold) and in one piece in OS (IS comes
-    // here as its WS view, see [`twin`]).
+    // WS and IS reduce K in chunks of R (one per fold), OS in one piece.
     let chunk = match s.dataflow {
         Dataflow::WeightStationary | Dataflow::InputStationary => s.rows,
         Dataflow::OutputStationary => k,
     }
     .max(1);
-    let g = Gemm { a: &av, w: &wv, k, np, overwrite };
-    for m0 in (0..m - m % MR).step_by(MR) {
-        g.rows::<F, MR>(m0, chunk, &mut out[m0 * np..(m0 + MR) * np]);
-    }
-    for m0 in m - m % MR..m {
-        g.rows::<F, 1>(m0, chunk, &mut out[m0 * np..(m0 + 1) * np]);
-    }
-    let mut data = vec![0; m * n];
-    for (dst, row) in data.chunks_exact_mut(n).zip(out.chunks_exact(np)) {
-        for (d, &v) in dst.iter_mut().zip(row) {
-            *d = F::encode_acc(v);
-        }
+    // Whether the first K fold overwrites the accumulators (else every fold adds).
+    let overwrite = s.folds.first().is_some_and(|f| f.overwrite);
+    let ap = pack_a::<F>(a, m, k);
+    let wp = pack_w::<F>(w, k, n);
+    let fused = F::products_exact(&ap, &wp) && fma_available();
+    let g = Packed { ap: &ap, wp: &wp, acc, k, n, chunk, overwrite };
+    let mut data = vec![0u32; m * n];
+    if m * k * n < PAR_MACS || rayon::current_num_threads() == 1 {
+        g.rows_dispatch::<F>(fused, 0, &mut data);
+    } else {
+        // Whole row blocks per task, so each output is one thread's work.
+        let rows = (m.div_ceil(MR) / (4 * rayon::current_num_threads())).max(1) * MR;
+        data.par_chunks_mut(rows * n).enumerate().for_each(|(t, out)| g.rows_dispatch::<F>(fused, t * rows, out));
     }
     Matrix { rows: m, cols: n, data }
 }
 
-/// Output columns per register block of the functional GEMM.
-pub(super) const B: usize = 16;
-/// Output rows per register block (with `B`, 8 AVX2 accumulators: enough independent adds to
-/// hide the add latency, and each weight load serves `MR` rows).
-const MR: usize = 4;
+/// Whether the host has a fused multiply-add in hardware (else `mul_add` is a slow library
+/// call: still exact, so this decides speed only).
+fn fma_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("fma");
+    #[cfg(target_arch = "aarch64")]
+    return true;
+    #[allow(unreachable_code)]
+    false
+}
 
-/// Decoded operands of the functional GEMM (weights padded to `np` columns).
-struct Gemm<'a, V> {
-    a: &'a [V],
-    w: &'a [V],
+/// `A` (`m x k` input bits) decoded into row blocks of `MR`, each `k x MR` (row `r` of the
+/// block at `[ki * MR + r]`), the last block zero-padded.
+fn pack_a<F: MacFormat>(a: &Matrix, m: usize, k: usize) -> Vec<F::Value> {
+    let mut ap = vec![F::Value::default(); m.div_ceil(MR) * MR * k];
+    for (b, block) in ap.chunks_exact_mut(MR * k).enumerate() {
+        for r in 0..MR.min(m - b * MR) {
+            let row = &a.data[(b * MR + r) * k..(b * MR + r + 1) * k];
+            for (ki, &x) in row.iter().enumerate() {
+                block[ki * MR + r] = F::decode_in(x);
+            }
+        }
+    }
+    ap
+}
+
+/// `W` (`k x n` input bits) decoded into column panels of `NR`, each `k x NR` contiguous, the
+/// last panel zero-padded (zero weights: those columns' results are dropped).
+fn pack_w<F: MacFormat>(w: &Matrix, k: usize, n: usize) -> Vec<F::Value> {
+    let mut wp = vec![F::Value::default(); n.div_ceil(NR) * NR * k];
+    for (p, panel) in wp.chunks_exact_mut(NR * k).enumerate() {
+        let (j0, nc) = (p * NR, NR.min(n - p * NR));
+        for (ki, dst) in panel.chunks_exact_mut(NR).enumerate() {
+            for (d, &x) in dst[..nc].iter_mut().zip(&w.data[ki * n + j0..ki * n + j0 + nc]) {
+                *d = F::decode_in(x);
+            }
+        }
+    }
+    wp
+}
+
+/// A GEMM's packed operands and how its K is folded.
+struct Packed<'a, V> {
+    ap: &'a [V],
+    wp: &'a [V],
+    acc: Option<&'a Matrix>,
     k: usize,
-    np: usize,
+    n: usize,
+    chunk: usize,
     overwrite: bool,
 }
 
-impl<V: Copy + Default> Gemm<'_, V> {
-    /// Output rows `m0..m0 + R` (`out`, `R x np`): per block of `B` columns and per K chunk,
-    /// partial sums in registers over `k` ascending, then written or added to `out`.
+impl<V: Copy + Default> Packed<'_, V> {
+    /// [`Packed::rows`] compiled for the host's best vector unit, fused or not.
+    fn rows_dispatch<F: MacFormat<Value = V>>(&self, fused: bool, m0: usize, out: &mut [u32]) {
+        if fused {
+            rows_simd::<F, true>(self, m0, out)
+        } else {
+            rows_simd::<F, false>(self, m0, out)
+        }
+    }
+
+    /// Output rows `m0..` (`out`, whole rows of `n` words, starting at a row block): per column
+    /// block, per row block, per column panel, the K chunks in order.
     #[inline(always)]
-    fn rows<F: MacFormat<Value = V>, const R: usize>(&self, m0: usize, chunk: usize, out: &mut [V]) {
-        let (k, np) = (self.k, self.np);
-        for j0 in (0..np).step_by(B) {
-            for k0 in (0..k).step_by(chunk) {
-                let mut acc = [[V::default(); B]; R];
-                for ki in k0..(k0 + chunk).min(k) {
-                    let w: &[V; B] = self.w[ki * np + j0..ki * np + j0 + B].try_into().expect("B columns");
-                    let x: [V; R] = std::array::from_fn(|r| self.a[(m0 + r) * k + ki]);
-                    for r in 0..R {
-                        for t in 0..B {
-                            acc[r][t] = F::mac_value(acc[r][t], x[r], w[t]);
+    fn rows<F: MacFormat<Value = V>, const FUSED: bool>(&self, m0: usize, out: &mut [u32]) {
+        let (k, n) = (self.k, self.n);
+        let rows = out.len() / n.max(1);
+        let panels = n.div_ceil(NR);
+        let per_block = (W_BLOCK_BYTES / (k * NR * size_of::<V>()).max(1)).max(1);
+        for p0 in (0..panels).step_by(per_block) {
+            for r0 in (0..rows).step_by(MR) {
+                let b = (m0 + r0) / MR;
+                let a = &self.ap[b * MR * k..(b + 1) * MR * k];
+                for p in p0..(p0 + per_block).min(panels) {
+                    let w = &self.wp[p * NR * k..(p + 1) * NR * k];
+                    let mut tot = [[V::default(); NR]; MR];
+                    let (j0, nc, mr) = (p * NR, NR.min(n - p * NR), MR.min(rows - r0));
+                    if let Some(c) = self.acc {
+                        for (r, t) in tot.iter_mut().enumerate().take(mr) {
+                            let src = &c.data[(m0 + r0 + r) * n + j0..][..nc];
+                            for (d, &x) in t.iter_mut().zip(src) {
+                                *d = F::decode_acc(x);
+                            }
                         }
                     }
-                }
-                for (r, acc) in acc.iter().enumerate() {
-                    let o = &mut out[r * np + j0..r * np + j0 + B];
-                    if k0 == 0 && self.overwrite {
-                        o.copy_from_slice(acc);
-                    } else {
-                        for (o, &t) in o.iter_mut().zip(acc) {
-                            *o = F::add_value(*o, t);
+                    for k0 in (0..k).step_by(self.chunk) {
+                        let psum = block::<F, FUSED>(a, w, k0, (k0 + self.chunk).min(k));
+                        for (t, ps) in tot.iter_mut().zip(&psum) {
+                            if k0 == 0 && self.overwrite {
+                                *t = *ps;
+                            } else {
+                                for (t, &x) in t.iter_mut().zip(ps) {
+                                    *t = F::add_value(*t, x);
+                                }
+                            }
+                        }
+                    }
+                    for (r, t) in tot.iter().enumerate().take(mr) {
+                        let dst = &mut out[(r0 + r) * n + j0..][..nc];
+                        for (d, &v) in dst.iter_mut().zip(t) {
+                            *d = F::encode_acc(v);
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// [`Packed::rows`], compiled for AVX2 with and without FMA as well as the baseline and picked
+/// at run time: wider vectors, the same IEEE operations in the same order, so the same bits
+/// (a fused multiply-add is asked for only where [`MacFormat::products_exact`] holds).
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx2"))]
+fn rows_simd<F: MacFormat, const FUSED: bool>(g: &Packed<'_, F::Value>, m0: usize, out: &mut [u32]) {
+    g.rows::<F, FUSED>(m0, out)
+}
+
+/// One K chunk `k0..k1` of an `MR x NR` register block: partial sums from zero, `k` ascending.
+#[inline(always)]
+fn block<F: MacFormat, const FUSED: bool>(
+    a: &[F::Value],
+    w: &[F::Value],
+    k0: usize,
+    k1: usize,
+) -> [[F::Value; NR]; MR] {
+    let mut acc = [[F::Value::default(); NR]; MR];
+    for ki in k0..k1 {
+        let w: &[F::Value; NR] = w[ki * NR..(ki + 1) * NR].try_into().expect("NR columns");
+        let x: &[F::Value; MR] = a[ki * MR..(ki + 1) * MR].try_into().expect("MR rows");
+        for r in 0..MR {
+            for t in 0..NR {
+                acc[r][t] =
+                    if FUSED { F::mac_fused(acc[r][t], x[r], w[t]) } else { F::mac_value(acc[r][t], x[r], w[t]) };
+            }
+        }
+    }
+    acc
 }

@@ -2,7 +2,7 @@
 //! [`fold_psums`]) dispatched to the functional twin or the stepped array by mode.
 
 use super::cycle::{windowed_ws, ws_changed_captures};
-use super::functional::{functional, twin};
+use super::functional::functional;
 use super::{cycle_level, cycle_level_observed, CycleReport, GemmStats, PeArrayState, Schedule};
 use crate::config::{Dataflow, HwConfig};
 use crate::error::HwError;
@@ -75,7 +75,7 @@ pub fn gemm_into(
     faults: &FaultSchedule,
 ) -> Result<GemmOutput, HwError> {
     let sched = checked_schedule(cfg, a, w, acc, mode, faults)?;
-    let (out, golden) = if sched.dataflow == Dataflow::InputStationary {
+    let (out, golden) = if sched.dataflow == Dataflow::InputStationary && mode == ExecMode::CycleLevel {
         // WS on `out^T = W^T * A^T` (accumulators transposed alike), the result transposed back.
         let (at, wt, acct) = (w.transpose(), a.transpose(), acc.map(Matrix::transpose));
         let (out, golden) = run_gemm(cfg, &sched.as_ws(), &at, &wt, acct.as_ref(), mode, faults);
@@ -203,7 +203,7 @@ fn fold_psums_typed<F: MacFormat>(
     for f in &s.folds {
         let fa = Matrix::from_fn(f.mr, f.kr, |i, j| a.get(f.m0 + i, f.k0 + j));
         let fw = Matrix::from_fn(f.kr, f.nc, |i, j| w.get(f.k0 + i, f.n0 + j));
-        psums.push(twin::<F>(&Schedule::new(&cfg.mxu, f.mr, f.kr, f.nc)?, &fa, &fw, None));
+        psums.push(functional::<F>(&Schedule::new(&cfg.mxu, f.mr, f.kr, f.nc)?, &fa, &fw, None));
     }
     if faults.is_empty() {
         return Ok(psums);
