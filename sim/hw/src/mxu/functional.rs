@@ -5,9 +5,9 @@
 //! per fold; OS: all of `K` in one), each chunk a partial sum from zero in ascending `k`, and
 //! the chunks added into the accumulator in fold order: exactly the stepped array's order.
 //! Speed comes from doing many independent outputs at once, never from reordering one: a
-//! register block of `MR x NR` outputs over operands packed once per GEMM (rows of `A` in
-//! blocks of `MR`, columns of `W` in panels of `NR`, both decoded, zero-padded, contiguous along
-//! `K`), and row blocks shared out to threads (each output is computed by one thread, so any
+//! register block of `MR x NR` outputs over operands decoded once per GEMM (`A` as it is,
+//! `W` packed into zero-padded panels of `NR` columns, contiguous along `K`), and row blocks
+//! shared out to threads (each output is computed by one thread, so any
 //! thread count gives the same bits).
 
 use super::Schedule;
@@ -40,7 +40,7 @@ pub(super) fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, acc
     .max(1);
     // Whether the first K fold overwrites the accumulators (else every fold adds).
     let overwrite = s.folds.first().is_some_and(|f| f.overwrite);
-    let ap = pack_a::<F>(a, m, k);
+    let ap = decode_a::<F>(a);
     let wp = pack_w::<F>(w, k, n);
     let fused = F::products_exact(&ap, &wp) && fma_available();
     let g = Packed { ap: &ap, wp: &wp, acc, k, n, chunk, overwrite };
@@ -66,19 +66,16 @@ fn fma_available() -> bool {
     false
 }
 
-/// `A` (`m x k` input bits) decoded into row blocks of `MR`, each `k x MR` (row `r` of the
-/// block at `[ki * MR + r]`), the last block zero-padded.
-fn pack_a<F: MacFormat>(a: &Matrix, m: usize, k: usize) -> Vec<F::Value> {
-    let mut ap = vec![F::Value::default(); m.div_ceil(MR) * MR * k];
-    for (b, block) in ap.chunks_exact_mut(MR * k).enumerate() {
-        for r in 0..MR.min(m - b * MR) {
-            let row = &a.data[(b * MR + r) * k..(b * MR + r + 1) * k];
-            for (ki, &x) in row.iter().enumerate() {
-                block[ki * MR + r] = F::decode_in(x);
-            }
-        }
+/// `A` (`m x k` input bits) decoded, row-major as it is (the register block reads its `MR`
+/// rows in place: a copy into blocks would cost more than it saves on the short GEMMs of
+/// small models).
+#[multiversion::multiversion(targets("x86_64+avx2"))]
+fn decode_a<F: MacFormat>(a: &Matrix) -> Vec<F::Value> {
+    let mut av = vec![F::Value::default(); a.data.len()];
+    for (d, &x) in av.iter_mut().zip(&a.data) {
+        *d = F::decode_in(x);
     }
-    ap
+    av
 }
 
 /// `W` (`k x n` input bits) decoded into column panels of `NR`, each `k x NR` contiguous, the
@@ -127,39 +124,58 @@ impl<V: Copy + Default> Packed<'_, V> {
         let per_block = (W_BLOCK_BYTES / (k * NR * size_of::<V>()).max(1)).max(1);
         for p0 in (0..panels).step_by(per_block) {
             for r0 in (0..rows).step_by(MR) {
-                let b = (m0 + r0) / MR;
-                let a = &self.ap[b * MR * k..(b + 1) * MR * k];
+                let a = &self.ap[(m0 + r0) * k..];
+                let out = &mut out[r0 * n..];
                 for p in p0..(p0 + per_block).min(panels) {
-                    let w = &self.wp[p * NR * k..(p + 1) * NR * k];
-                    let mut tot = [[V::default(); NR]; MR];
-                    let (j0, nc, mr) = (p * NR, NR.min(n - p * NR), MR.min(rows - r0));
-                    if let Some(c) = self.acc {
-                        for (r, t) in tot.iter_mut().enumerate().take(mr) {
-                            let src = &c.data[(m0 + r0 + r) * n + j0..][..nc];
-                            for (d, &x) in t.iter_mut().zip(src) {
-                                *d = F::decode_acc(x);
-                            }
-                        }
-                    }
-                    for k0 in (0..k).step_by(self.chunk) {
-                        let psum = block::<F, FUSED>(a, w, k0, (k0 + self.chunk).min(k));
-                        for (t, ps) in tot.iter_mut().zip(&psum) {
-                            if k0 == 0 && self.overwrite {
-                                *t = *ps;
-                            } else {
-                                for (t, &x) in t.iter_mut().zip(ps) {
-                                    *t = F::add_value(*t, x);
-                                }
-                            }
-                        }
-                    }
-                    for (r, t) in tot.iter().enumerate().take(mr) {
-                        let dst = &mut out[(r0 + r) * n + j0..][..nc];
-                        for (d, &v) in dst.iter_mut().zip(t) {
-                            *d = F::encode_acc(v);
-                        }
+                    match rows - r0 {
+                        1 => self.tile::<F, FUSED, 1>(a, p, m0 + r0, out),
+                        2 => self.tile::<F, FUSED, 2>(a, p, m0 + r0, out),
+                        3 => self.tile::<F, FUSED, 3>(a, p, m0 + r0, out),
+                        4 => self.tile::<F, FUSED, 4>(a, p, m0 + r0, out),
+                        5 => self.tile::<F, FUSED, 5>(a, p, m0 + r0, out),
+                        _ => self.tile::<F, FUSED, MR>(a, p, m0 + r0, out),
                     }
                 }
+            }
+        }
+    }
+
+    /// Rows `r..r + R` of column panel `p` (`a` and `out` start at row `r`): the accumulators'
+    /// values (or zeros), each K chunk's partial sums added in fold order, encoded into `out`.
+    #[inline(always)]
+    fn tile<F: MacFormat<Value = V>, const FUSED: bool, const R: usize>(
+        &self,
+        a: &[V],
+        p: usize,
+        r: usize,
+        out: &mut [u32],
+    ) {
+        let (k, n) = (self.k, self.n);
+        let w = &self.wp[p * NR * k..(p + 1) * NR * k];
+        let (j0, nc) = (p * NR, NR.min(n - p * NR));
+        let mut tot = [[V::default(); NR]; R];
+        if let Some(c) = self.acc {
+            for (i, t) in tot.iter_mut().enumerate() {
+                for (d, &x) in t.iter_mut().zip(&c.data[(r + i) * n + j0..][..nc]) {
+                    *d = F::decode_acc(x);
+                }
+            }
+        }
+        for k0 in (0..k).step_by(self.chunk) {
+            let psum = block::<F, FUSED, R>(a, k, w, k0, (k0 + self.chunk).min(k));
+            for (t, ps) in tot.iter_mut().zip(&psum) {
+                if k0 == 0 && self.overwrite {
+                    *t = *ps;
+                } else {
+                    for (t, &x) in t.iter_mut().zip(ps) {
+                        *t = F::add_value(*t, x);
+                    }
+                }
+            }
+        }
+        for (i, t) in tot.iter().enumerate() {
+            for (d, &v) in out[i * n + j0..][..nc].iter_mut().zip(t) {
+                *d = F::encode_acc(v);
             }
         }
     }
@@ -173,22 +189,23 @@ fn rows_simd<F: MacFormat, const FUSED: bool>(g: &Packed<'_, F::Value>, m0: usiz
     g.rows::<F, FUSED>(m0, out)
 }
 
-/// One K chunk `k0..k1` of an `MR x NR` register block: partial sums from zero, `k` ascending.
+/// One K chunk `k0..k1` of an `R x NR` register block (`a`: its rows, `k` apart): partial
+/// sums from zero, `k` ascending.
 #[inline(always)]
-fn block<F: MacFormat, const FUSED: bool>(
+fn block<F: MacFormat, const FUSED: bool, const R: usize>(
     a: &[F::Value],
+    k: usize,
     w: &[F::Value],
     k0: usize,
     k1: usize,
-) -> [[F::Value; NR]; MR] {
-    let mut acc = [[F::Value::default(); NR]; MR];
+) -> [[F::Value; NR]; R] {
+    let mut acc = [[F::Value::default(); NR]; R];
     for ki in k0..k1 {
         let w: &[F::Value; NR] = w[ki * NR..(ki + 1) * NR].try_into().expect("NR columns");
-        let x: &[F::Value; MR] = a[ki * MR..(ki + 1) * MR].try_into().expect("MR rows");
-        for r in 0..MR {
+        for r in 0..R {
+            let x = a[r * k + ki];
             for t in 0..NR {
-                acc[r][t] =
-                    if FUSED { F::mac_fused(acc[r][t], x[r], w[t]) } else { F::mac_value(acc[r][t], x[r], w[t]) };
+                acc[r][t] = if FUSED { F::mac_fused(acc[r][t], x, w[t]) } else { F::mac_value(acc[r][t], x, w[t]) };
             }
         }
     }

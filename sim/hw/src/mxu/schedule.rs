@@ -2,7 +2,7 @@
 //! in closed form ([`gemm_timing`]) and the host memory a run needs ([`gemm_host_bytes`]).
 
 use super::cycle::ChangedCapture;
-use super::functional::{MR, NR};
+use super::functional::NR;
 use crate::budget::{product, sum};
 use crate::config::{Dataflow, HwConfig, MxuConfig};
 use crate::error::HwError;
@@ -313,10 +313,10 @@ pub fn gemm_host_bytes(cfg: &HwConfig, m: usize, k: usize, n: usize, mode: ExecM
     let operands = sum(&[product(&[m, k, word]), product(&[k, n, word])]);
     let output = product(&[m, n, word]);
     let schedule = folds.and_then(|f| f.checked_mul(size_of::<Fold>() as u64));
-    // Decoded copies of both operands, packed (rows padded to whole row blocks, columns to
-    // whole panels), the encoded output and 1 KiB for the small allocations around them.
-    let (mp, np) = (m.div_ceil(MR).saturating_mul(MR), n.div_ceil(NR).saturating_mul(NR));
-    let twin = sum(&[product(&[mp, k, value]), product(&[k, np, value]), output, Some(1024)]);
+    // Decoded copies of both operands (the weights packed into whole panels of columns), the
+    // encoded output and 1 KiB for the small allocations around them.
+    let np = n.div_ceil(NR).saturating_mul(NR);
+    let twin = sum(&[product(&[m, k, value]), product(&[k, np, value]), output, Some(1024)]);
     // Current and next register state (four 32-bit and three 1-byte registers per PE) and the
     // edge drivers, plus the output matrix the accumulators write.
     let pe = size_of::<u32>() * 4 + 3;
