@@ -1,9 +1,10 @@
 //! Running a campaign: the golden run once, then trials in parallel, each restoring the golden
 //! state before its injection step, running that step with the fault (hybrid: the faulted
 //! instruction at register level, the rest functionally) and, unless the fault was masked,
-//! the follow-up window functionally; records are written in trial order, chunk by chunk (and
-//! synced to disk every second), so a run killed at any moment resumes with nothing lost or
-//! repeated.
+//! the follow-up window functionally. Workers take the next trial as they finish one (no
+//! barrier: a long trial holds up no other thread); one writer appends the records in trial
+//! order as they become contiguous (synced to disk every second), so the records do not depend
+//! on the threads and a run killed at any moment resumes with nothing lost or repeated.
 
 use crate::error::{FaultError, Result};
 use crate::model::Anchor;
@@ -25,18 +26,13 @@ use faultline_train::{
     inject, Executor, InitWeights, InjectionReport, ModelState, MxuFormat, StepFault, TrainOptions, TrainSetup,
     TrainState, Trainer,
 };
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{mpsc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
-
-/// Trials per written chunk, per thread: large enough to keep every thread busy, small enough
-/// that a kill loses little work.
-const CHUNK_PER_THREAD: usize = 16;
 
 /// A deterministic slice of a campaign: trials `t` with `t % count == index`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -852,7 +848,8 @@ impl Campaign {
 
     /// Runs the campaign's `opts.shard` into `out`, telling `progress` how many trials are
     /// recorded already and then each trial as it ends (from worker threads), and returns the
-    /// summary of the records in `out`.
+    /// summary of the records in `out`. Trials run as [`run_ordered`] runs jobs, each worker
+    /// with its own trainer; on an error, the trials before the first failing one are written.
     pub fn run(&self, out: &Path, opts: RunOptions, progress: impl Fn(Progress) + Sync) -> Result<Summary> {
         let ids: Vec<u64> = opts.shard.trials(self.info.trials).collect();
         // The lock is held until the summary is written.
@@ -862,54 +859,244 @@ impl Campaign {
             .num_threads(opts.threads.max(1))
             .build()
             .map_err(|e| FaultError::Inconsistent(format!("cannot start worker threads: {e}")))?;
+        let todo = &ids[done.min(ids.len())..];
+        let mut writer = Writer::open(out)?;
         let trainer = || {
             let mut t = self.trainer();
             if opts.mode == TrialMode::CycleLevel {
                 t.exec.mode = ExecMode::CycleLevel;
             }
-            Mutex::new(t)
+            t
         };
-        let trainers: Vec<Mutex<Trainer>> = (0..pool.current_num_threads()).map(|_| trainer()).collect();
-        let records_path = out.join("records.jsonl");
-        let mut records = OpenOptions::new().append(true).open(&records_path).map_err(FaultError::io(&records_path))?;
-        let timing_path = out.join("timing.jsonl");
-        let mut timing = OpenOptions::new().append(true).open(&timing_path).map_err(FaultError::io(&timing_path))?;
-        let chunk = CHUNK_PER_THREAD * pool.current_num_threads();
-        let mut synced = Instant::now();
-        for ids in ids[done.min(ids.len())..].chunks(chunk) {
-            let results: Vec<Result<(TrialRecord, f64)>> = pool.install(|| {
-                ids.par_iter()
-                    .map(|&t| {
-                        let i = rayon::current_thread_index().unwrap_or(0);
-                        let mut tr = trainers[i].lock().unwrap_or_else(|e| e.into_inner());
-                        let clock = Instant::now();
-                        let rec = self.trial(&mut tr, t)?;
-                        let secs = clock.elapsed().as_secs_f64();
-                        progress(Progress::Trial(&rec));
-                        Ok((rec, secs))
-                    })
-                    .collect()
-            });
-            let (mut lines, mut times) = (String::new(), String::new());
-            for r in results {
-                let (rec, secs) = r?;
-                lines.push_str(&serde_json::to_string(&rec).expect("records serialise"));
-                lines.push('\n');
-                times.push_str(&format!("{{\"trial\":{},\"wall_us\":{}}}\n", rec.trial, (secs * 1e6).round() as u64));
+        let trial = |tr: &mut Trainer, i: usize| {
+            let clock = Instant::now();
+            let rec = self.trial(tr, todo[i])?;
+            let secs = clock.elapsed().as_secs_f64();
+            progress(Progress::Trial(&rec));
+            Ok((rec, secs))
+        };
+        let window = WINDOW_PER_THREAD * pool.current_num_threads();
+        let written = run_ordered(&pool, todo.len(), window, trainer, trial, |batch| writer.write(&batch));
+        // What was written is kept, whatever stopped the run.
+        writer.records.sync_data().map_err(FaultError::io(&writer.records_path))?;
+        written?;
+        store::finish(out)
+    }
+}
+
+/// Jobs a worker may start ahead of the first one not yet written, per thread: enough to keep
+/// every thread busy past a long trial, and a bound on the results held in memory.
+const WINDOW_PER_THREAD: usize = 64;
+
+/// Runs `job(state, i)` for each `i` in `0..len` on `pool`'s threads, one worker per thread
+/// with its own `state` from `init`, and hands the results to `write` in order of `i`, each
+/// batch as soon as it continues what was written (on the calling thread: the one writer).
+///
+/// No barrier: a worker takes the next job as it ends one, at most `window` jobs past the
+/// first unwritten one (it waits for the writer otherwise), so a long job holds up no other
+/// thread and at most `window` results are held. A job's error stops the workers taking jobs
+/// after it; the jobs before it still run and are written, and the first failing job's error
+/// is returned (the same for any thread count), or else `write`'s first error. A worker's
+/// panic stops the others and is raised again here once they have ended.
+fn run_ordered<S, T: Send>(
+    pool: &rayon::ThreadPool,
+    len: usize,
+    window: usize,
+    init: impl Fn() -> S + Sync,
+    job: impl Fn(&mut S, usize) -> Result<T> + Sync,
+    mut write: impl FnMut(Vec<T>) -> Result<()>,
+) -> Result<()> {
+    let gate = Gate::new(len, window);
+    let (tx, rx) = mpsc::channel::<(usize, Result<T>)>();
+    let worker = |tx: &mpsc::Sender<(usize, Result<T>)>| {
+        // A panic here must not leave the others waiting for a job it will never end.
+        let _stop = StopOnPanic(&gate);
+        let mut state = init();
+        while let Some(i) = gate.take() {
+            let r = job(&mut state, i);
+            if r.is_err() {
+                gate.stop_at(i + 1);
             }
-            // Timing first: a kill between the two leaves timing lines of unrecorded trials,
-            // which resuming drops, rather than recorded trials without timing.
-            timing.write_all(times.as_bytes()).map_err(FaultError::io(&timing_path))?;
-            records.write_all(lines.as_bytes()).map_err(FaultError::io(&records_path))?;
-            // A killed process loses nothing written (the kernel has it); syncing guards
-            // against a machine crash, and once a second bounds that loss at little cost.
-            if synced.elapsed().as_secs_f64() >= 1.0 {
-                records.sync_data().map_err(FaultError::io(&records_path))?;
-                synced = Instant::now();
+            if tx.send((i, r)).is_err() {
+                return;
             }
         }
-        records.sync_data().map_err(FaultError::io(&records_path))?;
-        store::finish(out)
+    };
+    std::thread::scope(|s| {
+        // One worker on each of the pool's threads: a broadcast, so that no worker runs nested
+        // inside another's job, and any parallelism inside a job stays on the pool. The
+        // sender goes with them: the channel closes when the last worker ends, however it ends.
+        let workers = s.spawn(move || {
+            pool.broadcast(|_| worker(&tx));
+        });
+        let written = {
+            // However the writer ends, the workers stop taking jobs.
+            let _stop = StopOnDrop(&gate);
+            write_in_order(&rx, &gate, &mut write)
+        };
+        if let Err(panic) = workers.join() {
+            std::panic::resume_unwind(panic);
+        }
+        written
+    })
+}
+
+/// The writer's side of [`run_ordered`]: results as they come (job index, result), held
+/// until every job before them is written, until the workers end.
+fn write_in_order<T>(
+    rx: &mpsc::Receiver<(usize, Result<T>)>,
+    gate: &Gate,
+    write: &mut impl FnMut(Vec<T>) -> Result<()>,
+) -> Result<()> {
+    let mut held: BTreeMap<usize, T> = BTreeMap::new();
+    let (mut next, mut failed): (usize, Option<(usize, FaultError)>) = (0, None);
+    while let Ok(first) = rx.recv() {
+        // Everything that has come, so that a burst is written at once.
+        for (i, r) in std::iter::once(first).chain(rx.try_iter()) {
+            match r {
+                Ok(x) => {
+                    held.insert(i, x);
+                }
+                Err(e) if failed.as_ref().is_none_or(|(k, _)| i < *k) => failed = Some((i, e)),
+                Err(_) => {}
+            }
+        }
+        let limit = failed.as_ref().map_or(usize::MAX, |(k, _)| *k);
+        // Nothing at or past the first failure is written.
+        held.retain(|&i, _| i < limit);
+        let mut batch = Vec::new();
+        while let Some(x) = held.remove(&next) {
+            batch.push(x);
+            next += 1;
+        }
+        if !batch.is_empty() {
+            write(batch)?;
+            gate.written(next);
+        }
+    }
+    failed.map_or(Ok(()), |(_, e)| Err(e))
+}
+
+/// Hands jobs (indices) to workers: in order, each once, none past a failing one, and none
+/// `window` or more past the first unwritten one (the worker waits until the writer catches
+/// up).
+struct Gate {
+    state: Mutex<GateState>,
+    moved: Condvar,
+    /// Jobs in all.
+    len: usize,
+    /// How far past the first unwritten job a worker may start one.
+    window: usize,
+}
+
+#[derive(Debug)]
+struct GateState {
+    /// The next job to hand out.
+    next: usize,
+    /// Jobs written.
+    written: usize,
+    /// No job from here on runs (just past the first failing one, or 0 to stop all).
+    limit: usize,
+}
+
+impl Gate {
+    fn new(len: usize, window: usize) -> Gate {
+        let state = GateState { next: 0, written: 0, limit: usize::MAX };
+        Gate { state: Mutex::new(state), moved: Condvar::new(), len, window: window.max(1) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        // The lock guards plain counters that no panic leaves half-changed.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next job to run, once it is inside the window, or `None` when there is none.
+    fn take(&self) -> Option<usize> {
+        let mut g = self.lock();
+        let i = g.next;
+        if i >= self.len.min(g.limit) {
+            return None;
+        }
+        g.next += 1;
+        while i < g.limit && i >= g.written + self.window {
+            g = self.moved.wait(g).unwrap_or_else(PoisonError::into_inner);
+        }
+        (i < g.limit).then_some(i)
+    }
+
+    /// The writer has written the first `n` jobs.
+    fn written(&self, n: usize) {
+        self.lock().written = n;
+        self.moved.notify_all();
+    }
+
+    /// No job from `i` on is to run.
+    fn stop_at(&self, i: usize) {
+        let mut g = self.lock();
+        g.limit = g.limit.min(i);
+        drop(g);
+        self.moved.notify_all();
+    }
+}
+
+/// Stops every worker when dropped.
+struct StopOnDrop<'a>(&'a Gate);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.stop_at(0);
+    }
+}
+
+/// Stops every worker when dropped by a panic.
+struct StopOnPanic<'a>(&'a Gate);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.stop_at(0);
+        }
+    }
+}
+
+/// The writer of a run's records and timing lines.
+struct Writer {
+    records: fs::File,
+    records_path: PathBuf,
+    timing: fs::File,
+    timing_path: PathBuf,
+    /// When the records were last synced.
+    synced: Instant,
+}
+
+impl Writer {
+    fn open(out: &Path) -> Result<Writer> {
+        let records_path = out.join("records.jsonl");
+        let records = OpenOptions::new().append(true).open(&records_path).map_err(FaultError::io(&records_path))?;
+        let timing_path = out.join("timing.jsonl");
+        let timing = OpenOptions::new().append(true).open(&timing_path).map_err(FaultError::io(&timing_path))?;
+        Ok(Writer { records, records_path, timing, timing_path, synced: Instant::now() })
+    }
+
+    /// Appends the next trials' records and wall times (in seconds).
+    fn write(&mut self, batch: &[(TrialRecord, f64)]) -> Result<()> {
+        let (mut lines, mut times) = (String::new(), String::new());
+        for (rec, secs) in batch {
+            lines.push_str(&serde_json::to_string(rec).expect("records serialise"));
+            lines.push('\n');
+            times.push_str(&format!("{{\"trial\":{},\"wall_us\":{}}}\n", rec.trial, (secs * 1e6).round() as u64));
+        }
+        // Timing first: a kill between the two leaves timing lines of unrecorded trials,
+        // which resuming drops, rather than recorded trials without timing.
+        self.timing.write_all(times.as_bytes()).map_err(FaultError::io(&self.timing_path))?;
+        self.records.write_all(lines.as_bytes()).map_err(FaultError::io(&self.records_path))?;
+        // A killed process loses nothing written (the kernel has it); syncing guards
+        // against a machine crash, and once a second bounds that loss at little cost.
+        if self.synced.elapsed().as_secs_f64() >= 1.0 {
+            self.records.sync_data().map_err(FaultError::io(&self.records_path))?;
+            self.synced = Instant::now();
+        }
+        Ok(())
     }
 }
 
@@ -986,5 +1173,146 @@ fn model_name(m: FaultModel) -> String {
         FaultModel::StuckAt { value, lasts: Lasts::Cycles(n) } => format!("stuck{value}-{n}cycles"),
         FaultModel::StuckAt { value, lasts: Lasts::Step } => format!("stuck{value}-step"),
         FaultModel::StuckAt { value, lasts: Lasts::Permanent } => format!("stuck{value}-permanent"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    fn pool(threads: usize) -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
+    }
+
+    fn fail(i: usize) -> FaultError {
+        FaultError::Inconsistent(format!("job {i} failed"))
+    }
+
+    /// Runs `f` on another thread and fails the test if it takes a minute (a deadlock).
+    fn within_a_minute<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || tx.send(f()).unwrap());
+        rx.recv_timeout(Duration::from_secs(60)).expect("deadlocked")
+    }
+
+    /// Jobs of uneven length (some long, as follow-up trials are) are written in order, each
+    /// once, for any thread count and window; no job starts a window or more past the first
+    /// unwritten one.
+    #[test]
+    fn results_are_written_in_order_within_the_window() {
+        for threads in 1..=4 {
+            for window in [1, 3, 64] {
+                let p = pool(threads);
+                let (written, started_past) = (AtomicUsize::new(0), AtomicUsize::new(0));
+                let mut out = Vec::new();
+                let job = |_: &mut (), i: usize| {
+                    if i >= written.load(Ordering::SeqCst) + window {
+                        started_past.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let us = if i % 17 == 3 { 3000 } else { (i * 7919 % 5) as u64 * 50 };
+                    std::thread::sleep(Duration::from_micros(us));
+                    Ok(i)
+                };
+                run_ordered(
+                    &p,
+                    120,
+                    window,
+                    || (),
+                    job,
+                    |batch| {
+                        out.extend(batch);
+                        written.store(out.len(), Ordering::SeqCst);
+                        Ok(())
+                    },
+                )
+                .unwrap();
+                assert_eq!(out, (0..120).collect::<Vec<_>>(), "{threads} threads, window {window}");
+                assert_eq!(started_past.load(Ordering::SeqCst), 0, "{threads} threads, window {window}");
+            }
+        }
+    }
+
+    /// The first failing job's error is returned, even when a later one fails first, and every
+    /// job before it is written; nothing at or past it is, and no job starts past the window.
+    #[test]
+    fn the_first_failing_job_stops_the_run() {
+        for threads in [1, 3] {
+            let p = pool(threads);
+            let started = AtomicUsize::new(0);
+            let mut out = Vec::new();
+            let job = |_: &mut (), i: usize| {
+                started.fetch_max(i, Ordering::SeqCst);
+                match i {
+                    10 => {
+                        std::thread::sleep(Duration::from_millis(30));
+                        Err(fail(i))
+                    }
+                    12 => Err(fail(i)),
+                    _ => Ok(i),
+                }
+            };
+            let e = run_ordered(
+                &p,
+                1000,
+                4,
+                || (),
+                job,
+                |batch| {
+                    out.extend(batch);
+                    Ok(())
+                },
+            )
+            .unwrap_err();
+            assert_eq!(e.to_string(), "internal inconsistency: job 10 failed", "{threads} threads");
+            assert_eq!(out, (0..10).collect::<Vec<_>>(), "{threads} threads");
+            assert!(started.load(Ordering::SeqCst) < 14, "{threads} threads");
+        }
+        // A write's error stops the run too.
+        let mut writes = 0;
+        let e = run_ordered(
+            &pool(2),
+            1000,
+            8,
+            || (),
+            |_, i| Ok(i),
+            |_| {
+                writes += 1;
+                Err(fail(99))
+            },
+        )
+        .unwrap_err();
+        assert_eq!((e.to_string().as_str(), writes), ("internal inconsistency: job 99 failed", 1));
+    }
+
+    /// A job's panic, or the writer's, stops the run and is raised again, while other workers
+    /// wait for the writer: no deadlock.
+    #[test]
+    fn a_panic_ends_the_run() {
+        for threads in [1, 3] {
+            let e = within_a_minute(move || {
+                std::panic::catch_unwind(|| {
+                    let job = |_: &mut (), i: usize| {
+                        if i == 5 {
+                            std::thread::sleep(Duration::from_millis(20));
+                            panic!("job 5 panicked");
+                        }
+                        Ok(i)
+                    };
+                    run_ordered(&pool(threads), 1000, 2, || (), job, |_| Ok(()))
+                })
+            })
+            .unwrap_err();
+            assert_eq!(e.downcast_ref::<&str>(), Some(&"job 5 panicked"), "{threads} threads");
+            let e = within_a_minute(move || {
+                std::panic::catch_unwind(|| {
+                    let job = |_: &mut (), i: usize| Ok(i);
+                    run_ordered(&pool(threads), 1000, 2, || (), job, |_| panic!("the writer panicked"))
+                })
+            })
+            .unwrap_err();
+            assert_eq!(e.downcast_ref::<&str>(), Some(&"the writer panicked"), "{threads} threads");
+        }
     }
 }
