@@ -2,9 +2,10 @@
 //! state before its injection step, running that step with the fault (hybrid: the faulted
 //! instruction at register level, the rest functionally) and, unless the fault was masked,
 //! the follow-up window functionally. Workers take the next trial as they finish one (no
-//! barrier: a long trial holds up no other thread); one writer appends the records in trial
-//! order as they become contiguous (synced to disk every second), so the records do not depend
-//! on the threads and a run killed at any moment resumes with nothing lost or repeated.
+//! barrier: a long trial holds up no other thread); the records are appended in trial order,
+//! one writer at a time, as they continue what was written (in batches, at least every 0.1 s
+//! while trials end, and synced to disk every second), so the records do not depend on the
+//! threads and a run killed at any moment resumes with nothing lost or repeated.
 
 use crate::error::{FaultError, Result};
 use crate::model::Anchor;
@@ -31,7 +32,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 /// A deterministic slice of a campaign: trials `t` with `t % count == index`.
@@ -876,10 +877,11 @@ impl Campaign {
             Ok((rec, secs))
         };
         let window = WINDOW_PER_THREAD * pool.current_num_threads();
-        let written = run_ordered(&pool, todo.len(), window, trainer, trial, |batch| writer.write(&batch));
-        // What was written is kept, whatever stopped the run.
+        let ran = run_ordered(&pool, todo.len(), window, trainer, trial, |batch| writer.add(&batch));
+        // What was recorded is kept, whatever stopped the run.
+        writer.flush()?;
         writer.records.sync_data().map_err(FaultError::io(&writer.records_path))?;
-        written?;
+        ran?;
         store::finish(out)
     }
 }
@@ -889,125 +891,107 @@ impl Campaign {
 const WINDOW_PER_THREAD: usize = 64;
 
 /// Runs `job(state, i)` for each `i` in `0..len` on `pool`'s threads, one worker per thread
-/// with its own `state` from `init`, and hands the results to `write` in order of `i`, each
-/// batch as soon as it continues what was written (on the calling thread: the one writer).
+/// with its own `state` from `init`, and hands the results to `write` in order of `i`, one
+/// batch at a time, each as soon as it continues what was written: whichever worker ends a job
+/// that lets a batch be written writes it, unless another is writing (which then takes that
+/// job's result too), so `write` runs on one thread at a time, and on one thread a job and its
+/// writing follow each other with no hand-over between threads.
 ///
 /// No barrier: a worker takes the next job as it ends one, at most `window` jobs past the
-/// first unwritten one (it waits for the writer otherwise), so a long job holds up no other
+/// first unwritten one (it waits for the writing otherwise), so a long job holds up no other
 /// thread and at most `window` results are held. A job's error stops the workers taking jobs
 /// after it; the jobs before it still run and are written, and the first failing job's error
-/// is returned (the same for any thread count), or else `write`'s first error. A worker's
-/// panic stops the others and is raised again here once they have ended.
+/// is returned (the same for any thread count), or else `write`'s first error (which stops
+/// every worker). A panic in a job or in `write` stops every worker and is raised again here
+/// once they have ended.
 fn run_ordered<S, T: Send>(
     pool: &rayon::ThreadPool,
     len: usize,
     window: usize,
     init: impl Fn() -> S + Sync,
     job: impl Fn(&mut S, usize) -> Result<T> + Sync,
-    mut write: impl FnMut(Vec<T>) -> Result<()>,
+    write: impl FnMut(Vec<T>) -> Result<()> + Send,
 ) -> Result<()> {
-    let gate = Gate::new(len, window);
-    let (tx, rx) = mpsc::channel::<(usize, Result<T>)>();
-    let worker = |tx: &mpsc::Sender<(usize, Result<T>)>| {
-        // A panic here must not leave the others waiting for a job it will never end.
-        let _stop = StopOnPanic(&gate);
+    let order = Order::new(len, window, write);
+    // One worker on each of the pool's threads: a broadcast, so that no worker runs nested
+    // inside another's job, and any parallelism inside a job stays on the pool.
+    pool.broadcast(|_| {
+        // A panic here must not leave the others waiting for a job this one will never end.
+        let _stop = StopOnPanic(&order);
         let mut state = init();
-        while let Some(i) = gate.take() {
+        while let Some(i) = order.take() {
             let r = job(&mut state, i);
-            if r.is_err() {
-                gate.stop_at(i + 1);
-            }
-            if tx.send((i, r)).is_err() {
-                return;
-            }
+            order.deliver(i, r);
         }
-    };
-    std::thread::scope(|s| {
-        // One worker on each of the pool's threads: a broadcast, so that no worker runs nested
-        // inside another's job, and any parallelism inside a job stays on the pool. The
-        // sender goes with them: the channel closes when the last worker ends, however it ends.
-        let workers = s.spawn(move || {
-            pool.broadcast(|_| worker(&tx));
-        });
-        let written = {
-            // However the writer ends, the workers stop taking jobs.
-            let _stop = StopOnDrop(&gate);
-            write_in_order(&rx, &gate, &mut write)
-        };
-        if let Err(panic) = workers.join() {
-            std::panic::resume_unwind(panic);
-        }
-        written
-    })
-}
-
-/// The writer's side of [`run_ordered`]: results as they come (job index, result), held
-/// until every job before them is written, until the workers end.
-fn write_in_order<T>(
-    rx: &mpsc::Receiver<(usize, Result<T>)>,
-    gate: &Gate,
-    write: &mut impl FnMut(Vec<T>) -> Result<()>,
-) -> Result<()> {
-    let mut held: BTreeMap<usize, T> = BTreeMap::new();
-    let (mut next, mut failed): (usize, Option<(usize, FaultError)>) = (0, None);
-    while let Ok(first) = rx.recv() {
-        // Everything that has come, so that a burst is written at once.
-        for (i, r) in std::iter::once(first).chain(rx.try_iter()) {
-            match r {
-                Ok(x) => {
-                    held.insert(i, x);
-                }
-                Err(e) if failed.as_ref().is_none_or(|(k, _)| i < *k) => failed = Some((i, e)),
-                Err(_) => {}
-            }
-        }
-        let limit = failed.as_ref().map_or(usize::MAX, |(k, _)| *k);
-        // Nothing at or past the first failure is written.
-        held.retain(|&i, _| i < limit);
-        let mut batch = Vec::new();
-        while let Some(x) = held.remove(&next) {
-            batch.push(x);
-            next += 1;
-        }
-        if !batch.is_empty() {
-            write(batch)?;
-            gate.written(next);
-        }
+    });
+    let mut g = order.lock();
+    match (g.failed.take(), g.write_failed.take()) {
+        (Some((_, e)), _) | (None, Some(e)) => Err(e),
+        (None, None) => Ok(()),
     }
-    failed.map_or(Ok(()), |(_, e)| Err(e))
 }
 
-/// Hands jobs (indices) to workers: in order, each once, none past a failing one, and none
-/// `window` or more past the first unwritten one (the worker waits until the writer catches
-/// up).
-struct Gate {
-    state: Mutex<GateState>,
+/// The jobs of [`run_ordered`] and their results: which job runs next, which are held until
+/// their turn to be written, and who writes.
+struct Order<T, W> {
+    state: Mutex<OrderState<T>>,
+    /// Signalled when the written jobs or the limit change.
     moved: Condvar,
     /// Jobs in all.
     len: usize,
     /// How far past the first unwritten job a worker may start one.
     window: usize,
+    /// Locked only by the one writing (`OrderState::writing`).
+    write: Mutex<W>,
 }
 
-#[derive(Debug)]
-struct GateState {
+struct OrderState<T> {
     /// The next job to hand out.
     next: usize,
-    /// Jobs written.
-    written: usize,
     /// No job from here on runs (just past the first failing one, or 0 to stop all).
     limit: usize,
+    /// Results of jobs not yet taken to be written, by job.
+    held: BTreeMap<usize, T>,
+    /// Jobs taken to be written (the first ones), and written.
+    taken: usize,
+    written: usize,
+    /// A worker is writing (for good, once a write failed or panicked: no more writes).
+    writing: bool,
+    /// The first failing job and its error.
+    failed: Option<(usize, FaultError)>,
+    /// The error of the write that failed.
+    write_failed: Option<FaultError>,
 }
 
-impl Gate {
-    fn new(len: usize, window: usize) -> Gate {
-        let state = GateState { next: 0, written: 0, limit: usize::MAX };
-        Gate { state: Mutex::new(state), moved: Condvar::new(), len, window: window.max(1) }
+impl<T, W> Order<T, W> {
+    fn lock(&self) -> MutexGuard<'_, OrderState<T>> {
+        // No panic happens while the state is locked but an allocation's; what it guards stays
+        // whole.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn lock(&self) -> MutexGuard<'_, GateState> {
-        // The lock guards plain counters that no panic leaves half-changed.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// No job from `i` on is to run.
+    fn stop_at(&self, i: usize) {
+        let mut g = self.lock();
+        g.limit = g.limit.min(i);
+        drop(g);
+        self.moved.notify_all();
+    }
+}
+
+impl<T, W: FnMut(Vec<T>) -> Result<()>> Order<T, W> {
+    fn new(len: usize, window: usize, write: W) -> Self {
+        let state = OrderState {
+            next: 0,
+            limit: usize::MAX,
+            held: BTreeMap::new(),
+            taken: 0,
+            written: 0,
+            writing: false,
+            failed: None,
+            write_failed: None,
+        };
+        Order { state: Mutex::new(state), moved: Condvar::new(), len, window: window.max(1), write: Mutex::new(write) }
     }
 
     /// The next job to run, once it is inside the window, or `None` when there is none.
@@ -1024,34 +1008,62 @@ impl Gate {
         (i < g.limit).then_some(i)
     }
 
-    /// The writer has written the first `n` jobs.
-    fn written(&self, n: usize) {
-        self.lock().written = n;
-        self.moved.notify_all();
-    }
-
-    /// No job from `i` on is to run.
-    fn stop_at(&self, i: usize) {
+    /// Job `i` ended with `r`: held until its turn, and whatever can be written now written,
+    /// unless another worker is writing (it writes this too before it stops).
+    fn deliver(&self, i: usize, r: Result<T>) {
         let mut g = self.lock();
-        g.limit = g.limit.min(i);
-        drop(g);
-        self.moved.notify_all();
+        match r {
+            Ok(x) if g.failed.as_ref().is_none_or(|(k, _)| i < *k) => {
+                g.held.insert(i, x);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                if g.failed.as_ref().is_none_or(|(k, _)| i < *k) {
+                    // Nothing at or past the first failure is written.
+                    g.held.retain(|&j, _| j < i);
+                    g.failed = Some((i, e));
+                }
+                drop(g);
+                self.stop_at(i + 1);
+                g = self.lock();
+            }
+        }
+        if g.writing {
+            return;
+        }
+        g.writing = true;
+        loop {
+            let (mut batch, st) = (Vec::new(), &mut *g);
+            while let Some(x) = st.held.remove(&st.taken) {
+                batch.push(x);
+                st.taken += 1;
+            }
+            if batch.is_empty() {
+                g.writing = false;
+                return;
+            }
+            let taken = g.taken;
+            drop(g);
+            let r = (self.write.lock().unwrap_or_else(PoisonError::into_inner))(batch);
+            g = self.lock();
+            if let Err(e) = r {
+                // `writing` stays set: no more writes.
+                g.write_failed = Some(e);
+                drop(g);
+                self.stop_at(0);
+                return;
+            }
+            g.written = taken;
+            self.moved.notify_all();
+        }
     }
 }
 
-/// Stops every worker when dropped.
-struct StopOnDrop<'a>(&'a Gate);
+/// Stops every worker when dropped by a panic (a job's or a write's: that write's worker
+/// stays the writer, so nothing more is written).
+struct StopOnPanic<'a, T, W>(&'a Order<T, W>);
 
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.stop_at(0);
-    }
-}
-
-/// Stops every worker when dropped by a panic.
-struct StopOnPanic<'a>(&'a Gate);
-
-impl Drop for StopOnPanic<'_> {
+impl<T, W> Drop for StopOnPanic<'_, T, W> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             self.0.stop_at(0);
@@ -1059,12 +1071,22 @@ impl Drop for StopOnPanic<'_> {
     }
 }
 
-/// The writer of a run's records and timing lines.
+/// Records and timing lines waiting to be appended: at most this many bytes of records…
+const WRITE_BYTES: usize = 64 << 10;
+/// …or this many seconds since they were last appended, if trials end meanwhile.
+const WRITE_SECS: f64 = 0.1;
+
+/// The writer of a run's records and timing lines, in batches.
 struct Writer {
     records: fs::File,
     records_path: PathBuf,
     timing: fs::File,
     timing_path: PathBuf,
+    /// Records and timing lines not yet appended.
+    lines: String,
+    times: String,
+    /// When they were last appended.
+    written: Instant,
     /// When the records were last synced.
     synced: Instant,
 }
@@ -1075,21 +1097,37 @@ impl Writer {
         let records = OpenOptions::new().append(true).open(&records_path).map_err(FaultError::io(&records_path))?;
         let timing_path = out.join("timing.jsonl");
         let timing = OpenOptions::new().append(true).open(&timing_path).map_err(FaultError::io(&timing_path))?;
-        Ok(Writer { records, records_path, timing, timing_path, synced: Instant::now() })
+        let (lines, times, written, synced) = (String::new(), String::new(), Instant::now(), Instant::now());
+        Ok(Writer { records, records_path, timing, timing_path, lines, times, written, synced })
     }
 
-    /// Appends the next trials' records and wall times (in seconds).
-    fn write(&mut self, batch: &[(TrialRecord, f64)]) -> Result<()> {
-        let (mut lines, mut times) = (String::new(), String::new());
+    /// The next trials' records and wall times (in seconds), appended with those before them
+    /// once there are [`WRITE_BYTES`] or [`WRITE_SECS`] have passed.
+    fn add(&mut self, batch: &[(TrialRecord, f64)]) -> Result<()> {
         for (rec, secs) in batch {
-            lines.push_str(&serde_json::to_string(rec).expect("records serialise"));
-            lines.push('\n');
-            times.push_str(&format!("{{\"trial\":{},\"wall_us\":{}}}\n", rec.trial, (secs * 1e6).round() as u64));
+            self.lines.push_str(&serde_json::to_string(rec).expect("records serialise"));
+            self.lines.push('\n');
+            let us = (secs * 1e6).round() as u64;
+            self.times.push_str(&format!("{{\"trial\":{},\"wall_us\":{us}}}\n", rec.trial));
+        }
+        if self.lines.len() >= WRITE_BYTES || self.written.elapsed().as_secs_f64() >= WRITE_SECS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Appends the records and timing lines not yet appended.
+    fn flush(&mut self) -> Result<()> {
+        if self.lines.is_empty() {
+            return Ok(());
         }
         // Timing first: a kill between the two leaves timing lines of unrecorded trials,
         // which resuming drops, rather than recorded trials without timing.
-        self.timing.write_all(times.as_bytes()).map_err(FaultError::io(&self.timing_path))?;
-        self.records.write_all(lines.as_bytes()).map_err(FaultError::io(&self.records_path))?;
+        self.timing.write_all(self.times.as_bytes()).map_err(FaultError::io(&self.timing_path))?;
+        self.records.write_all(self.lines.as_bytes()).map_err(FaultError::io(&self.records_path))?;
+        self.lines.clear();
+        self.times.clear();
+        self.written = Instant::now();
         // A killed process loses nothing written (the kernel has it); syncing guards
         // against a machine crash, and once a second bounds that loss at little cost.
         if self.synced.elapsed().as_secs_f64() >= 1.0 {
@@ -1180,6 +1218,7 @@ fn model_name(m: FaultModel) -> String {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
     use std::time::Duration;
 
     fn pool(threads: usize) -> rayon::ThreadPool {
