@@ -1089,6 +1089,8 @@ struct Writer {
     written: Instant,
     /// When the records were last synced.
     synced: Instant,
+    /// An append failed: nothing more is appended (a retry could repeat part of a line).
+    broken: bool,
 }
 
 impl Writer {
@@ -1098,7 +1100,7 @@ impl Writer {
         let timing_path = out.join("timing.jsonl");
         let timing = OpenOptions::new().append(true).open(&timing_path).map_err(FaultError::io(&timing_path))?;
         let (lines, times, written, synced) = (String::new(), String::new(), Instant::now(), Instant::now());
-        Ok(Writer { records, records_path, timing, timing_path, lines, times, written, synced })
+        Ok(Writer { records, records_path, timing, timing_path, lines, times, written, synced, broken: false })
     }
 
     /// The next trials' records and wall times (in seconds), appended with those before them
@@ -1116,15 +1118,17 @@ impl Writer {
         Ok(())
     }
 
-    /// Appends the records and timing lines not yet appended.
+    /// Appends the records and timing lines not yet appended (none once an append failed).
     fn flush(&mut self) -> Result<()> {
-        if self.lines.is_empty() {
+        if self.lines.is_empty() || self.broken {
             return Ok(());
         }
+        self.broken = true;
         // Timing first: a kill between the two leaves timing lines of unrecorded trials,
         // which resuming drops, rather than recorded trials without timing.
         self.timing.write_all(self.times.as_bytes()).map_err(FaultError::io(&self.timing_path))?;
         self.records.write_all(self.lines.as_bytes()).map_err(FaultError::io(&self.records_path))?;
+        self.broken = false;
         self.lines.clear();
         self.times.clear();
         self.written = Instant::now();
