@@ -1,5 +1,6 @@
-//! Campaigns end to end: records independent of threads, shards and mode; the physics the
-//! field expects of fault outcomes; liveness proofs that hold; spec errors that name the field.
+//! Campaigns end to end: records independent of threads, shards, resuming and mode; the
+//! physics the field expects of fault outcomes; liveness proofs that hold; spec errors that
+//! name the field.
 
 use faultline_fault::model::Anchor;
 use faultline_fault::{merge, Campaign, CampaignSpec, Outcome, RunOptions, Shard, TrialMode};
@@ -41,8 +42,8 @@ fn read(dir: &Path, file: &str) -> Vec<u8> {
     std::fs::read(dir.join(file)).unwrap()
 }
 
-/// Register, memory and DMA classes, several injection steps: 1 thread, 2 threads and three
-/// shards merged write the same bytes.
+/// Register, memory and DMA classes, several injection steps: 1, 2 and 3 threads, three
+/// shards merged, and a run cut mid-line and resumed write the same bytes, in trial order.
 #[test]
 fn records_do_not_depend_on_threads_or_shards() {
     let d = tempfile::tempdir().unwrap();
@@ -53,9 +54,11 @@ fn records_do_not_depend_on_threads_or_shards() {
          \"dma.*\"], fault: Flip, sampling: Stratified(per_class: 12), follow_up: 5, seed: 5",
     );
     let c = prepare(&f);
-    let (one, two, merged) = (d.path().join("one"), d.path().join("two"), d.path().join("merged"));
+    let (one, two, three) = (d.path().join("one"), d.path().join("two"), d.path().join("three"));
+    let merged = d.path().join("merged");
     let s1 = c.run(&one, opts(1, Shard::ALL), |_| {}).unwrap();
     c.run(&two, opts(2, Shard::ALL), |_| {}).unwrap();
+    c.run(&three, opts(3, Shard::ALL), |_| {}).unwrap();
     let shards: Vec<PathBuf> = (0..3).map(|i| d.path().join(format!("shard-{i}"))).collect();
     // Out of order on purpose: merge takes slices in any order.
     for i in [2, 0, 1] {
@@ -64,8 +67,16 @@ fn records_do_not_depend_on_threads_or_shards() {
     merge(&merged, &shards).unwrap();
     for file in ["campaign.json", "records.jsonl", "summary.json"] {
         assert_eq!(read(&one, file), read(&two, file), "{file}: 1 vs 2 threads");
+        assert_eq!(read(&one, file), read(&three, file), "{file}: 1 vs 3 threads");
         assert_eq!(read(&one, file), read(&merged, file), "{file}: one run vs 3 shards merged");
     }
+    // Timing lines are in trial order too, one per record.
+    let trials = |dir: &Path, file: &str| -> Vec<u64> {
+        let text = String::from_utf8(read(dir, file)).unwrap();
+        text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["trial"].as_u64().unwrap()).collect()
+    };
+    assert_eq!(trials(&one, "records.jsonl"), (0..16 * 12).collect::<Vec<_>>());
+    assert_eq!(trials(&three, "timing.jsonl"), trials(&three, "records.jsonl"));
     // 6 MXU, 6 VPU, 1 UB, 1 accumulator and 2 DMA classes, 12 trials each.
     assert_eq!(s1.trials, 16 * 12);
     assert!(s1.simulated > 0 && s1.skipped_dead > 0);
@@ -84,6 +95,12 @@ fn records_do_not_depend_on_threads_or_shards() {
     c.run(&shards[1], RunOptions { resume: true, ..opts(1, Shard { index: 1, count: 3 }) }, |_| {}).unwrap();
     merge(&d.path().join("m5"), &shards).unwrap();
     assert_eq!(read(&one, "records.jsonl"), read(&d.path().join("m5"), "records.jsonl"));
+    // A run cut in the middle of a line, as a crash leaves it, resumed on 3 threads.
+    let full = read(&three, "records.jsonl");
+    std::fs::write(three.join("records.jsonl"), &full[..full.len() / 3]).unwrap();
+    c.run(&three, RunOptions { resume: true, ..opts(3, Shard::ALL) }, |_| {}).unwrap();
+    assert_eq!(read(&three, "records.jsonl"), full, "resumed on 3 threads");
+    assert_eq!(trials(&three, "timing.jsonl"), trials(&three, "records.jsonl"));
 }
 
 /// The cycle-level reference (every instruction at register level, dead faults run too)
