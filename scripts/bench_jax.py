@@ -430,7 +430,31 @@ def git(*a, cwd):
     return r.stdout.strip() if r.returncode == 0 else None
 
 
-def provenance(args):
+def sgemm_rate():
+    """numpy's (OpenBLAS's) single-thread fp32 GEMM on this core, 512^3, in MAC/s: the machine's scale."""
+    import numpy as np
+
+    a = np.random.default_rng(0).uniform(-1, 1, (512, 512)).astype(np.float32)
+    for _ in range(3):
+        a @ a
+    best = math.inf
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(10):
+            a @ a
+        best = min(best, (time.perf_counter() - t) / 10)
+    return 512**3 / best
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError):
+        return math.nan
+
+
+def provenance(args, machine):
     bindir = os.path.dirname(os.path.realpath(args.faultline))
     commit = git("rev-parse", "--short", "HEAD", cwd=bindir)
     if commit:
@@ -448,8 +472,8 @@ def provenance(args):
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     return (
         f"Measured on {date}, `faultline` from commit {commit}, jax {__import__('jax').__version__}, "
-        f"on {cpu}, one core each; min of {args.rounds} rounds, batch {BATCH}; configs tpu-32x32 "
-        f"unless named."
+        f"on {cpu}, one core each ({machine}); min of {args.rounds} rounds, batch {BATCH}; "
+        f"configs tpu-32x32 unless named."
     )
 
 
@@ -501,6 +525,8 @@ def main():
     import jax
 
     say(f"jax {jax.__version__}, {args.faultline}, core {args.cpu}, {args.rounds} rounds")
+    load0, sgemm = loadavg(), sgemm_rate()
+    say(f"load average {load0:.2f}; numpy sgemm 512^3 on core {args.cpu}: {sgemm / 1e9:.0f} GMAC/s")
 
     # Setup, not timed: data, MACs, a checked first run of each tool, run lengths.
     setup = {}
@@ -560,7 +586,11 @@ def main():
             say(f"round {r + 1}/{args.rounds} {key}: " + ", ".join(f"{c} {fmt_time(got[c])}" for c in ("bf16", "fp32", "jax")))
 
     rows = [(m, setup[m[0]][0], best[m[0]]) for m in models]
-    text = provenance(args) + "\n\n" + table(rows)
+    machine = (
+        f"numpy's single-thread sgemm {sgemm / 1e9:.0f} GMAC/s at 512^3; "
+        f"load average {load0:.1f} at the start, {loadavg():.1f} at the end"
+    )
+    text = provenance(args, machine) + "\n\n" + table(rows)
     print(text)
     if args.write:
         write_doc(text)
