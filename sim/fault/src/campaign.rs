@@ -849,8 +849,9 @@ impl Campaign {
 
     /// Runs the campaign's `opts.shard` into `out`, telling `progress` how many trials are
     /// recorded already and then each trial as it ends (from worker threads), and returns the
-    /// summary of the records in `out`. Trials run as [`run_ordered`] runs jobs, each worker
-    /// with its own trainer; on an error, the trials before the first failing one are written.
+    /// summary of the records in `out`. Idle workers take the next trial (each with its own
+    /// trainer) and records are written in trial order; on an error, the trials before the first
+    /// failing one are written.
     pub fn run(&self, out: &Path, opts: RunOptions, progress: impl Fn(Progress) + Sync) -> Result<Summary> {
         let ids: Vec<u64> = opts.shard.trials(self.info.trials).collect();
         // The lock is held until the summary is written.
