@@ -541,10 +541,13 @@ def main():
         for prec in ("fp32", "bf16"):
             w2, s = fl_train(args, m, 2, prec)
             # a rough per-step time (the 2-step run is mostly evaluation for small models),
-            # then a better one by difference
-            n = max(3, min(200000, int(args.target / max(w2 / 2, 1e-7))))
+            # then a better one by difference, over at least 8 more steps: a 1-step difference
+            # of ResNet-20's ~0.5 s step drowned in noise once and asked for 3 M steps
+            n = max(10, min(200000, int(args.target / max(w2 / 2, 1e-7))))
             wn, s2 = fl_train(args, m, n, prec)
-            per = max((wn - w2) / (n - 2), 1e-7)
+            if wn <= w2:
+                fail(f"{key} {prec}: {n} steps took {wn:.3f} s, no longer than 2 steps ({w2:.3f} s): the machine is too noisy to time")
+            per = (wn - w2) / (n - 2)
             # N1 >= 2: a 2-step difference of a ~0.5 s step is too short to measure
             n1 = max(2, math.ceil(args.target / per))
             plan[prec] = (n1, 3 * n1)
