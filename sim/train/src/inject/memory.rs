@@ -47,6 +47,8 @@ use faultline_hw::memory::dma::AddrReg;
 use faultline_hw::mxu::Schedule;
 use faultline_hw::{HwConfig, Register, Unit};
 use faultline_num::NumFormat;
+use std::collections::BTreeMap;
+use std::ops::Range;
 
 /// Where a word's new value comes from.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -126,6 +128,15 @@ pub struct StepMap<'a> {
     gemms: Vec<Option<GemmMap<'a>>>,
     /// Each instruction's destinations (looked up per word, so listed once).
     dests: Vec<Vec<isa::Dest>>,
+    /// Per buffer, the instructions that write it and the words each writes, in program order.
+    writers: Vec<Vec<(usize, Range<usize>)>>,
+    /// Per buffer, the instructions that read or write it and the words each touches, in
+    /// program order (an instruction once per operand): a word's accesses are found among
+    /// these instead of the whole program (a DMA-address fault asks for tens of thousands of
+    /// words).
+    touchers: Vec<Vec<(usize, Range<usize>)>>,
+    /// Per memory, its buffers' homes `(base, end, buffer)` sorted by base, and the longest.
+    homes: BTreeMap<Unit, (Vec<(u64, u64, usize)>, u64)>,
 }
 
 impl<'a> StepMap<'a> {
@@ -133,8 +144,34 @@ impl<'a> StepMap<'a> {
     pub fn new(p: &'a Program, sched: &'a StepSchedule, hw: &'a HwConfig) -> Result<StepMap<'a>> {
         let gemms =
             p.instrs.iter().zip(&sched.instrs).map(|(i, c)| GemmMap::new(hw, i, c.start)).collect::<Result<_>>()?;
-        let dests = p.instrs.iter().map(|i| i.dests()).collect();
-        Ok(StepMap { p, sched, hw, gemms, dests })
+        let dests: Vec<Vec<isa::Dest>> = p.instrs.iter().map(|i| i.dests()).collect();
+        let (mut writers, mut touchers) = (vec![Vec::new(); p.buffers.len()], vec![Vec::new(); p.buffers.len()]);
+        for (i, ins) in p.instrs.iter().enumerate() {
+            let len = ins.out_len();
+            for d in &dests[i] {
+                writers[d.buf.index()].push((i, d.offset..d.offset + len));
+                touchers[d.buf.index()].push((i, d.offset..d.offset + len));
+            }
+            for (b, r) in ins.read_ranges() {
+                touchers[b.index()].push((i, r));
+            }
+        }
+        let mut homes: BTreeMap<Unit, (Vec<(u64, u64, usize)>, u64)> = BTreeMap::new();
+        for (b, h) in p.homes.iter().enumerate() {
+            let len = p.buffers[b].len as u64;
+            let m = homes.entry(h.mem).or_default();
+            m.0.push((h.base, h.base + len, b));
+            m.1 = m.1.max(len);
+        }
+        homes.values_mut().for_each(|m| m.0.sort_unstable());
+        Ok(StepMap { p, sched, hw, gemms, dests, writers, touchers, homes })
+    }
+
+    /// The instructions among `list` (one buffer's) that touch word `x`, each once, in program
+    /// order.
+    fn touching(list: &[(usize, Range<usize>)], x: usize) -> impl Iterator<Item = usize> + '_ {
+        let mut last = None;
+        list.iter().filter(move |(i, r)| r.contains(&x) && last.replace(*i) != Some(*i)).map(|&(i, _)| i)
     }
 
     pub(crate) fn start(&self, i: usize) -> u64 {
@@ -211,8 +248,9 @@ impl<'a> StepMap<'a> {
         }
     }
 
-    /// The writes of element `x` of `b`, in program order (the host's before the step first).
-    fn writes(&self, b: BufId, x: usize) -> impl Iterator<Item = Access> + '_ {
+    /// The writes of element `x` of `b` by instructions that start by cycle `until`, in
+    /// program order (the host's before the step first).
+    fn writes(&self, b: BufId, x: usize, until: u64) -> impl Iterator<Item = Access> + '_ {
         let p = self.p;
         let host = p.buffers[b.index()].role.is_placeholder().then_some(Access {
             cycle: 0,
@@ -221,8 +259,8 @@ impl<'a> StepMap<'a> {
             part: None,
         });
         host.into_iter().chain(
-            (0..p.instrs.len())
-                .filter(move |&i| self.dests[i].iter().any(|d| d.buf == b))
+            Self::touching(&self.writers[b.index()], x)
+                .filter(move |&i| self.start(i) <= until)
                 .flat_map(move |i| self.write_accesses(i, b, x).into_iter().filter(|a| a.kind == Kind::Write)),
         )
     }
@@ -230,8 +268,9 @@ impl<'a> StepMap<'a> {
     /// Every access to element `x` of `b` in time order.
     fn accesses(&self, b: BufId, x: usize) -> Vec<Access> {
         let p = self.p;
-        let mut v: Vec<Access> = self.writes(b, x).collect();
-        for (i, ins) in p.instrs.iter().enumerate() {
+        let mut v: Vec<Access> = self.writes(b, x, u64::MAX).collect();
+        for i in Self::touching(&self.touchers[b.index()], x) {
+            let ins = &p.instrs[i];
             if self.dests[i].iter().any(|d| d.buf == b) {
                 v.extend(self.write_accesses(i, b, x).into_iter().filter(|a| a.kind == Kind::AddRead));
             }
@@ -256,11 +295,14 @@ impl<'a> StepMap<'a> {
     }
 
     /// Buffers homed in `mem` whose words cover `addr`, with the element there.
+    /// In order of base address.
     fn at(&self, mem: Unit, addr: u64) -> impl Iterator<Item = (BufId, usize)> + '_ {
-        self.p.homes.iter().enumerate().filter_map(move |(b, h)| {
-            let len = self.p.buffers[b].len as u64;
-            (h.mem == mem && addr >= h.base && addr - h.base < len).then(|| (BufId(b as u32), (addr - h.base) as usize))
-        })
+        let homes = self.homes.get(&mem).map_or(&[][..], |(homes, longest)| {
+            // Only homes based in (addr - longest, addr] can cover it.
+            let lo = homes.partition_point(|h| h.0 + longest <= addr);
+            &homes[lo..homes.partition_point(|h| h.0 <= addr)]
+        });
+        homes.iter().filter(move |h| addr < h.1).map(move |&(base, _, b)| (BufId(b as u32), (addr - base) as usize))
     }
 
     /// The buffer element `(mem, addr)` holds at cycle `t` (after that cycle's writes): the one
@@ -268,8 +310,9 @@ impl<'a> StepMap<'a> {
     pub(crate) fn holder(&self, mem: Unit, addr: u64, t: u64) -> Option<(BufId, usize)> {
         self.at(mem, addr)
             .filter_map(|(b, x)| {
-                // Only writes matter here: no read's address pattern needs walking.
-                let w = self.writes(b, x).filter(|a| a.cycle <= t).map(|a| a.cycle).max()?;
+                // Only writes matter here: no read's address pattern needs walking, nor a write
+                // by an instruction that starts after `t`.
+                let w = self.writes(b, x, t).filter(|a| a.cycle <= t).map(|a| a.cycle).max()?;
                 Some((w, b, x))
             })
             .max_by_key(|&(w, b, _)| (w, b))
@@ -296,7 +339,10 @@ impl<'a> StepMap<'a> {
 pub fn word_hits(m: &StepMap, f: ActiveFault) -> Vec<WordHit> {
     let (mem, addr) = (f.event.site.unit, f.event.site.instance[0] as u64);
     let mut hits = Vec::new();
-    for (b, x) in m.at(mem, addr) {
+    let mut at: Vec<(BufId, usize)> = m.at(mem, addr).collect();
+    // In buffer order, as the hits have always been listed.
+    at.sort_unstable();
+    for (b, x) in at {
         let mut last_write = None;
         for a in m.accesses(b, x) {
             if !a.reads() {
