@@ -527,12 +527,19 @@ fn interpret(
     let (mut durations, mut effect) = (Vec::with_capacity(p.instrs.len()), None);
     let words = fault.map_or(&[][..], |f| f.hits());
     let groups = if groups.is_empty() { vec![(0, None)] } else { groups.iter().map(|&(k, i)| (k, Some(i))).collect() };
-    let mut mem = words.first().map(|_| WordEffect { hw, p, words, effects: vec![None; groups.len()], groups });
+    let mut mem = words.first().map(|_| {
+        let mut by_instr = vec![Vec::new(); p.instrs.len() + 1];
+        for (k, h) in words.iter().enumerate() {
+            by_instr[h.instr.unwrap_or(p.instrs.len())].push(k);
+        }
+        WordEffect { hw, p, words, effects: vec![None; groups.len()], groups, by_instr }
+    });
     for (i, ins) in p.instrs.iter().enumerate() {
         size_dests(p, ins, bufs);
         let restore = mem.as_mut().map(|m| m.apply(bufs, Some(i), false)).unwrap_or_default();
-        let parts: Vec<(usize, &WordHit)> =
-            words.iter().enumerate().filter(|(_, h)| h.instr == Some(i) && h.part.is_some()).collect();
+        let parts: Vec<(usize, &WordHit)> = mem.as_ref().map_or(Vec::new(), |m| {
+            m.by_instr[i].iter().map(|&k| (k, &words[k])).filter(|(_, h)| h.part.is_some()).collect()
+        });
         let c = match fault.and_then(|f| f.register_faults(i)) {
             Some(faults) => {
                 let (c, e) = inject(hw, p, i, bufs, faults)?;
@@ -605,6 +612,9 @@ struct WordEffect<'a> {
     groups: Vec<(usize, Option<usize>)>,
     /// Each group's effect so far.
     effects: Vec<Option<Effect>>,
+    /// The words each instruction reads (by index, in order; last, the host's), so that each
+    /// instruction looks at its own only (a DMA-address fault changes tens of thousands).
+    by_instr: Vec<Vec<usize>>,
 }
 
 impl WordEffect<'_> {
@@ -614,7 +624,8 @@ impl WordEffect<'_> {
     fn apply(&mut self, bufs: &mut [Vec<u32>], at: Option<usize>, written: bool) -> Vec<(BufId, usize, u32)> {
         let mut restore = Vec::new();
         let words = self.words;
-        let hits = words.iter().enumerate().filter(|(_, h)| h.instr == at && h.written == written && h.part.is_none());
+        let mine = &self.by_instr[at.unwrap_or(self.p.instrs.len())];
+        let hits = mine.iter().map(|&k| (k, &words[k])).filter(|(_, h)| h.written == written && h.part.is_none());
         for (k, h, old, new) in memory::compose(hits, bufs, self.hw.mxu.input_format) {
             if new == old {
                 continue;
