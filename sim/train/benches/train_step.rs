@@ -1,6 +1,7 @@
 //! `train_step`: one training step of mlp-digits (batch 32, bf16 MXU, sgd) on tpu-32x32 in
 //! functional and cycle-level mode, and in functional mode with one fault (the hit GEMM at cycle
-//! level: a hybrid step; a unified-buffer word; the sequencer's tile counter); restoring a
+//! level: a hybrid step; a unified-buffer word; the sequencer's tile counter; a DMA address
+//! register); restoring a
 //! `TrainState` snapshot, as a campaign trial does. The
 //! throughput line of the step benchmarks is steps per second.
 
@@ -60,6 +61,23 @@ fn train_step(c: &mut Criterion) {
             })
         });
     }
+    // A destination-address flip early in the step's longest transfer: every later word of it
+    // lands at a wrong address (what dma_hits resolves word by word; issue 27 bounded it).
+    let p = t.exec.program();
+    let longest = (0..p.instrs.len())
+        .filter(|&i| matches!(p.instrs[i], faultline_hw::isa::Instr::Dma { .. }))
+        .max_by_key(|&i| p.instrs[i].out_len())
+        .expect("a DMA transfer");
+    let at = t.schedule.instrs[longest].start + p.dma_overhead + 1;
+    let fault: StepFault = format!("flip:dma.dst_addr[5]@step=1,cycle={at}").parse().expect("fault");
+    group.bench_function("mlp-digits/dma-address-fault", |b| {
+        b.iter(|| {
+            t.restore_snapshot(&snap);
+            let r = t.step_with(Some(&fault)).expect("step");
+            assert!(r.injection.as_ref().is_some_and(|i| !i.masked()), "dma-address-fault: a live fault");
+            black_box(r.loss)
+        })
+    });
     group.bench_function("mlp-digits/restore-snapshot", |b| b.iter(|| t.restore_snapshot(black_box(&snap))));
     group.finish();
 }
