@@ -135,9 +135,12 @@ pub struct StepMap<'a> {
     /// these instead of the whole program (a DMA-address fault asks for tens of thousands of
     /// words).
     touchers: Vec<Vec<(usize, Range<usize>)>>,
-    /// Per memory, its buffers' homes `(base, end, buffer)` sorted by base, and the longest.
-    homes: BTreeMap<Unit, (Vec<(u64, u64, usize)>, u64)>,
+    /// Per memory, its buffers' homes sorted by base, and the longest.
+    homes: BTreeMap<Unit, (Vec<HomeSpan>, u64)>,
 }
+
+/// A buffer's words in its memory: `(base, end, buffer)`.
+type HomeSpan = (u64, u64, usize);
 
 impl<'a> StepMap<'a> {
     /// The map of program `p` with schedule `sched` on `hw`.
@@ -156,7 +159,7 @@ impl<'a> StepMap<'a> {
                 touchers[b.index()].push((i, r));
             }
         }
-        let mut homes: BTreeMap<Unit, (Vec<(u64, u64, usize)>, u64)> = BTreeMap::new();
+        let mut homes: BTreeMap<Unit, (Vec<HomeSpan>, u64)> = BTreeMap::new();
         for (b, h) in p.homes.iter().enumerate() {
             let len = p.buffers[b].len as u64;
             let m = homes.entry(h.mem).or_default();
