@@ -1,4 +1,5 @@
-//! `mxu` benchmark: a 512x512x512 bf16 GEMM on a 128x128 array, cycle-level and functional.
+//! `mxu` benchmark: a 512x512x512 bf16 GEMM on a 128x128 array, cycle-level and functional, and
+//! the same in fp32, functional.
 //!
 //! Throughput is reported in elements/s: PE-cycles for the cycle-level model (target >= 200 M
 //! per core), MACs for the functional twin (target >= 1 G per core). Also a faulty GEMM of a
@@ -38,6 +39,16 @@ fn bench(c: &mut Criterion) {
             b.iter(|| gemm(&cfg, black_box(&a), black_box(&w), ExecMode::Functional, &FaultSchedule::none()).unwrap())
         });
     }
+    // fp32 x fp32 (never fused: its products round), against the machine's single-thread sgemm
+    // (issue 27's target: >= 30% of it with RAYON_NUM_THREADS=1).
+    let cfg = HwConfig::test_config(128, 128, Dataflow::WeightStationary, Precision::Fp32Fp32);
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mut gen = |r, c| Matrix::from_fn(r, c, |_, _| (rng.gen_range(-1.0..1.0f32)).to_bits());
+    let (a32, w32) = (gen(m, k), gen(k, n));
+    g.throughput(Throughput::Elements(gemm_timing(&cfg.mxu, m, k, n).macs));
+    g.bench_function("functional_fp32_ws_128x128_512cubed_macs", |b| {
+        b.iter(|| gemm(&cfg, black_box(&a32), black_box(&w32), ExecMode::Functional, &FaultSchedule::none()).unwrap())
+    });
     g.finish();
     let mut g = c.benchmark_group("mxu");
     let cfg = HwConfig::test_config(32, 32, Dataflow::WeightStationary, Precision::Bf16Fp32);
