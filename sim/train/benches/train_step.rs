@@ -1,9 +1,8 @@
 //! `train_step`: one training step of mlp-digits (batch 32, bf16 MXU, sgd) on tpu-32x32 in
 //! functional and cycle-level mode, and in functional mode with one fault (the hit GEMM at cycle
 //! level: a hybrid step; a unified-buffer word; the sequencer's tile counter; a DMA address
-//! register); restoring a
-//! `TrainState` snapshot, as a campaign trial does. The
-//! throughput line of the step benchmarks is steps per second.
+//! register); restoring a `TrainState` snapshot, as a campaign trial does. The throughput line
+//! of the step benchmarks is steps per second.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use faultline_graph::ModelSpec;

@@ -1,11 +1,11 @@
 //! Running a campaign: the golden run once, then trials in parallel, each restoring the golden
 //! state before its injection step, running that step with the fault (hybrid: the faulted
 //! instruction at register level, the rest functionally) and, unless the fault was masked,
-//! the follow-up window functionally. Workers (`workers.rs`) take the next trial as they finish one (no
-//! barrier: a long trial holds up no other thread); the records are appended in trial order,
-//! one writer at a time, as they continue what was written (in batches, at least every 0.1 s
-//! while trials end, and synced to disk every second), so the records do not depend on the
-//! threads and a run killed at any moment resumes with nothing lost or repeated.
+//! the follow-up window functionally. Workers (`workers.rs`) take the next trial as they
+//! finish one (no barrier: a long trial holds up no other thread); the records are appended in
+//! trial order, one writer at a time, as they continue what was written (in batches, at least
+//! every 0.1 s while trials end, and synced to disk every second), so the records do not depend
+//! on the threads and a run killed at any moment resumes with nothing lost or repeated.
 
 use crate::error::{FaultError, Result};
 use crate::model::Anchor;
