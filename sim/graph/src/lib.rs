@@ -35,6 +35,7 @@
 pub mod autodiff;
 mod build;
 pub mod checks;
+pub mod direct;
 pub mod error;
 pub mod graph;
 pub mod op;

@@ -131,15 +131,22 @@ pub struct Program {
     pub(crate) node_buf: Vec<Option<BufId>>,
 }
 
-/// For each instruction, the buffers no later instruction touches and that are not `kept`.
-pub(crate) fn releases(instrs: &[Instr], buffers: usize, kept: &[BufId]) -> Vec<Vec<BufId>> {
+/// For each instruction, the buffers no later instruction touches and that are not `kept`
+/// (`None`: an instruction that touches none).
+pub(crate) fn releases<'a>(
+    instrs: impl IntoIterator<Item = Option<&'a Instr>>,
+    buffers: usize,
+    kept: &[BufId],
+) -> Vec<Vec<BufId>> {
     let mut last = vec![None; buffers];
-    for (i, ins) in instrs.iter().enumerate() {
-        for buf in ins.reads().into_iter().chain(ins.writes()) {
+    let mut count = 0;
+    for (i, ins) in instrs.into_iter().enumerate() {
+        count = i + 1;
+        for buf in ins.into_iter().flat_map(|ins| ins.reads().into_iter().chain(ins.writes())) {
             last[buf.index()] = Some(i);
         }
     }
-    let mut release = vec![Vec::new(); instrs.len()];
+    let mut release = vec![Vec::new(); count];
     for (buf, l) in last.iter().enumerate() {
         let id = BufId(buf as u32);
         if let (Some(i), false) = (l, kept.contains(&id)) {
@@ -175,7 +182,7 @@ impl Program {
         }
         let mut p = b.p;
         p.kept = keep.iter().filter_map(|&k| p.node_buf[k.index()]).collect();
-        p.release = releases(&p.instrs, p.buffers.len(), &p.kept);
+        p.release = releases(p.instrs.iter().map(Some), p.buffers.len(), &p.kept);
         p
     }
 

@@ -206,7 +206,7 @@ fn tile(p: &Program, parts: &[usize], ku: usize) -> (Program, Vec<usize>) {
             from.push(i);
         }
     }
-    q.release = crate::program::releases(&q.instrs, q.buffers.len(), &q.kept);
+    q.release = crate::program::releases(q.instrs.iter().map(Some), q.buffers.len(), &q.kept);
     (q, from)
 }
 
@@ -350,7 +350,7 @@ fn stage(p: &Program, dram: &[bool], private: &[bool]) -> (Program, Vec<Option<B
             staged_for.push(i);
         }
     }
-    q.release = crate::program::releases(&q.instrs, q.buffers.len(), &q.kept);
+    q.release = crate::program::releases(q.instrs.iter().map(Some), q.buffers.len(), &q.kept);
     origin.resize(q.buffers.len(), None);
     (q, origin, staged_for)
 }

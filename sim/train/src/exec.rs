@@ -14,6 +14,7 @@ use crate::inject::memory::{self, WordHit};
 use crate::inject::sequencer;
 pub use crate::inject::Injection;
 use crate::state::{ModelState, Tensor32};
+use faultline_graph::direct::Direct;
 use faultline_graph::program::{Program, Role, StepSchedule, UnitCycles};
 use faultline_graph::{NodeIndex, TrainGraph};
 use faultline_hw::fault::ActiveFault;
@@ -173,6 +174,9 @@ pub struct Executor {
     step: Program,
     /// The forward pass (nodes the model output depends on), lowered once.
     fwd: Program,
+    /// The direct forms of `step` and `fwd` ([`Program::direct`]): what runs without an
+    /// injection.
+    direct: (Direct, Direct),
 }
 
 impl Executor {
@@ -182,7 +186,8 @@ impl Executor {
         tg.topo_order().map_err(|e| TrainError::Model(e.to_string()))?;
         let place = |p: Program| p.place(&hw).map_err(|e| TrainError::Config(format!("{e} (a smaller batch may fit)")));
         let (step, fwd) = (place(Program::step(&tg))?, place(Program::forward(&tg))?);
-        Ok(Executor { tg, hw, mode, format, step, fwd })
+        let direct = (step.direct(), fwd.direct());
+        Ok(Executor { tg, hw, mode, format, step, fwd, direct })
     }
 
     /// The machine an executor of `format` inputs runs on: `hw` with the MXU set to `format`
@@ -275,7 +280,10 @@ impl Executor {
             _ => (None, Vec::new()),
         };
         let mut bufs = self.bind(p, state, x, labels)?;
-        let mut out = run(&self.hw, self.mode, p, &mut bufs, seq.as_ref().or(fault), &groups)?;
+        let mut out = match seq.as_ref().or(fault) {
+            None => run_direct(&self.hw, self.mode, p, &self.direct.0, &mut bufs)?,
+            fault => run(&self.hw, self.mode, p, &mut bufs, fault, &groups)?,
+        };
         if let Some(inj) = &seq {
             // The GEMM's result is what the fault corrupts first.
             let g = inj.instr();
@@ -289,7 +297,7 @@ impl Executor {
     /// [`Executor::schedule`] and injection see) is the forward pass, run by
     /// [`Executor::infer_with_fault`].
     pub fn inference(&self) -> Executor {
-        Executor { step: self.fwd.clone(), ..self.clone() }
+        Executor { step: self.fwd.clone(), direct: (self.direct.1.clone(), self.direct.1.clone()), ..self.clone() }
     }
 
     /// The model output for a batch with an optional fault placed on the forward program, on
@@ -406,7 +414,7 @@ impl Executor {
     pub fn forward(&self, state: &ModelState, x: &[f32]) -> Result<StepOutput> {
         let p = &self.fwd;
         let mut bufs = self.bind(p, state, x, None)?;
-        let mut out = run_program(&self.hw, self.mode, p, &mut bufs, None)?;
+        let mut out = run_direct(&self.hw, self.mode, p, &self.direct.1, &mut bufs)?;
         let b = p.buffer_of(self.tg.output).expect("the forward program computes the output");
         out.output = std::mem::take(&mut bufs[b.index()]).into_iter().map(f32::from_bits).collect();
         Ok(out)
@@ -577,9 +585,35 @@ fn interpret(
         let first = m.effects.iter().position(|e| e.as_ref().is_some_and(|e| !e.masked()));
         effect = m.effects.swap_remove(first.unwrap_or(0));
     }
-    // The step's cycles: the measured durations, issued by the program's timing rule.
-    let t = p.timeline(&durations);
-    Ok(StepOutput {
+    Ok(output(p, &durations, effect))
+}
+
+/// [`run_program`] without a fault, interpreting `p`'s direct form `d` ([`Program::direct`]):
+/// staged copies read and written in their DRAM words, their transfers skipped but costed.
+/// Leaves the same bits as `run_program` in every buffer `p` keeps (property-tested).
+fn run_direct(hw: &HwConfig, mode: ExecMode, p: &Program, d: &Direct, bufs: &mut [Vec<u32>]) -> Result<StepOutput> {
+    let none = FaultSchedule::none();
+    let mut durations = Vec::with_capacity(p.instrs.len());
+    for (i, ins) in d.instrs.iter().enumerate() {
+        durations.push(match ins {
+            Some(ins) => {
+                size_dests(p, ins, bufs);
+                isa::execute(hw, ins, bufs, mode, &none)?
+            }
+            None => isa::cycles(hw, &p.instrs[i]),
+        });
+        for r in &d.release[i] {
+            bufs[r.index()] = Vec::new();
+        }
+    }
+    Ok(output(p, &durations, None))
+}
+
+/// What a run of `p` measured: its instructions' `durations` issued by the program's timing
+/// rule, and the fault's `effect`; the loss and output are left for the caller.
+fn output(p: &Program, durations: &[u64], effect: Option<Effect>) -> StepOutput {
+    let t = p.timeline(durations);
+    StepOutput {
         loss: f32::NAN,
         output: Vec::new(),
         instructions: p.instrs.len(),
@@ -588,7 +622,7 @@ fn interpret(
         unit_cycles: t.units,
         effect,
         checks: Vec::new(),
-    })
+    }
 }
 
 /// Sizes the destinations of `ins` that it fills in parts (batched GEMMs, per-sample

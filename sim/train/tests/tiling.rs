@@ -128,3 +128,41 @@ fn a_dram_flip_reaches_the_tile_that_loads_the_word() {
     let (rep, s) = run(&fault(read));
     assert!(rep.masked() && s == golden, "{rep}");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(12))]
+
+    /// A fault-free step interprets the program's direct form (staged copies read and written
+    /// in their DRAM words, their transfers skipped): on any placement (roomy, spilled or
+    /// tiled SRAMs) it leaves the bits the placed program leaves in every buffer the step keeps
+    /// (loss, output, checks, next parameters and optimizer state), and issues the same cycles.
+    #[test]
+    fn the_direct_form_leaves_the_placed_programs_bits(
+        model in 0usize..3,
+        kib in 16u64..1024,
+        fp32 in proptest::prelude::any::<bool>(),
+    ) {
+        let model = ["mlp-digits", "cnn-small", "transformer-tiny"][model];
+        let precision = if fp32 { MxuFormat::Fp32 } else { MxuFormat::Bf16 };
+        let t = trainer(model, kib * 1024, precision, ExecMode::Functional);
+        let p = t.exec.program();
+        let direct = p.direct();
+        proptest::prop_assert!(direct.redirected > 0, "{model}: nothing redirected");
+        let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
+        let placed = t.exec.step_buffers(&t.state, &x, &y).unwrap();
+        let mut s = t.state.clone();
+        let o = t.exec.step(&mut s, &x, &y).unwrap();
+        let tg = &t.exec.tg;
+        let want = |node| placed[p.buffer_of(node).unwrap().index()].clone();
+        proptest::prop_assert_eq!(o.loss.to_bits(), want(tg.loss)[0]);
+        proptest::prop_assert_eq!(o.output.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want(tg.output));
+        for (c, r) in tg.checks().iter().zip(&o.checks) {
+            proptest::prop_assert_eq!(r.to_bits(), want(c.residual)[0]);
+        }
+        let next = tg.params.iter().map(|q| (&q.name, q.next)).chain(tg.opt_state.iter().map(|q| (&q.name, q.next)));
+        for (name, node) in next {
+            proptest::prop_assert_eq!(&s.tensors[name].bits(), &want(node), "{} ({})", model, name);
+        }
+        proptest::prop_assert_eq!(o.cycles, t.schedule.total_cycles);
+    }
+}
