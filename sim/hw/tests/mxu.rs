@@ -622,3 +622,46 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// The in-place functional GEMM (operands read where memory holds them, transposed or not,
+    /// rounded by the input converters as they are decoded; the result written over the
+    /// accumulators or over whatever the output held) gives the bits of converting the
+    /// operands first ([`faultline_hw::isa::to_input`]) and running [`mxu::gemm_into`], in
+    /// every dataflow and precision, past the threads' threshold too.
+    #[test]
+    fn the_in_place_functional_gemm_equals_converting_first(
+        rows in 1usize..=16, cols in 1usize..=16,
+        m in 1usize..=140, k in 1usize..=140, n in 1usize..=140,
+        at in any::<bool>(), wt in any::<bool>(), acc in any::<bool>(),
+        df in dataflows(), prec in precisions(), seed in any::<u64>(),
+    ) {
+        let cfg = HwConfig::test_config(rows, cols, df, prec);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut words = |len: usize| -> Vec<u32> {
+            (0..len).map(|_| (rng.gen_range(-300.0f32..300.0) * rng.gen_range(0.0f32..1.0).powi(8)).to_bits()).collect()
+        };
+        let (araw, wraw, start) = (words(m * k), words(k * n), words(m * n));
+        // The logical matrices, converted word by word.
+        let logical = |raw: &[u32], r: usize, c: usize, t: bool| {
+            Matrix::from_fn(r, c, |i, j| faultline_hw::isa::to_input(cfg.mxu.input_format, raw[if t { j * r + i } else { i * c + j }]))
+        };
+        let (a, w) = (logical(&araw, m, k, at), logical(&wraw, k, n, wt));
+        let accs = Matrix { rows: m, cols: n, data: start.clone() };
+        let want = mxu::gemm_into(&cfg, &a, &w, acc.then_some(&accs), ExecMode::Functional, &FaultSchedule::none()).unwrap();
+        let mut out = start;
+        let stats = mxu::functional_in_place(
+            &cfg,
+            mxu::Raw { words: &araw, transposed: at },
+            mxu::Raw { words: &wraw, transposed: wt },
+            (m, k, n),
+            &mut out,
+            acc,
+        )
+        .unwrap();
+        prop_assert_eq!(out, want.out.data);
+        prop_assert_eq!(stats, want.stats);
+    }
+}

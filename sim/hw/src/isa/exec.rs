@@ -129,7 +129,10 @@ fn execute_gemm(
     faults: &FaultSchedule,
     golden: bool,
 ) -> Result<(u64, Option<Vec<u32>>), HwError> {
-    let Instr::Gemm { out, .. } = instr else { unreachable!("execute_gemm runs GEMMs") };
+    let &Instr::Gemm { a, b, out, m, k, n, acc } = instr else { unreachable!("execute_gemm runs GEMMs") };
+    if mode == ExecMode::Functional && faults.is_empty() && !golden && out.buf != a.buf && out.buf != b.buf {
+        return Ok((gemm_in_place(cfg, instr, bufs, (a, b, out), (m, k, n), acc)?, None));
+    }
     let (am, bm) = gemm_operands(cfg, instr, bufs)?.expect("a GEMM has operands");
     let acc = accumulators(instr, bufs)?;
     let res = mxu::gemm_into(cfg, &am, &bm, acc.as_ref(), mode, faults)?;
@@ -140,8 +143,46 @@ fn execute_gemm(
             Some(mxu::gemm_into(cfg, &am, &bm, acc.as_ref(), ExecMode::Functional, &FaultSchedule::none())?.out.data)
         }
     };
-    write_result(instr, bufs, *out, res.out.data)?;
+    write_result(instr, bufs, out, res.out.data)?;
     Ok((res.stats.total_cycles, fault_free))
+}
+
+/// A fault-free functional GEMM read from its operands' buffers and written into its output's
+/// ([`mxu::functional_in_place`]): the same bits and errors as loading the operands
+/// ([`gemm_operands`]) and writing the result ([`write_result`]), without the copies. The
+/// output is another buffer than the operands'. Returns its cycles.
+fn gemm_in_place(
+    cfg: &HwConfig,
+    instr: &Instr,
+    bufs: &mut [Vec<u32>],
+    (a, b, out): (MatOperand, MatOperand, Dest),
+    (m, k, n): (usize, usize, usize),
+    acc: bool,
+) -> Result<u64, HwError> {
+    let mut dst = std::mem::take(&mut bufs[out.buf.index()]);
+    if dst.is_empty() && out.offset == 0 && !acc {
+        // An empty buffer written from word 0 becomes the result (see `execute`).
+        dst = vec![0; m * n];
+    }
+    let run = |dst: &mut Vec<u32>| {
+        let src = |o: &MatOperand, len: usize| {
+            let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
+            match s.len() >= len {
+                true => Ok(mxu::Raw { words: &s[..len], transposed: o.transposed }),
+                false => Err(missing(instr, "operand", o.buf, o.offset + len, o.offset + s.len())),
+            }
+        };
+        let (ar, br) = (src(&a, m * k)?, src(&b, k * n)?);
+        let have = dst.len();
+        let Some(region) = dst.get_mut(out.offset..out.offset + m * n) else {
+            let what = if acc { "accumulated output" } else { "output" };
+            return Err(missing(instr, what, out.buf, out.offset + m * n, have));
+        };
+        Ok(mxu::functional_in_place(cfg, ar, br, (m, k, n), region, acc)?.total_cycles)
+    };
+    let res = run(&mut dst);
+    bufs[out.buf.index()] = dst;
+    res
 }
 
 /// [`execute`] at cycle level with `faults`, also returning what each destination's written

@@ -35,6 +35,33 @@ const FUSED_MACS: usize = PAR_MACS;
 /// Functional twin of any schedule (WS, OS, and IS, whose products and K chunks are WS's on the
 /// same operands: see [`super`]): `out = [acc +] a * w` as accumulator bits.
 pub(super) fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, acc: Option<&Matrix>) -> Matrix {
+    let mut data = acc.map_or_else(|| vec![0u32; s.m * s.n], |c| c.data.clone());
+    let (a, w) = (Raw { words: &a.data, transposed: false }, Raw { words: &w.data, transposed: false });
+    functional_raw::<F>(s, a, w, |x| x, &mut data, acc.is_some());
+    Matrix { rows: s.m, cols: s.n, data }
+}
+
+/// A GEMM operand as memory holds it: a row-major matrix from the slice's first word, or its
+/// transpose (`[cols][rows]`) if `transposed`.
+#[derive(Debug, Clone, Copy)]
+pub struct Raw<'a> {
+    /// The words (at least rows x cols).
+    pub words: &'a [u32],
+    /// Stored transposed.
+    pub transposed: bool,
+}
+
+/// [`functional`] on operands as memory holds them, each word passed through `input` (the
+/// MXU's input converter: raw word to input-format bits) as it is decoded, with the result
+/// written into `out` (`m x n`), which holds the accumulators' values when `acc`.
+pub(super) fn functional_raw<F: MacFormat>(
+    s: &Schedule,
+    a: Raw<'_>,
+    w: Raw<'_>,
+    input: impl Fn(u32) -> u32 + Copy,
+    out: &mut [u32],
+    acc: bool,
+) {
     let (m, k, n) = (s.m, s.k, s.n);
     // WS and IS reduce K in chunks of R (one per fold), OS in one piece.
     let chunk = match s.dataflow {
@@ -44,19 +71,18 @@ pub(super) fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, acc
     .max(1);
     // Whether the first K fold overwrites the accumulators (else every fold adds).
     let overwrite = s.folds.first().is_some_and(|f| f.overwrite);
-    let ap = decode_a::<F>(a);
-    let wp = pack_w::<F>(w, k, n);
+    let ap = decode_a::<F>(a, m, k, input);
+    let wp = pack_w::<F>(w, k, n, input);
     let fused = m * k * n >= FUSED_MACS && F::products_exact(&ap, &wp) && fma_available();
     let g = Packed { ap: &ap, wp: &wp, acc, k, n, chunk, overwrite };
-    let mut data = vec![0u32; m * n];
+    let out = &mut out[..m * n];
     if m * k * n < PAR_MACS || rayon::current_num_threads() == 1 {
-        g.rows_dispatch::<F>(fused, 0, &mut data);
+        g.rows_dispatch::<F>(fused, 0, out);
     } else {
         // Whole row blocks per task, so each output is one thread's work.
         let rows = (m.div_ceil(MR) / (4 * rayon::current_num_threads())).max(1) * MR;
-        data.par_chunks_mut(rows * n).enumerate().for_each(|(t, out)| g.rows_dispatch::<F>(fused, t * rows, out));
+        out.par_chunks_mut(rows * n).enumerate().for_each(|(t, out)| g.rows_dispatch::<F>(fused, t * rows, out));
     }
-    Matrix { rows: m, cols: n, data }
 }
 
 /// Whether the host has a fused multiply-add in hardware (else `mul_add` is a slow library
@@ -70,27 +96,51 @@ fn fma_available() -> bool {
     false
 }
 
-/// `A` (`m x k` input bits) decoded, row-major as it is (the register block reads its `MR`
-/// rows in place: a copy into blocks would cost more than it saves on the short GEMMs of
-/// small models).
+/// `A` (`m x k`, through `input`) decoded, row-major (the register block reads its `MR` rows
+/// in place: a copy into blocks would cost more than it saves on the short GEMMs of small
+/// models). A transposed `A` is gathered in square blocks, whose reads and writes stay in a
+/// few cache lines.
 #[multiversion::multiversion(targets("x86_64+avx2"))]
-fn decode_a<F: MacFormat>(a: &Matrix) -> Vec<F::Value> {
-    let mut av = vec![F::Value::default(); a.data.len()];
-    for (d, &x) in av.iter_mut().zip(&a.data) {
-        *d = F::decode_in(x);
+fn decode_a<F: MacFormat>(a: Raw<'_>, m: usize, k: usize, input: impl Fn(u32) -> u32) -> Vec<F::Value> {
+    let mut av = vec![F::Value::default(); m * k];
+    if !a.transposed {
+        for (d, &x) in av.iter_mut().zip(&a.words[..m * k]) {
+            *d = F::decode_in(input(x));
+        }
+        return av;
+    }
+    const T: usize = 16;
+    for p0 in (0..k).step_by(T) {
+        let pe = (p0 + T).min(k);
+        for i0 in (0..m).step_by(T) {
+            for i in i0..(i0 + T).min(m) {
+                for (d, p) in av[i * k + p0..i * k + pe].iter_mut().zip(p0..) {
+                    *d = F::decode_in(input(a.words[p * m + i]));
+                }
+            }
+        }
     }
     av
 }
 
-/// `W` (`k x n` input bits) decoded into column panels of `NR`, each `k x NR` contiguous, the
-/// last panel zero-padded (zero weights: those columns' results are dropped).
-fn pack_w<F: MacFormat>(w: &Matrix, k: usize, n: usize) -> Vec<F::Value> {
+/// `W` (`k x n`, through `input`) decoded into column panels of `NR`, each `k x NR`
+/// contiguous, the last panel zero-padded (zero weights: those columns' results are dropped).
+fn pack_w<F: MacFormat>(w: Raw<'_>, k: usize, n: usize, input: impl Fn(u32) -> u32) -> Vec<F::Value> {
     let mut wp = vec![F::Value::default(); n.div_ceil(NR) * NR * k];
     for (p, panel) in wp.chunks_exact_mut(NR * k).enumerate() {
         let (j0, nc) = (p * NR, NR.min(n - p * NR));
+        if w.transposed {
+            // Column j of W is row j of what memory holds, contiguous along K.
+            for t in 0..nc {
+                for (ki, &x) in w.words[(j0 + t) * k..(j0 + t + 1) * k].iter().enumerate() {
+                    panel[ki * NR + t] = F::decode_in(input(x));
+                }
+            }
+            continue;
+        }
         for (ki, dst) in panel.chunks_exact_mut(NR).enumerate() {
-            for (d, &x) in dst[..nc].iter_mut().zip(&w.data[ki * n + j0..ki * n + j0 + nc]) {
-                *d = F::decode_in(x);
+            for (d, &x) in dst[..nc].iter_mut().zip(&w.words[ki * n + j0..ki * n + j0 + nc]) {
+                *d = F::decode_in(input(x));
             }
         }
     }
@@ -101,7 +151,8 @@ fn pack_w<F: MacFormat>(w: &Matrix, k: usize, n: usize) -> Vec<F::Value> {
 struct Packed<'a, V> {
     ap: &'a [V],
     wp: &'a [V],
-    acc: Option<&'a Matrix>,
+    /// The output holds the accumulators' values, which the result adds to.
+    acc: bool,
     k: usize,
     n: usize,
     chunk: usize,
@@ -132,35 +183,30 @@ impl<V: Copy + Default> Packed<'_, V> {
                 let out = &mut out[r0 * n..];
                 for p in p0..(p0 + per_block).min(panels) {
                     match rows - r0 {
-                        1 => self.tile::<F, FUSED, 1>(a, p, m0 + r0, out),
-                        2 => self.tile::<F, FUSED, 2>(a, p, m0 + r0, out),
-                        3 => self.tile::<F, FUSED, 3>(a, p, m0 + r0, out),
-                        4 => self.tile::<F, FUSED, 4>(a, p, m0 + r0, out),
-                        5 => self.tile::<F, FUSED, 5>(a, p, m0 + r0, out),
-                        _ => self.tile::<F, FUSED, MR>(a, p, m0 + r0, out),
+                        1 => self.tile::<F, FUSED, 1>(a, p, out),
+                        2 => self.tile::<F, FUSED, 2>(a, p, out),
+                        3 => self.tile::<F, FUSED, 3>(a, p, out),
+                        4 => self.tile::<F, FUSED, 4>(a, p, out),
+                        5 => self.tile::<F, FUSED, 5>(a, p, out),
+                        _ => self.tile::<F, FUSED, MR>(a, p, out),
                     }
                 }
             }
         }
     }
 
-    /// Rows `r..r + R` of column panel `p` (`a` and `out` start at row `r`): the accumulators'
+    /// `R` rows of column panel `p` (`a` and `out` start at the first): the accumulators'
     /// values (or zeros), each K chunk's partial sums added in fold order, encoded into `out`.
     #[inline(always)]
-    fn tile<F: MacFormat<Value = V>, const FUSED: bool, const R: usize>(
-        &self,
-        a: &[V],
-        p: usize,
-        r: usize,
-        out: &mut [u32],
-    ) {
+    fn tile<F: MacFormat<Value = V>, const FUSED: bool, const R: usize>(&self, a: &[V], p: usize, out: &mut [u32]) {
         let (k, n) = (self.k, self.n);
         let w = &self.wp[p * NR * k..(p + 1) * NR * k];
         let (j0, nc) = (p * NR, NR.min(n - p * NR));
         let mut tot = [[V::default(); NR]; R];
-        if let Some(c) = self.acc {
+        if self.acc {
+            // Each block reads the accumulator words it then overwrites, and no others.
             for (i, t) in tot.iter_mut().enumerate() {
-                for (d, &x) in t.iter_mut().zip(&c.data[(r + i) * n + j0..][..nc]) {
+                for (d, &x) in t.iter_mut().zip(&out[i * n + j0..][..nc]) {
                     *d = F::decode_acc(x);
                 }
             }
@@ -233,11 +279,15 @@ mod tests {
             let mut gen = |r, c| Matrix::from_fn(r, c, |_, _| NumFormat::Bf16.f64_to_bits(rng.gen_range(-4.0..4.0)));
             let (a, w) = (gen(m, k), gen(k, n));
             let acc = Matrix::from_fn(m, n, |i, j| ((i * n + j) as f32 * 0.25).to_bits());
-            let (ap, wp) = (decode_a::<Bf16Fp32>(&a), pack_w::<Bf16Fp32>(&w, k, n));
+            fn raw(x: &Matrix) -> Raw<'_> {
+                Raw { words: &x.data, transposed: false }
+            }
+            let (ap, wp) = (decode_a::<Bf16Fp32>(raw(&a), m, k, |x| x), pack_w::<Bf16Fp32>(raw(&w), k, n, |x| x));
             assert!(Bf16Fp32::products_exact(&ap, &wp), "operands in range");
             for acc in [None, Some(&acc)] {
-                let g = Packed { ap: &ap, wp: &wp, acc, k, n, chunk, overwrite: acc.is_none() };
-                let (mut fused, mut plain) = (vec![0u32; m * n], vec![0u32; m * n]);
+                let g = Packed { ap: &ap, wp: &wp, acc: acc.is_some(), k, n, chunk, overwrite: acc.is_none() };
+                let start = acc.map_or_else(|| vec![0u32; m * n], |c| c.data.clone());
+                let (mut fused, mut plain) = (start.clone(), start);
                 g.rows_dispatch::<Bf16Fp32>(true, 0, &mut fused);
                 g.rows_dispatch::<Bf16Fp32>(false, 0, &mut plain);
                 assert_eq!(fused, plain, "{m}x{k}x{n}, chunk {chunk}, acc {}", acc.is_some());

@@ -2,14 +2,14 @@
 //! [`fold_psums`]) dispatched to the functional twin or the stepped array by mode.
 
 use super::cycle::{windowed_ws, ws_changed_captures};
-use super::functional::functional;
+use super::functional::{functional, functional_raw, Raw};
 use super::{cycle_level, cycle_level_observed, CycleReport, GemmStats, PeArrayState, Schedule};
 use crate::config::{Dataflow, HwConfig};
 use crate::error::HwError;
 use crate::fault::{FaultSchedule, FaultSite, FaultWindow, Unit};
 use crate::matrix::Matrix;
 use crate::ExecMode;
-use faultline_num::{with_precision, MacFormat};
+use faultline_num::{f32_to_bf16_bits, with_precision, MacFormat, NumFormat};
 
 /// Result of a GEMM: output bits (accumulator format, `M x N`) and its timing.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,6 +84,48 @@ pub fn gemm_into(
         run_gemm(cfg, &sched, a, w, acc, mode, faults)
     };
     Ok(GemmOutput { out, stats: sched.stats(), golden })
+}
+
+/// [`gemm_into`] in [`ExecMode::Functional`] on operands as memory holds them: `a` (`m x k`)
+/// and `w` (`k x n`) are fp32 words that the MXU's input converters round to its input format
+/// as they are read, and the result is written into `out` (`m x n` words; with `acc`, what it
+/// holds are the accumulators' values the result adds to). The same bits as converting the
+/// operands first and calling [`gemm_into`], without copying operands or result. Returns the
+/// GEMM's cycle counts.
+pub fn functional_in_place(
+    cfg: &HwConfig,
+    a: Raw<'_>,
+    w: Raw<'_>,
+    (m, k, n): (usize, usize, usize),
+    out: &mut [u32],
+    acc: bool,
+) -> Result<GemmStats, HwError> {
+    let shape = |detail: String| HwError::Shape { op: "gemm".into(), detail };
+    if m == 0 || k == 0 || n == 0 {
+        return Err(shape(format!("empty GEMM {m}x{k}x{n}")));
+    }
+    if a.words.len() < m * k || w.words.len() < k * n || out.len() < m * n {
+        return Err(shape(format!(
+            "a {m}x{k}x{n} GEMM needs {} words of A, {} of W and {} of output; it has {}, {} and {}",
+            m * k,
+            k * n,
+            m * n,
+            a.words.len(),
+            w.words.len(),
+            out.len()
+        )));
+    }
+    let mut sched = Schedule::new(&cfg.mxu, m, k, n)?;
+    if acc {
+        sched = sched.accumulating();
+    }
+    let out = &mut out[..m * n];
+    with_precision!(cfg.mxu.precision(), F => match cfg.mxu.input_format {
+        NumFormat::Fp32 => functional_raw::<F>(&sched, a, w, |x| x, out, acc),
+        NumFormat::Bf16 => functional_raw::<F>(&sched, a, w, |x| f32_to_bf16_bits(f32::from_bits(x)), out, acc),
+        other => functional_raw::<F>(&sched, a, w, |x| other.f64_to_bits(f32::from_bits(x) as f64), out, acc),
+    });
+    Ok(sched.stats())
 }
 
 /// The result of a checked WS or OS schedule `sched` in `mode`, and the fault-free result if

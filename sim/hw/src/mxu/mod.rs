@@ -124,5 +124,6 @@ mod gemm;
 mod schedule;
 
 pub use cycle::{cycle_level, cycle_level_observed, CycleReport, PeArrayState};
-pub use gemm::{fold_psums, gemm, gemm_into, gemm_observed, GemmOutput};
+pub use functional::Raw;
+pub use gemm::{fold_psums, functional_in_place, gemm, gemm_into, gemm_observed, GemmOutput};
 pub use schedule::{gemm_host_bytes, gemm_timing, try_gemm_timing, Fold, GemmStats, Schedule};
