@@ -236,6 +236,13 @@ fn execute_vpu(
 ) -> Result<u64, HwError> {
     let Instr::Vpu { op, n, ins, outs, acc } = instr else { unreachable!("execute_vpu runs VPU instructions") };
     let n = *n;
+    let apart = outs
+        .iter()
+        .enumerate()
+        .all(|(j, d)| !ins.iter().any(|o| o.buf == d.buf) && !outs[..j].iter().any(|e| e.buf == d.buf));
+    if mode == ExecMode::Functional && faults.is_empty() && edit.is_none() && !*acc && apart {
+        return vpu_in_place(cfg, instr, bufs);
+    }
     let mut inputs = Vec::with_capacity(ins.len());
     for o in ins {
         let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
@@ -269,6 +276,47 @@ fn execute_vpu(
         write_result(instr, bufs, *d, v)?;
     }
     Ok(res.stats.cycles)
+}
+
+/// A fault-free functional VPU instruction that reads no buffer it writes (and writes each
+/// buffer once, not accumulating): its results computed straight into their destinations
+/// ([`vpu::run_into`]). The same bits and errors as [`execute_vpu`]'s copying path. Returns its
+/// cycles.
+fn vpu_in_place(cfg: &HwConfig, instr: &Instr, bufs: &mut [Vec<u32>]) -> Result<u64, HwError> {
+    let Instr::Vpu { op, n, ins, outs, .. } = instr else { unreachable!("vpu_in_place runs VPU instructions") };
+    let len = instr.out_len();
+    // The destinations leave the table while the operands are read from it.
+    let mut dsts: Vec<Vec<u32>> = outs.iter().map(|d| std::mem::take(&mut bufs[d.buf.index()])).collect();
+    let run = |dsts: &mut [Vec<u32>]| {
+        let mut inputs = Vec::with_capacity(ins.len());
+        for o in ins {
+            let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
+            let need = o.view.span(*n);
+            if s.len() < need {
+                return Err(missing(instr, "operand", o.buf, o.offset + need, o.offset + s.len()));
+            }
+            inputs.push(o.view.gather(s, *n));
+        }
+        let mut regions = Vec::with_capacity(outs.len());
+        for (d, dst) in outs.iter().zip(dsts.iter_mut()) {
+            if dst.is_empty() && d.offset == 0 {
+                // An empty buffer written from word 0 becomes the result (see `execute`).
+                *dst = vec![0; len];
+            }
+            let have = dst.len();
+            regions.push(
+                dst.get_mut(d.offset..d.offset + len)
+                    .ok_or_else(|| missing(instr, "output", d.buf, d.offset + len, have))?,
+            );
+        }
+        let refs: Vec<&[u32]> = inputs.iter().map(|c| c.as_ref()).collect();
+        Ok(vpu::run_into(cfg, *op, &refs, &mut regions)?.cycles)
+    };
+    let res = run(&mut dsts);
+    for (d, dst) in outs.iter().zip(dsts) {
+        bufs[d.buf.index()] = dst;
+    }
+    res
 }
 
 /// The error for a buffer `b` of `instr` holding `have` words where it needs `need`.

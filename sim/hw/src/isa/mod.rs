@@ -30,7 +30,7 @@
 //! and `split.rs` (row tiles, [`Instr::split_rows`]).
 
 use crate::memory::dma::Direction;
-use crate::vpu::{self, VpuOp};
+use crate::vpu::VpuOp;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
@@ -225,13 +225,7 @@ impl Instr {
     pub fn out_len(&self) -> usize {
         match self {
             Instr::Gemm { m, n, .. } => m * n,
-            Instr::Vpu { op, n, .. } => match *op {
-                VpuOp::ReduceSum { cols, axis } | VpuOp::ReduceMax { cols, axis } => match axis {
-                    vpu::Axis::Row => n / cols.max(1),
-                    vpu::Axis::Col => cols,
-                },
-                _ => *n,
-            },
+            Instr::Vpu { op, n, .. } => op.out_len(*n),
             Instr::Dma { len, .. } => *len,
         }
     }

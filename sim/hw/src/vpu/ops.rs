@@ -169,6 +169,16 @@ impl VpuOp {
         }
     }
 
+    /// Words each output holds for `n` input elements: one per row (row reductions) or column
+    /// (column reductions), else `n`.
+    pub fn out_len(&self, n: usize) -> usize {
+        match self.reduction() {
+            Some((cols, Axis::Row, _)) => n / cols.max(1),
+            Some((cols, Axis::Col, _)) => cols,
+            None => n,
+        }
+    }
+
     /// Short lower-case name (for messages and the CLI).
     pub fn name(&self) -> &'static str {
         use VpuOp::*;

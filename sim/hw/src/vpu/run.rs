@@ -2,7 +2,7 @@
 //! the functional twin or the stepped lanes by mode.
 
 use super::cycle::cycle_level;
-use super::functional::functional;
+use super::functional::{functional, functional_into};
 use super::schedule::VpuSchedule;
 use super::{LaneState, VpuOp, VpuStats};
 use crate::config::HwConfig;
@@ -67,6 +67,23 @@ pub fn run(
         ExecMode::CycleLevel => cycle_level(cfg, &op, inputs, n, &sched, faults, |_, _| {}),
     };
     Ok(VpuOutput { out, stats: sched.stats(cfg, &op, n) })
+}
+
+/// [`run`] in [`ExecMode::Functional`] without faults, writing output `j` into `outs[j]`
+/// (its first [`VpuOp::out_len`] words; what they held is overwritten) instead of new vectors:
+/// the same bits, without allocating or copying a result. Returns the op's counts.
+pub fn run_into(cfg: &HwConfig, op: VpuOp, inputs: &[&[u32]], outs: &mut [&mut [u32]]) -> Result<VpuStats, HwError> {
+    let (n, sched) = checked(cfg, &op, inputs, ExecMode::Functional, &FaultSchedule::none())?;
+    let len = op.out_len(n);
+    if outs.len() != op.outputs() || outs.iter().any(|o| o.len() < len) {
+        let have: Vec<usize> = outs.iter().map(|o| o.len()).collect();
+        return Err(HwError::Shape {
+            op: format!("vpu.{}", op.name()),
+            detail: format!("writes {} outputs of {len} words; given {have:?}", op.outputs()),
+        });
+    }
+    functional_into(cfg, &op, inputs, n, outs);
+    Ok(sched.stats(cfg, &op, n))
 }
 
 /// [`run`] at cycle level with `observe` called after every commit (faults applied) with the
