@@ -15,6 +15,7 @@ const BUFS: usize = 6;
 
 fn ops() -> impl Strategy<Value = VpuOp> {
     prop_oneof![
+        Just(VpuOp::Copy),
         Just(VpuOp::Add),
         Just(VpuOp::Mul),
         Just(VpuOp::Relu),
@@ -62,8 +63,13 @@ proptest! {
         } else {
             let ins = (0..op.inputs())
                 .map(|i| {
-                    // A per-row broadcast of the second operand exercises a gathered view.
-                    let view = if i == 1 && per_row { View::PerRow { cols } } else { View::Whole };
+                    // A per-row broadcast of the second operand, or a cycled first operand of a
+                    // one-input op (gathered straight into the destination), exercises views.
+                    let view = match (i, op.inputs(), per_row) {
+                        (1, _, true) => View::PerRow { cols },
+                        (0, 1, true) => View::Cycle { len: cols + 1 },
+                        _ => View::Whole,
+                    };
                     Operand { buf: faultline_hw::isa::BufId(i.min(2) as u32), offset: offsets[i.min(2)], view }
                 })
                 .collect();

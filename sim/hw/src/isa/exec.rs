@@ -288,6 +288,26 @@ fn vpu_in_place(cfg: &HwConfig, instr: &Instr, bufs: &mut [Vec<u32>]) -> Result<
     // The destinations leave the table while the operands are read from it.
     let mut dsts: Vec<Vec<u32>> = outs.iter().map(|d| std::mem::take(&mut bufs[d.buf.index()])).collect();
     let run = |dsts: &mut [Vec<u32>]| {
+        if let ([o], [d], [dst], 1, None) = (&ins[..], &outs[..], &mut dsts[..], op.inputs(), op.reduction()) {
+            if o.view != super::View::Whole {
+                // One input through a gathered view (an im2col, a repeat): gathered straight
+                // into the destination, where the op then runs in place.
+                let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
+                let need = o.view.span(*n);
+                if s.len() < need {
+                    return Err(missing(instr, "operand", o.buf, o.offset + need, o.offset + s.len()));
+                }
+                if dst.is_empty() && d.offset == 0 {
+                    *dst = vec![0; len];
+                }
+                let have = dst.len();
+                let Some(region) = dst.get_mut(d.offset..d.offset + len) else {
+                    return Err(missing(instr, "output", d.buf, d.offset + len, have));
+                };
+                o.view.gather_into(s, *n, region);
+                return Ok(vpu::run_in_place(cfg, *op, region)?.cycles);
+            }
+        }
         let mut inputs = Vec::with_capacity(ins.len());
         for o in ins {
             let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);

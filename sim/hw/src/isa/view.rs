@@ -129,7 +129,7 @@ impl View {
     pub fn gather<'a>(&self, src: &'a [u32], n: usize) -> Cow<'a, [u32]> {
         match *self {
             View::Whole => Cow::Borrowed(&src[..n]),
-            // Built with slice copies and fills (an iterator chain here costs a branch per word).
+            // Built with slice copies and fills, without zeroing first.
             View::PerRow { cols } => {
                 let mut out = Vec::with_capacity(n);
                 for &s in &src[..n / cols] {
@@ -153,28 +153,58 @@ impl View {
                 }
                 Cow::Owned(out)
             }
+            View::Im2Col { .. } | View::Col2ImTap { .. } => {
+                let mut out = vec![0u32; n];
+                self.gather_into(src, n, &mut out);
+                Cow::Owned(out)
+            }
+        }
+    }
+
+    /// [`View::gather`] into the first `n` words of `out`, every one of them written (for `n`
+    /// whole rows of the view; a `Cycle` of length 0 writes zeros where `gather` reads nothing).
+    pub fn gather_into(&self, src: &[u32], n: usize, out: &mut [u32]) {
+        let out = &mut out[..n];
+        match *self {
+            View::Whole => out.copy_from_slice(&src[..n]),
+            // Slice copies and fills (an iterator chain here costs a branch per word).
+            View::PerRow { cols } => {
+                for (row, &s) in out.chunks_mut(cols.max(1)).zip(src) {
+                    row.fill(s);
+                }
+            }
+            View::Cycle { len: 0 } => out.fill(0),
+            View::Cycle { len } => {
+                for chunk in out.chunks_mut(len) {
+                    chunk.copy_from_slice(&src[..chunk.len()]);
+                }
+            }
+            View::RepeatRows { d, t } => {
+                for (rows, row) in out.chunks_mut(d.max(1) * t).zip(src.chunks(d.max(1))) {
+                    for r in rows.chunks_mut(d.max(1)) {
+                        r.copy_from_slice(&row[..r.len()]);
+                    }
+                }
+            }
             View::Im2Col { window, image } => {
-                let (oh, ow) = window.output_hw(image[1], image[2]).unwrap_or((0, 0));
                 let c = image[3];
                 let cols = window.kh * window.kw * c;
-                let mut out = vec![0u32; image[0] * oh * ow * cols];
+                out.fill(0);
                 window.for_each_im2col_pixel(&image, |row, off, from| {
                     let dst = row * cols + off * c;
                     out[dst..dst + c].copy_from_slice(&src[from..from + c]);
                 });
-                Cow::Owned(out)
             }
             View::Col2ImTap { window, image, tap } => {
                 let c = image[3];
                 let cols = window.kh * window.kw * c;
-                let mut out = vec![0u32; image.iter().product()];
+                out.fill(0);
                 window.for_each_im2col_pixel(&image, |row, off, to| {
                     if off == tap {
                         let from = row * cols + off * c;
                         out[to..to + c].copy_from_slice(&src[from..from + c]);
                     }
                 });
-                Cow::Owned(out)
             }
         }
     }
@@ -185,7 +215,8 @@ mod tests {
     use super::*;
 
     /// `View::readers` says exactly which elements read each word, as a gather of the view
-    /// does, for every kind (the im2col ones with strides that skip pixels and with padding).
+    /// does, for every kind (the im2col ones with strides that skip pixels and with padding);
+    /// a gather into a slice writes what `gather` returns, and nothing past it.
     #[test]
     fn a_view_reads_exactly_the_words_its_gather_reads() {
         let image = [2, 5, 5, 3];
@@ -203,6 +234,10 @@ mod tests {
             // Word i gathered as i + 1: a 0 is an element that reads no word.
             let idx: Vec<u32> = (1..=span as u32).collect();
             let read = view.gather(&idx, n);
+            let mut into = vec![7u32; n + 2];
+            view.gather_into(&idx, n, &mut into);
+            assert_eq!(&into[..n], &read[..], "{view:?}: gather_into");
+            assert_eq!(&into[n..], &[7, 7], "{view:?}: gather_into wrote past n");
             for x in 0..span + 3 {
                 let readers: Vec<usize> = (0..n).filter(|&e| read[e] == x as u32 + 1).collect();
                 assert_eq!(view.readers(x, n), readers, "{view:?}, word {x}");

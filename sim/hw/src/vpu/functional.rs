@@ -44,6 +44,16 @@ pub(super) fn functional_into(cfg: &HwConfig, op: &VpuOp, inputs: &[&[u32]], n: 
     }
 }
 
+/// [`functional`] of a one-input elementwise op, on `data` in place.
+pub(super) fn unary_in_place(op: &VpuOp, data: &mut [u32]) {
+    match *op {
+        // A copy through a gathered view (im2col, repeats) is the common case: a literal op
+        // makes it a branch-free loop.
+        VpuOp::Copy => data.iter_mut().for_each(|x| *x = lane_op(&VpuOp::Copy, 0, [*x, 0, 0, 0])),
+        _ => data.iter_mut().for_each(|x| *x = lane_op(op, 0, [*x, 0, 0, 0])),
+    }
+}
+
 /// Folds the rows of `x` (row-major, `out.len()` columns) into `out`, each column in row
 /// order ([`combine`]). Column by column the sequence is the lanes'; across columns it runs
 /// in vectors (the op is a constant, so the loop has no branch).

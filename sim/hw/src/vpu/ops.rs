@@ -210,7 +210,7 @@ impl VpuOp {
         }
     }
 
-    pub(super) fn reduction(&self) -> Option<(usize, Axis, bool)> {
+    pub(crate) fn reduction(&self) -> Option<(usize, Axis, bool)> {
         match *self {
             VpuOp::ReduceSum { cols, axis } => Some((cols, axis, false)),
             VpuOp::ReduceMax { cols, axis } => Some((cols, axis, true)),

@@ -2,7 +2,7 @@
 //! the functional twin or the stepped lanes by mode.
 
 use super::cycle::cycle_level;
-use super::functional::{functional, functional_into};
+use super::functional::{functional, functional_into, unary_in_place};
 use super::schedule::VpuSchedule;
 use super::{LaneState, VpuOp, VpuStats};
 use crate::config::HwConfig;
@@ -83,6 +83,19 @@ pub fn run_into(cfg: &HwConfig, op: VpuOp, inputs: &[&[u32]], outs: &mut [&mut [
         });
     }
     functional_into(cfg, &op, inputs, n, outs);
+    Ok(sched.stats(cfg, &op, n))
+}
+
+/// [`run`] of a one-input elementwise op in [`ExecMode::Functional`] without faults, on `data`
+/// in place (its input, then its output): for an input gathered straight into where the
+/// output goes. Returns the op's counts.
+pub fn run_in_place(cfg: &HwConfig, op: VpuOp, data: &mut [u32]) -> Result<VpuStats, HwError> {
+    if op.inputs() != 1 || op.outputs() != 1 || op.reduction().is_some() {
+        let detail = "runs in place only as a one-input elementwise op".into();
+        return Err(HwError::Shape { op: format!("vpu.{}", op.name()), detail });
+    }
+    let (n, sched) = checked(cfg, &op, &[data], ExecMode::Functional, &FaultSchedule::none())?;
+    unary_in_place(&op, data);
     Ok(sched.stats(cfg, &op, n))
 }
 
