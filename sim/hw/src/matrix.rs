@@ -1,5 +1,23 @@
 //! Row-major matrices of raw register bits.
 
+/// Fills `out` (`rows x cols`, row-major) from `s`, which holds its transpose (`[cols][rows]`),
+/// each word through `f`; in square blocks, so that a block's reads and writes stay in a few
+/// cache lines.
+#[inline(always)]
+pub(crate) fn untranspose_into<T>(s: &[u32], rows: usize, cols: usize, out: &mut [T], f: impl Fn(u32) -> T) {
+    const B: usize = 16;
+    for p0 in (0..cols).step_by(B) {
+        let pe = (p0 + B).min(cols);
+        for i0 in (0..rows).step_by(B) {
+            for i in i0..(i0 + B).min(rows) {
+                for (d, p) in out[i * cols + p0..i * cols + pe].iter_mut().zip(p0..) {
+                    *d = f(s[p * rows + i]);
+                }
+            }
+        }
+    }
+}
+
 /// FNV-1a over the dimensions and then the raw bits (each as a little-endian u64): changes if
 /// any bit does; the one checksum used for matrices, tensors and checkpoints.
 pub fn bits_checksum(dims: &[usize], bits: impl IntoIterator<Item = u32>) -> u64 {

@@ -7,17 +7,13 @@ use crate::error::HwError;
 use crate::fault::FaultSchedule;
 use crate::matrix::Matrix;
 use crate::{mxu, vpu, ExecMode, HwConfig};
-use faultline_num::{f32_to_bf16_bits, NumFormat};
+use faultline_num::NumFormat;
 use std::borrow::Cow;
 
 /// One fp32 word as the MXU's input converter rounds it to `format` (what [`gemm_operands`]
 /// does to every operand word).
 pub fn to_input(format: NumFormat, raw: u32) -> u32 {
-    match format {
-        NumFormat::Fp32 => raw,
-        NumFormat::Bf16 => f32_to_bf16_bits(f32::from_bits(raw)),
-        other => other.f64_to_bits(f32::from_bits(raw) as f64),
-    }
+    mxu::with_input_converter!(format, convert => convert(raw))
 }
 
 /// The `rows x cols` matrix stored at the front of `s` (transposed: stored `[cols][rows]`), with
@@ -27,30 +23,15 @@ fn load_matrix(format: NumFormat, s: &[u32], rows: usize, cols: usize, transpose
         if !transposed {
             return s[..rows * cols].iter().map(|&x| f(x)).collect();
         }
-        // Transposed in square blocks (a block's reads and writes stay in a few cache lines),
-        // then converted in one contiguous, vectorisable pass.
-        const T: usize = 16;
+        // Transposed in square blocks, then converted in one contiguous, vectorisable pass.
         let mut data = vec![0u32; rows * cols];
-        for p0 in (0..cols).step_by(T) {
-            let pe = (p0 + T).min(cols);
-            for i0 in (0..rows).step_by(T) {
-                for i in i0..(i0 + T).min(rows) {
-                    for (d, p) in data[i * cols + p0..i * cols + pe].iter_mut().zip(p0..) {
-                        *d = s[p * rows + i];
-                    }
-                }
-            }
-        }
+        crate::matrix::untranspose_into(s, rows, cols, &mut data, |x| x);
         for x in &mut data {
             *x = f(*x);
         }
         data
     }
-    let data = match format {
-        NumFormat::Fp32 => gather(s, rows, cols, transposed, |x| x),
-        NumFormat::Bf16 => gather(s, rows, cols, transposed, |x| f32_to_bf16_bits(f32::from_bits(x))),
-        other => gather(s, rows, cols, transposed, |x| other.f64_to_bits(f32::from_bits(x) as f64)),
-    };
+    let data = mxu::with_input_converter!(format, convert => gather(s, rows, cols, transposed, convert));
     Matrix { rows, cols, data }
 }
 
@@ -60,10 +41,7 @@ fn load_matrix(format: NumFormat, s: &[u32], rows: usize, cols: usize, transpose
 pub fn gemm_operands(cfg: &HwConfig, instr: &Instr, bufs: &[Vec<u32>]) -> Result<Option<(Matrix, Matrix)>, HwError> {
     let Instr::Gemm { a, b, m, k, n, .. } = instr else { return Ok(None) };
     let src = |o: &MatOperand, rows: usize, cols: usize| -> Result<Matrix, HwError> {
-        let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
-        if s.len() < rows * cols {
-            return Err(missing(instr, "operand", o.buf, o.offset + rows * cols, o.offset + s.len()));
-        }
+        let s = operand(instr, bufs, o.buf, o.offset, rows * cols)?;
         Ok(load_matrix(cfg.mxu.input_format, s, rows, cols, o.transposed))
     };
     Ok(Some((src(a, *m, *k)?, src(b, *k, *n)?)))
@@ -160,24 +138,18 @@ fn gemm_in_place(
     acc: bool,
 ) -> Result<u64, HwError> {
     let mut dst = std::mem::take(&mut bufs[out.buf.index()]);
-    if dst.is_empty() && out.offset == 0 && !acc {
-        // An empty buffer written from word 0 becomes the result (see `execute`).
-        dst = vec![0; m * n];
-    }
     let run = |dst: &mut Vec<u32>| {
         let src = |o: &MatOperand, len: usize| {
-            let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
-            match s.len() >= len {
-                true => Ok(mxu::Raw { words: &s[..len], transposed: o.transposed }),
-                false => Err(missing(instr, "operand", o.buf, o.offset + len, o.offset + s.len())),
-            }
+            Ok::<_, HwError>(mxu::Raw {
+                words: &operand(instr, bufs, o.buf, o.offset, len)?[..len],
+                transposed: o.transposed,
+            })
         };
         let (ar, br) = (src(&a, m * k)?, src(&b, k * n)?);
-        let have = dst.len();
-        let Some(region) = dst.get_mut(out.offset..out.offset + m * n) else {
-            let what = if acc { "accumulated output" } else { "output" };
-            return Err(missing(instr, what, out.buf, out.offset + m * n, have));
-        };
+        // Accumulators must hold their words already: an empty buffer is filled only for a
+        // plain result.
+        let what = if acc { "accumulated output" } else { "output" };
+        let region = destination(instr, dst, out, m * n, what, !acc)?;
         Ok(mxu::functional_in_place(cfg, ar, br, (m, k, n), region, acc)?.total_cycles)
     };
     let res = run(&mut dst);
@@ -245,12 +217,7 @@ fn execute_vpu(
     }
     let mut inputs = Vec::with_capacity(ins.len());
     for o in ins {
-        let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
-        let need = o.view.span(n);
-        if s.len() < need {
-            return Err(missing(instr, "operand", o.buf, o.offset + need, o.offset + s.len()));
-        }
-        inputs.push(o.view.gather(s, n));
+        inputs.push(o.view.gather(operand(instr, bufs, o.buf, o.offset, o.view.span(n))?, n));
     }
     if let (true, Some(d), Some(x)) = (*acc, outs.first(), inputs.first_mut()) {
         // The output's words enter first, as a row before the input's.
@@ -292,42 +259,19 @@ fn vpu_in_place(cfg: &HwConfig, instr: &Instr, bufs: &mut [Vec<u32>]) -> Result<
             if o.view != super::View::Whole {
                 // One input through a gathered view (an im2col, a repeat): gathered straight
                 // into the destination, where the op then runs in place.
-                let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
-                let need = o.view.span(*n);
-                if s.len() < need {
-                    return Err(missing(instr, "operand", o.buf, o.offset + need, o.offset + s.len()));
-                }
-                if dst.is_empty() && d.offset == 0 {
-                    *dst = vec![0; len];
-                }
-                let have = dst.len();
-                let Some(region) = dst.get_mut(d.offset..d.offset + len) else {
-                    return Err(missing(instr, "output", d.buf, d.offset + len, have));
-                };
+                let s = operand(instr, bufs, o.buf, o.offset, o.view.span(*n))?;
+                let region = destination(instr, dst, *d, len, "output", true)?;
                 o.view.gather_into(s, *n, region);
                 return Ok(vpu::run_in_place(cfg, *op, region)?.cycles);
             }
         }
         let mut inputs = Vec::with_capacity(ins.len());
         for o in ins {
-            let s = bufs[o.buf.index()].get(o.offset..).unwrap_or(&[]);
-            let need = o.view.span(*n);
-            if s.len() < need {
-                return Err(missing(instr, "operand", o.buf, o.offset + need, o.offset + s.len()));
-            }
-            inputs.push(o.view.gather(s, *n));
+            inputs.push(o.view.gather(operand(instr, bufs, o.buf, o.offset, o.view.span(*n))?, *n));
         }
         let mut regions = Vec::with_capacity(outs.len());
         for (d, dst) in outs.iter().zip(dsts.iter_mut()) {
-            if dst.is_empty() && d.offset == 0 {
-                // An empty buffer written from word 0 becomes the result (see `execute`).
-                *dst = vec![0; len];
-            }
-            let have = dst.len();
-            regions.push(
-                dst.get_mut(d.offset..d.offset + len)
-                    .ok_or_else(|| missing(instr, "output", d.buf, d.offset + len, have))?,
-            );
+            regions.push(destination(instr, dst, *d, len, "output", true)?);
         }
         let refs: Vec<&[u32]> = inputs.iter().map(|c| c.as_ref()).collect();
         Ok(vpu::run_into(cfg, *op, &refs, &mut regions)?.cycles)
@@ -337,6 +281,40 @@ fn vpu_in_place(cfg: &HwConfig, instr: &Instr, bufs: &mut [Vec<u32>]) -> Result<
         bufs[d.buf.index()] = dst;
     }
     res
+}
+
+/// The words of operand buffer `b` of `instr` from `offset`, at least `need` of them.
+fn operand<'a>(
+    instr: &Instr,
+    bufs: &'a [Vec<u32>],
+    b: BufId,
+    offset: usize,
+    need: usize,
+) -> Result<&'a [u32], HwError> {
+    let s = bufs[b.index()].get(offset..).unwrap_or(&[]);
+    if s.len() < need {
+        return Err(missing(instr, "operand", b, offset + need, offset + s.len()));
+    }
+    Ok(s)
+}
+
+/// Words `d.offset..d.offset + len` of `dst`, destination `d` of `instr` (taken out of the
+/// table), for a result written in place (`what`: which output, for the error). With `fill`,
+/// an empty buffer written from word 0 first becomes `len` zeros: it becomes the result, as
+/// in [`execute`].
+fn destination<'a>(
+    instr: &Instr,
+    dst: &'a mut Vec<u32>,
+    d: Dest,
+    len: usize,
+    what: &str,
+    fill: bool,
+) -> Result<&'a mut [u32], HwError> {
+    if fill && dst.is_empty() && d.offset == 0 {
+        *dst = vec![0; len];
+    }
+    let have = dst.len();
+    dst.get_mut(d.offset..d.offset + len).ok_or_else(|| missing(instr, what, d.buf, d.offset + len, have))
 }
 
 /// The error for a buffer `b` of `instr` holding `have` words where it needs `need`.

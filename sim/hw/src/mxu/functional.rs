@@ -98,8 +98,8 @@ fn fma_available() -> bool {
 
 /// `A` (`m x k`, through `input`) decoded, row-major (the register block reads its `MR` rows
 /// in place: a copy into blocks would cost more than it saves on the short GEMMs of small
-/// models). A transposed `A` is gathered in square blocks, whose reads and writes stay in a
-/// few cache lines.
+/// models). A transposed `A` is gathered in square blocks
+/// ([`crate::matrix::untranspose_into`]).
 #[multiversion::multiversion(targets("x86_64+avx2"))]
 fn decode_a<F: MacFormat>(a: Raw<'_>, m: usize, k: usize, input: impl Fn(u32) -> u32) -> Vec<F::Value> {
     let mut av = vec![F::Value::default(); m * k];
@@ -107,18 +107,8 @@ fn decode_a<F: MacFormat>(a: Raw<'_>, m: usize, k: usize, input: impl Fn(u32) ->
         for (d, &x) in av.iter_mut().zip(&a.words[..m * k]) {
             *d = F::decode_in(input(x));
         }
-        return av;
-    }
-    const T: usize = 16;
-    for p0 in (0..k).step_by(T) {
-        let pe = (p0 + T).min(k);
-        for i0 in (0..m).step_by(T) {
-            for i in i0..(i0 + T).min(m) {
-                for (d, p) in av[i * k + p0..i * k + pe].iter_mut().zip(p0..) {
-                    *d = F::decode_in(input(a.words[p * m + i]));
-                }
-            }
-        }
+    } else {
+        crate::matrix::untranspose_into(a.words, m, k, &mut av, |x| F::decode_in(input(x)));
     }
     av
 }

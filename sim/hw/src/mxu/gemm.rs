@@ -9,7 +9,7 @@ use crate::error::HwError;
 use crate::fault::{FaultSchedule, FaultSite, FaultWindow, Unit};
 use crate::matrix::Matrix;
 use crate::ExecMode;
-use faultline_num::{f32_to_bf16_bits, with_precision, MacFormat, NumFormat};
+use faultline_num::{with_precision, MacFormat};
 
 /// Result of a GEMM: output bits (accumulator format, `M x N`) and its timing.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,11 +120,9 @@ pub fn functional_in_place(
         sched = sched.accumulating();
     }
     let out = &mut out[..m * n];
-    with_precision!(cfg.mxu.precision(), F => match cfg.mxu.input_format {
-        NumFormat::Fp32 => functional_raw::<F>(&sched, a, w, |x| x, out, acc),
-        NumFormat::Bf16 => functional_raw::<F>(&sched, a, w, |x| f32_to_bf16_bits(f32::from_bits(x)), out, acc),
-        other => functional_raw::<F>(&sched, a, w, |x| other.f64_to_bits(f32::from_bits(x) as f64), out, acc),
-    });
+    with_precision!(cfg.mxu.precision(), F => super::with_input_converter!(cfg.mxu.input_format, convert => {
+        functional_raw::<F>(&sched, a, w, convert, out, acc)
+    }));
     Ok(sched.stats())
 }
 

@@ -117,6 +117,30 @@
 //! the same accumulator adds; NaN results are stored as one canonical NaN. So the functional
 //! twin equals the cycle-level model bit for bit when no fault is active.
 
+/// `$body` with `$convert` bound to the MXU's input converter for input format `$format`: a
+/// closure from a raw fp32 word to input-format bits (the identity for fp32, round to nearest
+/// even for bf16, the format's rounding otherwise). Matched once, so a loop over words in
+/// `$body` runs on one literal converter. The one definition every operand load uses.
+macro_rules! with_input_converter {
+    ($format:expr, $convert:ident => $body:expr) => {
+        match $format {
+            faultline_num::NumFormat::Fp32 => {
+                let $convert = |x: u32| x;
+                $body
+            }
+            faultline_num::NumFormat::Bf16 => {
+                let $convert = |x: u32| faultline_num::f32_to_bf16_bits(f32::from_bits(x));
+                $body
+            }
+            other => {
+                let $convert = move |x: u32| other.f64_to_bits(f32::from_bits(x) as f64);
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_input_converter;
+
 pub mod access;
 mod cycle;
 mod functional;
