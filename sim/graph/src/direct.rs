@@ -22,6 +22,7 @@
 //! holds after `S`'s life what it holds in the placed program.
 
 use crate::program::{releases, Program, Role};
+use crate::touch::Touch;
 use faultline_hw::isa::{BufId, Instr};
 use faultline_hw::memory::dma::Direction;
 use std::ops::Range;
@@ -63,7 +64,8 @@ impl Program {
     /// without SRAM or DMA faults interprets. Unplaced programs have no staged copies; their
     /// direct form is themselves.
     pub fn direct(&self) -> Direct {
-        let (staged, access) = (self.staged_uses(), self.accesses());
+        let access = self.touches();
+        let staged = self.staged_uses(&access);
         let alias: Vec<Option<(BufId, usize)>> = staged
             .iter()
             .enumerate()
@@ -91,52 +93,54 @@ impl Program {
         Direct { instrs, release, redirected: alias.iter().flatten().count() }
     }
 
-    /// Each staged buffer's accesses (`None` for other buffers).
-    fn staged_uses(&self) -> Vec<Option<Staged>> {
+    /// What the touches `access` ([`Program::touches`]) say about each staged buffer
+    /// (`None` for other buffers).
+    fn staged_uses(&self, access: &[Vec<Touch>]) -> Vec<Option<Staged>> {
         let is_staged = |b: BufId| self.buffers[b.index()].role == Role::Staged;
-        let mut uses: Vec<Option<Staged>> =
-            self.buffers.iter().map(|b| (b.role == Role::Staged).then(Staged::default)).collect();
-        for (i, ins) in self.instrs.iter().enumerate() {
-            if let &Instr::Dma { dir, src, src_offset, dst, dst_offset, len, .. } = ins {
-                // (the staged end, the DRAM end and its offset, the staged end's offset)
-                let (s, d, off, s_off) = match dir {
-                    Direction::Load => (dst, src, src_offset, dst_offset),
-                    Direction::Store => (src, dst, dst_offset, src_offset),
-                };
-                for b in [src, dst].into_iter().filter(|&b| is_staged(b)) {
-                    let u = uses[b.index()].as_mut().expect("staged");
-                    let whole = b == s && !is_staged(d) && s_off == 0 && len == self.buffers[s.index()].len;
-                    if !whole || u.origin.is_some_and(|o| o != (d, off)) {
-                        u.bad = true;
+        let staged = |len: usize, accesses: &[Touch]| {
+            let mut u = Staged::default();
+            for a in accesses {
+                let i = a.instr;
+                let dma = match self.instrs[i] {
+                    Instr::Dma { dir, src, src_offset, dst, dst_offset, len: moved, .. } => {
+                        // (the DRAM end and its offset, the staged end's offset)
+                        let (d, off, s_off) = match dir {
+                            Direction::Load => (src, src_offset, dst_offset),
+                            Direction::Store => (dst, dst_offset, src_offset),
+                        };
+                        let whole = !is_staged(d) && s_off == 0 && moved == len;
+                        // This buffer must be the staged end: a load writes it, a store reads it;
+                        // a DMA between two staged copies, or within one, has no DRAM end.
+                        if !whole || a.write != (dir == Direction::Load) || u.origin.is_some_and(|o| o != (d, off)) {
+                            u.bad = true;
+                        }
+                        u.origin = Some((d, off));
+                        u.transfers.push((i, dir == Direction::Load));
+                        true
                     }
-                    u.origin = Some((d, off));
-                    u.first.get_or_insert(i);
-                    u.last = i;
-                    u.transfers.push((i, dir == Direction::Load));
-                }
-                continue;
-            }
-            let reads = ins.read_ranges().into_iter().map(|(b, _)| b);
-            for b in reads.clone().chain(ins.writes()) {
-                let Some(u) = uses[b.index()].as_mut() else { continue };
+                    _ => false,
+                };
                 if u.first.is_none() {
                     u.first = Some(i);
-                    u.first_reads = reads.clone().any(|r| r == b);
+                    u.first_reads = !dma && !a.write;
                 }
                 u.last = i;
-            }
-            for b in ins.writes() {
-                if let Some(u) = uses[b.index()].as_mut() {
+                if a.write && !dma {
                     u.writes = Some((u.writes.map_or(i, |w| w.0), i));
                 }
             }
-        }
-        uses
+            u
+        };
+        self.buffers
+            .iter()
+            .zip(access)
+            .map(|(b, accesses)| (b.role == Role::Staged).then(|| staged(b.len, accesses)))
+            .collect()
     }
 
     /// Whether staged buffer `s`, accessed as `u` says, stands in for its origin's words;
     /// `access[d]` lists every access to buffer `d`.
-    fn stands_in(&self, s: BufId, u: &Staged, access: &[Vec<Access>]) -> bool {
+    fn stands_in(&self, s: BufId, u: &Staged, access: &[Vec<Touch>]) -> bool {
         let (Some((d, off)), Some(first)) = (u.origin, u.first) else { return false };
         let words = off..off + self.buffers[s.index()].len;
         // An access to those words by an instruction in `during` other than `s`'s transfers.
@@ -159,29 +163,6 @@ impl Program {
         let stored = u.writes.is_none_or(|_| u.transfers.last().is_some_and(|&(t, load)| t == u.last && !load));
         starts && no_reload && stored && !touched(first..u.last + 1, false)
     }
-
-    /// Every access to each buffer, in program order.
-    fn accesses(&self) -> Vec<Vec<Access>> {
-        let mut access = vec![Vec::new(); self.buffers.len()];
-        for (instr, ins) in self.instrs.iter().enumerate() {
-            for (b, words) in ins.read_ranges() {
-                access[b.index()].push(Access { instr, words, write: false });
-            }
-            let len = ins.out_len();
-            for d in ins.dests() {
-                access[d.buf.index()].push(Access { instr, words: d.offset..d.offset + len, write: true });
-            }
-        }
-        access
-    }
-}
-
-/// One instruction's read or write of a buffer's words.
-#[derive(Debug, Clone)]
-struct Access {
-    instr: usize,
-    words: Range<usize>,
-    write: bool,
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ pub mod reference;
 pub mod residency;
 pub mod spec;
 pub mod tensor;
+pub mod touch;
 pub mod train_graph;
 
 pub use error::GraphError;

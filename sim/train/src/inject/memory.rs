@@ -40,6 +40,7 @@
 use crate::error::{Result, TrainError};
 use crate::inject::gemm_fold::{self, GemmMap};
 use faultline_graph::program::{Program, StepSchedule};
+use faultline_graph::touch::Touch;
 use faultline_hw::fault::ActiveFault;
 use faultline_hw::fault::DMA_ADDR_BITS;
 use faultline_hw::isa::{self, BufId, ExecUnit, Instr};
@@ -48,7 +49,6 @@ use faultline_hw::mxu::Schedule;
 use faultline_hw::{HwConfig, Register, Unit};
 use faultline_num::NumFormat;
 use std::collections::BTreeMap;
-use std::ops::Range;
 
 /// Where a word's new value comes from.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -128,13 +128,10 @@ pub struct StepMap<'a> {
     gemms: Vec<Option<GemmMap<'a>>>,
     /// Each instruction's destinations (looked up per word, so listed once).
     dests: Vec<Vec<isa::Dest>>,
-    /// Per buffer, the instructions that write it and the words each writes, in program order.
-    writers: Vec<Vec<(usize, Range<usize>)>>,
-    /// Per buffer, the instructions that read or write it and the words each touches, in
-    /// program order (an instruction once per operand): a word's accesses are found among
-    /// these instead of the whole program (a DMA-address fault asks for tens of thousands of
-    /// words).
-    touchers: Vec<Vec<(usize, Range<usize>)>>,
+    /// Per buffer, every instruction's reads and writes of its words in program order
+    /// ([`Program::touches`]): a word's accesses are found among these instead of the whole
+    /// program (a DMA-address fault asks for tens of thousands of words).
+    touches: Vec<Vec<Touch>>,
     /// Per memory, its buffers' homes sorted by base, and the longest.
     homes: BTreeMap<Unit, (Vec<HomeSpan>, u64)>,
 }
@@ -148,17 +145,6 @@ impl<'a> StepMap<'a> {
         let gemms =
             p.instrs.iter().zip(&sched.instrs).map(|(i, c)| GemmMap::new(hw, i, c.start)).collect::<Result<_>>()?;
         let dests: Vec<Vec<isa::Dest>> = p.instrs.iter().map(|i| i.dests()).collect();
-        let (mut writers, mut touchers) = (vec![Vec::new(); p.buffers.len()], vec![Vec::new(); p.buffers.len()]);
-        for (i, ins) in p.instrs.iter().enumerate() {
-            let len = ins.out_len();
-            for d in &dests[i] {
-                writers[d.buf.index()].push((i, d.offset..d.offset + len));
-                touchers[d.buf.index()].push((i, d.offset..d.offset + len));
-            }
-            for (b, r) in ins.read_ranges() {
-                touchers[b.index()].push((i, r));
-            }
-        }
         let mut homes: BTreeMap<Unit, (Vec<HomeSpan>, u64)> = BTreeMap::new();
         for (b, h) in p.homes.iter().enumerate() {
             let len = p.buffers[b].len as u64;
@@ -167,14 +153,17 @@ impl<'a> StepMap<'a> {
             m.1 = m.1.max(len);
         }
         homes.values_mut().for_each(|m| m.0.sort_unstable());
-        Ok(StepMap { p, sched, hw, gemms, dests, writers, touchers, homes })
+        Ok(StepMap { p, sched, hw, gemms, dests, touches: p.touches(), homes })
     }
 
-    /// The instructions among `list` (one buffer's) that touch word `x`, each once, in program
-    /// order.
-    fn touching(list: &[(usize, Range<usize>)], x: usize) -> impl Iterator<Item = usize> + '_ {
+    /// The instructions that touch (with `writes`, write) word `x` of `b`, each once, in
+    /// program order.
+    fn touching(&self, b: BufId, x: usize, writes: bool) -> impl Iterator<Item = usize> + '_ {
         let mut last = None;
-        list.iter().filter(move |(i, r)| r.contains(&x) && last.replace(*i) != Some(*i)).map(|&(i, _)| i)
+        self.touches[b.index()]
+            .iter()
+            .filter(move |t| (t.write || !writes) && t.words.contains(&x) && last.replace(t.instr) != Some(t.instr))
+            .map(|t| t.instr)
     }
 
     pub(crate) fn start(&self, i: usize) -> u64 {
@@ -262,7 +251,7 @@ impl<'a> StepMap<'a> {
             part: None,
         });
         host.into_iter().chain(
-            Self::touching(&self.writers[b.index()], x)
+            self.touching(b, x, true)
                 .filter(move |&i| self.start(i) <= until)
                 .flat_map(move |i| self.write_accesses(i, b, x).into_iter().filter(|a| a.kind == Kind::Write)),
         )
@@ -272,7 +261,7 @@ impl<'a> StepMap<'a> {
     fn accesses(&self, b: BufId, x: usize) -> Vec<Access> {
         let p = self.p;
         let mut v: Vec<Access> = self.writes(b, x, u64::MAX).collect();
-        for i in Self::touching(&self.touchers[b.index()], x) {
+        for i in self.touching(b, x, false) {
             let ins = &p.instrs[i];
             if self.dests[i].iter().any(|d| d.buf == b) {
                 v.extend(self.write_accesses(i, b, x).into_iter().filter(|a| a.kind == Kind::AddRead));
