@@ -16,7 +16,7 @@ pub use crate::inject::Injection;
 use crate::state::{ModelState, Tensor32};
 use faultline_graph::direct::Direct;
 use faultline_graph::program::{Program, Role, StepSchedule, UnitCycles};
-use faultline_graph::{NodeIndex, TrainGraph};
+use faultline_graph::{NodeIndex, OpGraph, TrainGraph};
 use faultline_hw::fault::ActiveFault;
 use faultline_hw::isa::{self, BufId};
 use faultline_hw::{ExecMode, FaultSchedule, HwConfig};
@@ -151,7 +151,11 @@ impl Effect {
 /// needs about eight more copies of itself while it runs (raw-bit operands, the twins' decoded
 /// values, outputs and their bit copies).
 pub fn host_bytes(tg: &TrainGraph) -> Option<u64> {
-    let g = &tg.graph;
+    graph_host_bytes(&tg.graph)
+}
+
+/// [`host_bytes`] of a run of any graph's program (one op's, say).
+pub fn graph_host_bytes(g: &OpGraph) -> Option<u64> {
     let sizes: Vec<u64> =
         g.indices().map(|i| faultline_hw::budget::product(&g.node(i).shape)).collect::<Option<_>>()?;
     let all = sizes.iter().try_fold(0u64, |a, &n| a.checked_add(n))?;
@@ -271,26 +275,8 @@ impl Executor {
         labels: Option<&[u32]>,
         fault: Option<&Injection>,
     ) -> Result<(StepOutput, Vec<Vec<u32>>)> {
-        let p = &self.step;
-        let (seq, groups) = match fault {
-            Some(Injection::Sequencer { gemms, fault }) => {
-                let (inj, groups) = self.sequencer_words(gemms, *fault, state, x, labels)?;
-                (Some(inj), groups)
-            }
-            _ => (None, Vec::new()),
-        };
-        let mut bufs = self.bind(p, state, x, labels)?;
-        let mut out = match seq.as_ref().or(fault) {
-            None => run_direct(&self.hw, self.mode, p, &self.direct.0, &mut bufs)?,
-            fault => run(&self.hw, self.mode, p, &mut bufs, fault, &groups)?,
-        };
-        if let Some(inj) = &seq {
-            // The GEMM's result is what the fault corrupts first.
-            let g = inj.instr();
-            let e = out.effect.get_or_insert_with(|| Effect::none(p, g, p.instrs[g].writes()[0]));
-            e.elements = p.instrs[e.instr].out_len();
-        }
-        Ok((out, bufs))
+        let bind = || self.bind(&self.step, state, x, labels);
+        run_bound(&self.hw, self.mode, &self.tg.graph, &self.step, &self.direct.0, &bind, fault)
     }
 
     /// This executor for inference: its program (what [`Executor::program`],
@@ -361,53 +347,7 @@ impl Executor {
     pub fn words_of_sequencer_fault(&self, g: usize, f: ActiveFault, golden: &[Vec<u32>]) -> Result<Injection> {
         let sched = self.schedule();
         let map = memory::StepMap::new(&self.step, &sched, &self.hw)?;
-        Ok(Injection::words(g, self.gemm_words(&map, g, f, golden)?))
-    }
-
-    /// [`sequencer::words`] of GEMM `g`, refusing an instruction that is not a GEMM.
-    fn gemm_words(&self, map: &memory::StepMap, g: usize, f: ActiveFault, golden: &[Vec<u32>]) -> Result<Vec<WordHit>> {
-        if !matches!(self.step.instrs.get(g), Some(isa::Instr::Gemm { .. })) {
-            return Err(TrainError::Config(format!("a sequencer fault targets a GEMM; instruction {g} is not one")));
-        }
-        sequencer::words(map, g, f, golden)
-    }
-
-    /// The words sequencer fault `f` changes in `gemms` (program order, non-empty), as one word
-    /// injection on the first GEMM, with the GEMM each run of words comes from (its
-    /// first word's index, the GEMM; see [`run`]). [`sequencer::words`] takes a GEMM's operands
-    /// and the words it overwrites from a run of the step, which must be the faulty run up to
-    /// that GEMM: the fault-free step for the first, and for a later one the step re-run with
-    /// the words found so far (when there are new ones).
-    fn sequencer_words(
-        &self,
-        gemms: &[usize],
-        f: ActiveFault,
-        state: &ModelState,
-        x: &[f32],
-        labels: Option<&[u32]>,
-    ) -> Result<(Injection, Vec<(usize, usize)>)> {
-        let Some(&first) = gemms.first() else {
-            return Err(TrainError::Config("a sequencer fault must reach at least one GEMM".into()));
-        };
-        let sched = self.schedule();
-        let map = memory::StepMap::new(&self.step, &sched, &self.hw)?;
-        let mut golden = self.buffers(state, x, labels)?;
-        let (mut words, mut groups, mut stale) = (Vec::new(), Vec::new(), false);
-        for &g in gemms {
-            if stale {
-                let mut bufs = self.bind(&self.step, state, x, labels)?;
-                let so_far = Injection::words(first, words.clone());
-                run_keeping_buffers(&self.hw, ExecMode::Functional, &self.step, &mut bufs, Some(&so_far))?;
-                (golden, stale) = (bufs, false);
-            }
-            let w = self.gemm_words(&map, g, f, &golden)?;
-            if !w.is_empty() {
-                groups.push((words.len(), g));
-                stale = true;
-            }
-            words.extend(w);
-        }
-        Ok((Injection::words(first, words), groups))
+        Ok(Injection::words(g, gemm_words(&self.step, &map, g, f, golden)?))
     }
 
     /// The model output for a batch of inputs, running only the forward program.
@@ -462,6 +402,117 @@ impl Executor {
         }
         Ok(bufs)
     }
+}
+
+/// A placed program on its machine, with the graph that names its instructions: what a fault
+/// is resolved against ([`crate::inject::resolve`]). A training step's or inference pass's
+/// [`Executor`] is one, one op's [`crate::kernel::Kernel`] another.
+pub trait Placed {
+    /// The machine.
+    fn hw(&self) -> &HwConfig;
+    /// The placed program.
+    fn program(&self) -> &Program;
+    /// The graph whose nodes the program's tags name.
+    fn graph(&self) -> &OpGraph;
+}
+
+impl Placed for Executor {
+    fn hw(&self) -> &HwConfig {
+        &self.hw
+    }
+    fn program(&self) -> &Program {
+        &self.step
+    }
+    fn graph(&self) -> &OpGraph {
+        &self.tg.graph
+    }
+}
+
+/// Runs placed program `p` in `mode` on the buffers `bind` gives (placeholders filled), with an
+/// optional fault: none runs the direct form `direct`; a sequencer fault first finds the words
+/// it changes (`g` names `p`'s nodes). Returns what the run measured and every buffer as it left them.
+pub(crate) fn run_bound(
+    hw: &HwConfig,
+    mode: ExecMode,
+    g: &OpGraph,
+    p: &Program,
+    direct: &Direct,
+    bind: &dyn Fn() -> Result<Vec<Vec<u32>>>,
+    fault: Option<&Injection>,
+) -> Result<(StepOutput, Vec<Vec<u32>>)> {
+    let (seq, groups) = match fault {
+        Some(Injection::Sequencer { gemms, fault }) => {
+            let (inj, groups) = sequencer_words(hw, g, p, gemms, *fault, bind)?;
+            (Some(inj), groups)
+        }
+        _ => (None, Vec::new()),
+    };
+    let mut bufs = bind()?;
+    let mut out = match seq.as_ref().or(fault) {
+        None => run_direct(hw, mode, p, direct, &mut bufs)?,
+        fault => run(hw, mode, p, &mut bufs, fault, &groups)?,
+    };
+    if let Some(inj) = &seq {
+        // The GEMM's result is what the fault corrupts first.
+        let g = inj.instr();
+        let e = out.effect.get_or_insert_with(|| Effect::none(p, g, p.instrs[g].writes()[0]));
+        e.elements = p.instrs[e.instr].out_len();
+    }
+    Ok((out, bufs))
+}
+
+/// [`sequencer::words`] of GEMM `g` of `p`, refusing an instruction that is not a GEMM.
+fn gemm_words(
+    p: &Program,
+    map: &memory::StepMap,
+    g: usize,
+    f: ActiveFault,
+    golden: &[Vec<u32>],
+) -> Result<Vec<WordHit>> {
+    if !matches!(p.instrs.get(g), Some(isa::Instr::Gemm { .. })) {
+        return Err(TrainError::Config(format!("a sequencer fault targets a GEMM; instruction {g} is not one")));
+    }
+    sequencer::words(map, g, f, golden)
+}
+
+/// The words sequencer fault `f` changes in `gemms` of `p` (program order, non-empty), as one
+/// word injection on the first GEMM, with the GEMM each run of words comes from (its first
+/// word's index, the GEMM; see [`run`]). [`sequencer::words`] takes a GEMM's operands and the
+/// words it overwrites from a run of the program, which must be the faulty run up to that GEMM:
+/// the fault-free run for the first, and for a later one the run repeated with the words found
+/// so far (when there are new ones). `bind` gives the buffers a run starts from; `graph`
+/// names `p`'s nodes.
+fn sequencer_words(
+    hw: &HwConfig,
+    graph: &OpGraph,
+    p: &Program,
+    gemms: &[usize],
+    f: ActiveFault,
+    bind: &dyn Fn() -> Result<Vec<Vec<u32>>>,
+) -> Result<(Injection, Vec<(usize, usize)>)> {
+    let Some(&first) = gemms.first() else {
+        return Err(TrainError::Config("a sequencer fault must reach at least one GEMM".into()));
+    };
+    let sched = p.schedule(graph, hw);
+    let map = memory::StepMap::new(p, &sched, hw)?;
+    let mut golden = bind()?;
+    run_keeping_buffers(hw, ExecMode::Functional, p, &mut golden, None)?;
+    let (mut words, mut groups, mut stale) = (Vec::new(), Vec::new(), false);
+    for &g in gemms {
+        if stale {
+            let mut bufs = bind()?;
+            let so_far = Injection::words(first, words.clone());
+            run_keeping_buffers(hw, ExecMode::Functional, p, &mut bufs, Some(&so_far))?;
+            (golden, stale) = (bufs, false);
+        }
+        let w = gemm_words(p, &map, g, f, &golden)?;
+        if !w.is_empty() {
+            groups.push((words.len(), g));
+            stale = true;
+        }
+        words.extend(w);
+    }
+    Ok((Injection::words(first, words), groups))
 }
 
 /// Interprets `p` on `hw` in `mode` over `bufs` (one per buffer of `p`, placeholders filled,

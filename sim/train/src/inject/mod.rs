@@ -41,7 +41,7 @@ pub mod traffic;
 pub use injection::Injection;
 
 use crate::error::{Result, TrainError};
-use crate::exec::{Effect, Executor, StepOutput};
+use crate::exec::{Effect, Placed, StepOutput};
 use faultline_graph::{Phase, StepSchedule};
 use faultline_hw::fault::{ActiveFault, FaultTime};
 use faultline_hw::isa::{self, ExecUnit, Instr};
@@ -90,10 +90,28 @@ impl fmt::Display for StepFault {
     }
 }
 
+/// The text form of a fault in one op's run (`faultline op --fault`), as quoted in parse errors.
+pub const OP_FAULT_FORM: &str = "KIND:SITE@cycle=C[,for=N] with KIND flip, stuck0 or stuck1, C the cycle of the op's \
+    run and for=N (cycles, >= 1) for stuck-ats only, e.g. flip:ub.word[0x40][7]@cycle=150";
+
 impl FromStr for StepFault {
     type Err = TrainError;
     fn from_str(s: &str) -> Result<StepFault> {
-        let bad = |why: String| TrainError::Config(format!("bad fault `{s}`: {why}; expected {STEP_FAULT_FORM}"));
+        StepFault::parse(s, false)
+    }
+}
+
+impl StepFault {
+    /// A fault in a run of one op ([`crate::kernel::Kernel`]), written as [`OP_FAULT_FORM`]
+    /// says: a [`StepFault`] without `step` (the op is one step, step 1).
+    pub fn parse_on_op(s: &str) -> Result<StepFault> {
+        StepFault::parse(s, true)
+    }
+
+    /// Parses the text form, with `step` (a training run) or without (one op: step 1).
+    fn parse(s: &str, op: bool) -> Result<StepFault> {
+        let form = if op { OP_FAULT_FORM } else { STEP_FAULT_FORM };
+        let bad = |why: String| TrainError::Config(format!("bad fault `{s}`: {why}; expected {form}"));
         let (what, when) = s.split_once('@').ok_or_else(|| bad("no `@`".into()))?;
         let (kind, site) = what.split_once(':').ok_or_else(|| bad("no `:` after the kind".into()))?;
         let kind: BitFault = kind.parse().map_err(|e: faultline_num::FaultKindParseError| bad(e.to_string()))?;
@@ -103,16 +121,18 @@ impl FromStr for StepFault {
             let (key, value) = part.split_once('=').ok_or_else(|| bad(format!("`{part}` is not key=value")))?;
             let v: u64 = value.parse().map_err(|_| bad(format!("`{value}` is not a plain decimal number")))?;
             let slot = match key {
-                "step" => &mut step,
+                "step" if !op => &mut step,
                 "cycle" => &mut cycle,
                 "for" => &mut duration,
+                _ if op => return Err(bad(format!("unknown key `{key}` (cycle, for)"))),
                 _ => return Err(bad(format!("unknown key `{key}` (step, cycle, for)"))),
             };
             if slot.replace(v).is_some() {
                 return Err(bad(format!("`{key}` given twice")));
             }
         }
-        let step = step.filter(|&s| s >= 1).ok_or_else(|| bad("`step` (>= 1) is required".into()))?;
+        let step = if op { Some(1) } else { step.filter(|&s| s >= 1) };
+        let step = step.ok_or_else(|| bad("`step` (>= 1) is required".into()))?;
         let cycle = cycle.ok_or_else(|| bad("`cycle` is required".into()))?;
         let duration = match (kind, duration) {
             (BitFault::Flip, None) => 1,
@@ -176,14 +196,14 @@ impl InjectionReport {
 
     /// The report of `f` placed on instruction `instr`, before anything is measured: no tile,
     /// nothing corrupted, the instruction's outputs and the first buffer it writes.
-    fn placed(exec: &Executor, fault: String, instr: usize) -> InjectionReport {
+    fn placed(exec: &dyn Placed, fault: String, instr: usize) -> InjectionReport {
         let p = exec.program();
         let (ins, tag) = (&p.instrs[instr], &p.tags[instr]);
         InjectionReport {
             fault,
             instr,
             op: ins.name().to_string(),
-            node: format!("{}{}", exec.tg.graph.node(tag.node).name, tag.tile_suffix()),
+            node: format!("{}{}", exec.graph().node(tag.node).name, tag.tile_suffix()),
             phase: tag.phase,
             layer: tag.layer.clone(),
             unit_busy: false,
@@ -249,9 +269,9 @@ impl fmt::Display for InjectionReport {
 /// Resolves `f` against the step program of `exec` (with schedule `sched`): the injection to
 /// run, or `None` when the site's unit is idle at that cycle, plus the report's placement part
 /// (effect fields zero until [`complete`] fills them).
-pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(Option<Injection>, InjectionReport)> {
+pub fn resolve(exec: &dyn Placed, sched: &StepSchedule, f: &StepFault) -> Result<(Option<Injection>, InjectionReport)> {
     let bad = |why: String| TrainError::Config(format!("fault `{f}`: {why}"));
-    f.site.validate(&exec.hw)?;
+    f.site.validate(exec.hw())?;
     if f.cycle >= sched.total_cycles {
         return Err(bad(format!("cycle {} is after the step ends at cycle {}", f.cycle, sched.total_cycles)));
     }
@@ -293,7 +313,7 @@ pub fn resolve(exec: &Executor, sched: &StepSchedule, f: &StepFault) -> Result<(
 /// ([`isa::fault_time`]) and stops at the instruction's end: the next instruction loads its
 /// registers afresh, and the stuck-at goes on forcing the bit there.
 fn register_faults(
-    exec: &Executor,
+    exec: &dyn Placed,
     sched: &StepSchedule,
     unit: ExecUnit,
     f: &StepFault,
@@ -315,19 +335,19 @@ fn register_faults(
 
 /// The first cycle in `[from, to)` of `ins` (from its issue) at which a register fault has a
 /// fold or vector to count from, with that time; `None` if no cycle there has one.
-fn first_fault_time(exec: &Executor, ins: &Instr, from: u64, to: u64) -> Result<Option<(u64, FaultTime)>> {
+fn first_fault_time(exec: &dyn Placed, ins: &Instr, from: u64, to: u64) -> Result<Option<(u64, FaultTime)>> {
     if from >= to {
         return Ok(None);
     }
-    if let Some(t) = isa::fault_time(&exec.hw, ins, from)? {
+    if let Some(t) = isa::fault_time(exec.hw(), ins, from)? {
         return Ok(Some((from, t)));
     }
     // Before a GEMM's first fold (or past its end) nothing holds the register: the fault
     // waits for the next fold to start.
     if let Instr::Gemm { m, k, n, .. } = ins {
-        let s = faultline_hw::mxu::Schedule::new(&exec.hw.mxu, *m, *k, *n)?;
+        let s = faultline_hw::mxu::Schedule::new(&exec.hw().mxu, *m, *k, *n)?;
         if let Some(c) = s.folds.iter().map(|fo| fo.start).find(|&c| c > from && c < to) {
-            return Ok(isa::fault_time(&exec.hw, ins, c)?.map(|t| (c, t)));
+            return Ok(isa::fault_time(exec.hw(), ins, c)?.map(|t| (c, t)));
         }
     }
     Ok(None)
@@ -339,7 +359,7 @@ fn first_fault_time(exec: &Executor, ins: &Instr, from: u64, to: u64) -> Result<
 /// join their word hits (two bits of one word compose, as the hits apply in turn). The report
 /// names every bit (`+`-joined) and places the upset where its first effective bit lands.
 pub fn resolve_upset(
-    exec: &Executor,
+    exec: &dyn Placed,
     sched: &StepSchedule,
     faults: &[StepFault],
 ) -> Result<(Option<Injection>, InjectionReport)> {
@@ -398,12 +418,12 @@ pub fn resolve_upset(
 /// against the DMA transfer it struck or the first instruction that reads a changed word (the
 /// instruction running then if none does: the fault is masked).
 fn resolve_memory(
-    exec: &Executor,
+    exec: &dyn Placed,
     sched: &StepSchedule,
     f: &StepFault,
 ) -> Result<(Option<Injection>, InjectionReport)> {
     let p = exec.program();
-    let map = memory::StepMap::new(p, sched, &exec.hw)?;
+    let map = memory::StepMap::new(p, sched, exec.hw())?;
     let (dma, words) = memory::hits(&map, f.on_step_clock())?;
     let first_reader = words.iter().filter_map(|h| h.instr).min_by_key(|&i| (sched.instrs[i].start, i));
     let instr = dma.or(first_reader).or(running(sched, f.cycle)).unwrap_or(0);
@@ -412,7 +432,7 @@ fn resolve_memory(
     // n + element`): the first fold or vector that sees the change.
     let parts = words.iter().filter(|h| h.instr == Some(instr)).filter_map(|h| h.part);
     let fold = match &p.instrs[instr] {
-        faultline_hw::isa::Instr::Vpu { n, .. } => parts.map(|q| (q % n) / exec.hw.vpu.lanes).min(),
+        faultline_hw::isa::Instr::Vpu { n, .. } => parts.map(|q| (q % n) / exec.hw().vpu.lanes).min(),
         _ => parts.min(),
     };
     let report = InjectionReport {
@@ -430,13 +450,13 @@ fn resolve_memory(
 /// loop it changes ([`sequencer::strikes`]), reported against the first; else masked, reported
 /// against the GEMM (or, with the MXU idle, the instruction) running at the fault's cycle.
 fn resolve_sequencer(
-    exec: &Executor,
+    exec: &dyn Placed,
     sched: &StepSchedule,
     f: &StepFault,
 ) -> Result<(Option<Injection>, InjectionReport)> {
     let p = exec.program();
     let active = f.on_step_clock();
-    let map = memory::StepMap::new(p, sched, &exec.hw)?;
+    let map = memory::StepMap::new(p, sched, exec.hw())?;
     let mut struck = Vec::new();
     for (g, c) in sched.instrs.iter().enumerate() {
         if c.unit == ExecUnit::Mxu && active.acts_between(c.start, c.start.saturating_add(c.cycles)) {
@@ -466,7 +486,7 @@ fn running(sched: &StepSchedule, cycle: u64) -> Option<usize> {
 /// fault-free, no report): resolved before ([`resolve_upset`]) and reported after from what
 /// `run` measured ([`complete_on`]). Training steps and inference passes share this.
 pub fn run_upset(
-    exec: &Executor,
+    exec: &dyn Placed,
     sched: &StepSchedule,
     upset: &[StepFault],
     run: impl FnOnce(Option<&Injection>) -> Result<StepOutput>,
@@ -489,7 +509,7 @@ pub fn run_upset(
 /// [`Effect`]), with the fold or vector the fault starts in there, so that a masked report
 /// means the whole step ran fault-free.
 pub fn complete_on(
-    exec: &Executor,
+    exec: &dyn Placed,
     sched: &StepSchedule,
     injection: Option<&Injection>,
     mut report: InjectionReport,
@@ -502,7 +522,7 @@ pub fn complete_on(
         if moved && !matches!(inj, Injection::Words { .. }) {
             let at = match inj {
                 Injection::Sequencer { fault, .. } => {
-                    let map = memory::StepMap::new(exec.program(), sched, &exec.hw)?;
+                    let map = memory::StepMap::new(exec.program(), sched, exec.hw())?;
                     sequencer::strikes(&map, e.instr, *fault)?.map(|(tile, cycle)| FaultTime { tile, cycle })
                 }
                 _ => inj.register_faults(e.instr).and_then(|s| s.events.first()).map(|ev| ev.at),

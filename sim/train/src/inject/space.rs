@@ -14,7 +14,7 @@
 //! * Unified buffer, accumulators, DRAM: a buffer's words from its first writer's issue (the
 //!   step's start for what the host writes) to its last reader's end (the host's: the step's).
 
-use crate::exec::Executor;
+use crate::exec::Placed;
 use crate::inject::gemm_fold::GemmMap;
 use crate::inject::sequencer;
 use faultline_graph::StepSchedule;
@@ -53,8 +53,8 @@ impl LiveWindow {
 
 /// The possibly live windows of every site class of a step of `exec` (schedule `sched`); in
 /// each class, windows on the same elements do not overlap.
-pub fn windows(exec: &Executor, sched: &StepSchedule) -> Vec<LiveWindow> {
-    let (p, hw) = (exec.program(), &exec.hw);
+pub fn windows(exec: &dyn Placed, sched: &StepSchedule) -> Vec<LiveWindow> {
+    let (p, hw) = (exec.program(), exec.hw());
     let span = |i: usize| sched.instrs[i].start..sched.instrs[i].start + sched.instrs[i].cycles;
     let mut w = Vec::new();
     for class in SiteClass::all(hw) {
@@ -184,8 +184,8 @@ pub struct ClassSummary {
 
 /// The injection space of a step of `exec` (schedule `sched`) per site class: its bits and its
 /// possibly live (bit, cycle) pairs ([`windows`]). Listed without running a step.
-pub fn space(exec: &Executor, sched: &StepSchedule) -> Vec<ClassSummary> {
-    let (p, hw) = (exec.program(), &exec.hw);
+pub fn space(exec: &dyn Placed, sched: &StepSchedule) -> Vec<ClassSummary> {
+    let (p, hw) = (exec.program(), exec.hw());
     let w = windows(exec, sched);
     let total = sched.total_cycles as u128;
     SiteClass::all(hw)
