@@ -58,8 +58,8 @@ enum Command {
     Gemm(gemm::GemmArgs),
     /// List every fault-site class of a config with its bit count (flip-flops and SRAM cells).
     Sites(sites::SitesArgs),
-    /// Run one op (matmul, conv2d, relu, softmax, adam) through DMA, SRAM and the MXU/VPU and
-    /// print its timing breakdown.
+    /// Run one op (matmul, conv2d, relu, softmax, adam) as a training step runs it, through DMA,
+    /// SRAM and the MXU/VPU, and print its instructions and their schedule.
     Op(op::OpArgs),
     /// Train a model on the simulated machine; report loss, accuracy and cycles per step.
     Train(train::TrainArgs),

@@ -1,17 +1,20 @@
-//! `faultline op`: one op through DMA, SRAM and the MXU/VPU, with its timing breakdown.
+//! `faultline op`: one op lowered, placed and run as a training step runs it (DMA, SRAM, the
+//! MXU and the VPU), with its instruction schedule, and one fault on the training fault path.
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use faultline_graph::OptimizerSpec;
 use faultline_hw::budget::HostMemory;
-use faultline_hw::fault::FaultSchedule;
-use faultline_hw::op::{self, ConvShape, OpKind};
+use faultline_hw::isa::Instr;
+use faultline_hw::memory::dma::Direction;
+use faultline_hw::op::{ConvShape, OpKind};
 use faultline_hw::{ExecMode, HwConfig};
-use faultline_num::NumFormat;
+use faultline_train::kernel::Kernel;
+use faultline_train::{MxuFormat, StepFault};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// Which op to run.
@@ -32,13 +35,10 @@ pub enum OpArg {
 /// Execution mode on the command line.
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ModeArg {
-    /// Move every value through the memories; step the VPU lanes, and the MXU where a fault
-    /// can matter (faults possible).
-    Cycle,
-    /// Bit-exact functional twin (fast; no faults).
+    /// The bit-exact functional twins; the instructions a fault reaches run at cycle level.
     Functional,
-    /// Memory path simulated; only the VPU chunk a fault lands in is stepped (same bits as cycle).
-    Hybrid,
+    /// Every instruction at cycle level (the same bits, slower).
+    Cycle,
 }
 
 /// Arguments of `faultline op`.
@@ -89,38 +89,30 @@ pub struct OpArgs {
     /// Softmax: columns.
     #[arg(long)]
     cols: Option<usize>,
+    /// MXU input format: bf16 (fp32 accumulate) or fp32, as `train --precision` takes it
+    /// [default: the config's input_format].
+    #[arg(long)]
+    precision: Option<String>,
     /// Override the config's DRAM bandwidth, bytes per cycle (`inf` allowed).
     #[arg(long)]
     dram_bw: Option<f64>,
     /// Execution mode.
     #[arg(long, value_enum, default_value_t = ModeArg::Functional)]
     mode: ModeArg,
-    /// Inject one fault (cycle mode): KIND:SITE@TILE:CYCLE[+DURATION] (the `gemm` syntax), e.g.
-    /// flip:ub.word[0x40][7]@0:500 or flip:seq.acc_addr[3]@2:40. TILE is the fold (matmul,
-    /// conv2d) or chunk (VPU ops); CYCLE counts from the tile's first load (MXU sites: from the
-    /// fold's compute start; VPU sites: from the chunk's first issue).
+    /// Inject one fault: KIND:SITE@cycle=C[,for=N], C a cycle of the op's run as the
+    /// instruction table shows it (`train --inject` without the step), e.g.
+    /// flip:ub.word[0x40][7]@cycle=150 or flip:seq.acc_addr[3]@cycle=300.
     #[arg(long)]
     fault: Option<String>,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Also write the per-tile timeline (one row per tile, cycles) as CSV to this file.
+    /// Also write the instruction table (one row per instruction, cycles) as CSV to this file.
     #[arg(long)]
     csv: Option<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-}
-
-/// Writes the per-tile timeline as CSV to `path` (SCALE-Sim style: open it anywhere). All
-/// columns in cycles.
-fn write_tiles_csv(t: &faultline_hw::timing::OpTiming, path: &Path) -> Result<()> {
-    let mut w = csv::Writer::from_path(path)?;
-    w.write_record(["tile", "origin", "loaded", "compute_start", "ready", "stored"])?;
-    for (i, x) in t.tiles.iter().enumerate() {
-        w.write_record([i as u64, x.origin, x.loaded, x.compute_start, x.ready, x.stored].map(|c| c.to_string()))?;
-    }
-    Ok(w.flush()?)
 }
 
 fn need(v: Option<usize>, flag: &str, op: &str) -> Result<usize> {
@@ -168,21 +160,19 @@ fn kind_of(a: &OpArgs) -> Result<OpKind> {
     })
 }
 
-fn inputs(cfg: &HwConfig, kind: &OpKind, seed: u64) -> Vec<Vec<u32>> {
+/// Random inputs in `[-1, 1)` as fp32 bits (Adam's second moments non-negative): the MXU
+/// rounds GEMM operands to its input format as it reads them, as in training.
+fn inputs(kind: &OpKind, seed: u64) -> Vec<Vec<u32>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let gemm = matches!(kind, OpKind::Matmul { .. } | OpKind::Conv2d(_));
-    let fmt = if gemm { cfg.mxu.input_format } else { NumFormat::Fp32 };
     kind.input_lens()
         .iter()
         .enumerate()
         .map(|(i, &l)| {
             (0..l)
                 .map(|_| {
-                    let x: f64 =
-                        if fmt == NumFormat::Int8 { rng.gen_range(-128.0..128.0) } else { rng.gen_range(-1.0..1.0) };
-                    // Adam's second moments are non-negative.
+                    let x: f32 = rng.gen_range(-1.0..1.0);
                     let x = if matches!(kind, OpKind::Adam { .. }) && i == 3 { x.abs() } else { x };
-                    fmt.f64_to_bits(x)
+                    x.to_bits()
                 })
                 .collect()
         })
@@ -207,11 +197,28 @@ struct Report<'a> {
     config: &'a str,
     op: String,
     mode: &'static str,
+    /// MXU input format of the run.
+    precision: MxuFormat,
     fault: Option<String>,
-    timing: &'a faultline_hw::timing::OpTiming,
+    cycles: u64,
     microseconds: f64,
+    mxu_busy_cycles: u64,
+    vpu_busy_cycles: u64,
+    /// Cycles DMA transfers take, issue to last word.
+    dma_cycles: u64,
+    /// Cycles the MXU and VPU sat waiting for an instruction's inputs.
+    stall_cycles: u64,
+    /// Words moved from DRAM to SRAM and back.
+    words_loaded: usize,
+    words_stored: usize,
+    /// MACs over cycles x array PEs (0 for VPU ops).
+    utilization: f64,
+    instructions: Vec<crate::program::Row>,
     checksum: String,
     wall_seconds: f64,
+    /// With a fault: where it landed and what it did to the instruction it hit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    injection: Option<faultline_train::InjectionReport>,
     /// With a fault: output elements that differ from the fault-free run, and the first 64.
     #[serde(skip_serializing_if = "Option::is_none")]
     corrupted_outputs: Option<usize>,
@@ -227,88 +234,107 @@ pub fn run(a: OpArgs, mem: &HostMemory) -> Result<()> {
         cfg.validate(&a.config).context("--dram-bw")?;
     }
     let kind = kind_of(&a)?;
-    let mode = match a.mode {
-        ModeArg::Cycle | ModeArg::Hybrid => ExecMode::CycleLevel,
-        ModeArg::Functional => ExecMode::Functional,
+    let given: Option<MxuFormat> = a.precision.as_deref().map(str::parse).transpose()?;
+    let precision = given.unwrap_or_else(|| MxuFormat::default_for(&cfg));
+    let (mode, mode_name) = match a.mode {
+        ModeArg::Functional => (ExecMode::Functional, "functional"),
+        ModeArg::Cycle => (ExecMode::CycleLevel, "cycle"),
     };
-    let faults = match &a.fault {
-        None => FaultSchedule::none(),
-        Some(s) => {
-            if matches!(mode, ExecMode::Functional) {
-                bail!("--fault needs --mode cycle or hybrid");
-            }
-            FaultSchedule::one(crate::args::parse_fault(s)?)
-        }
-    };
-    // Before generating the inputs: the op must fit the machine (shape, DRAM, SRAMs) and the host
-    // (a faulted run keeps a fault-free one to compare with).
-    let golden_bytes = if faults.is_empty() { Some(0) } else { op::host_bytes(&cfg, &kind, ExecMode::Functional)? };
-    let need = op::host_bytes(&cfg, &kind, mode)?.zip(golden_bytes).and_then(|(a, b)| a.checked_add(b));
-    mem.check(&format!("op {}", kind.describe()), need)?;
-    let ins = inputs(&cfg, &kind, a.seed);
-    let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
+    let fault = a.fault.as_deref().map(StepFault::parse_on_op).transpose()?;
+    // Before generating the inputs: the op must fit the host (a faulted run keeps a fault-free
+    // one to compare with) and the machine.
+    let runs = if fault.is_some() { 2 } else { 1 };
+    mem.check(&format!("op {}", kind.describe()), Kernel::host_bytes(&kind, &cfg)?.and_then(|b| b.checked_mul(runs)))?;
+    let kernel = Kernel::new(&kind, &cfg, mode, precision)?;
+    let ins = inputs(&kind, a.seed);
     let t0 = Instant::now();
-    let hybrid = matches!(a.mode, ModeArg::Hybrid);
-    let out =
-        if hybrid { op::run_hybrid(&cfg, &kind, &refs, &faults)? } else { op::run(&cfg, &kind, &refs, mode, &faults)? };
+    let out = kernel.run(&ins, fault.as_slice())?;
     let wall = t0.elapsed().as_secs_f64();
-    let corrupted = if faults.is_empty() {
-        None
-    } else {
-        let golden = op::run(&cfg, &kind, &refs, ExecMode::Functional, &FaultSchedule::none())?;
-        Some(diff(&kind, &golden.out, &out.out))
+    let corrupted = match fault {
+        None => None,
+        Some(_) => Some(diff(&kind, &kernel.run(&ins, &[])?.outputs, &out.outputs)),
     };
-    let t = &out.timing;
+    let sched = kernel.schedule();
+    let p = kernel.program();
+    let words = |d: Direction| {
+        p.instrs.iter().map(move |i| match i {
+            Instr::Dma { dir, len, .. } if *dir == d => *len,
+            _ => 0,
+        })
+    };
+    let pes = (kernel.hw.mxu.rows * kernel.hw.mxu.cols) as f64;
+    let macs = kind.gemm_dims().map_or(0.0, |(m, k, n)| m as f64 * k as f64 * n as f64);
+    let stall = |u: &str| sched.per_phase_unit.values().filter_map(|x| x.get(u)).map(|c| c.stall).sum::<u64>();
+    let mut injection = out.injection;
+    if let (Some(r), Some(text)) = (injection.as_mut(), &a.fault) {
+        // The op's clock has no steps: the report names the fault as it was given.
+        r.fault = text.clone();
+    }
     let r = Report {
         config: &cfg.name,
         op: kind.describe(),
-        mode: match a.mode {
-            ModeArg::Cycle => "cycle",
-            ModeArg::Functional => "functional",
-            ModeArg::Hybrid => "hybrid",
-        },
+        mode: mode_name,
+        precision,
         fault: a.fault.clone(),
-        timing: t,
-        microseconds: t.total_cycles as f64 / cfg.clock_mhz,
-        checksum: format!("{:016x}", checksum(&out.out)),
+        cycles: out.cycles,
+        microseconds: out.cycles as f64 / cfg.clock_mhz,
+        mxu_busy_cycles: sched.mxu_cycles,
+        vpu_busy_cycles: sched.vpu_cycles,
+        dma_cycles: sched.dma_cycles,
+        stall_cycles: stall("mxu") + stall("vpu"),
+        words_loaded: words(Direction::Load).sum(),
+        words_stored: words(Direction::Store).sum(),
+        utilization: if out.cycles == 0 { 0.0 } else { macs / (out.cycles as f64 * pes) },
+        instructions: crate::program::rows(p, &sched, &kernel.graph.graph),
+        checksum: format!("{:016x}", checksum(&out.outputs)),
         wall_seconds: wall,
+        injection,
         corrupted_outputs: corrupted.as_ref().map(Vec::len),
         corrupted_positions: corrupted.as_ref().map(|c| c.iter().take(64).cloned().collect()),
     };
-    if let Some(p) = &a.csv {
-        write_tiles_csv(t, p).with_context(|| format!("writing {}", p.display()))?;
+    if let Some(path) = &a.csv {
+        let mut w = csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
+        for row in &r.instructions {
+            w.serialize(row)?;
+        }
+        w.flush().with_context(|| format!("writing {}", path.display()))?;
     }
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(());
     }
-    let pct = |x: u64| if t.total_cycles == 0 { 0.0 } else { 100.0 * x as f64 / t.total_cycles as f64 };
-    println!("{} on {} ({} mode)", r.op, cfg.name, r.mode);
+    let pct = |x: u64| if r.cycles == 0 { 0.0 } else { 100.0 * x as f64 / r.cycles as f64 };
     println!(
-        "  total cycles     {:>12}   ({:.2} us at {} MHz, {}-bound)",
-        t.total_cycles, r.microseconds, cfg.clock_mhz, t.bound
+        "{} on {} ({} MXU inputs, {} mode): {} instructions, {} cycles ({:.2} us at {} MHz)",
+        r.op,
+        cfg.name,
+        precision,
+        r.mode,
+        r.instructions.len(),
+        r.cycles,
+        r.microseconds,
+        cfg.clock_mhz
     );
-    println!("  compute cycles   {:>12}   ({:.1}% of total)", t.compute_cycles, pct(t.compute_cycles));
-    println!("  DMA busy cycles  {:>12}   ({:.1}%)", t.dma_cycles, pct(t.dma_cycles));
-    println!("  stall cycles     {:>12}   ({:.1}%, compute waiting for data)", t.stall_cycles, pct(t.stall_cycles));
+    crate::program::print_rows(&r.instructions);
     println!(
-        "  overlap cycles   {:>12}   ({:.1}%, DMA and compute both busy)",
-        t.overlap_cycles,
-        pct(t.overlap_cycles)
+        "busy: MXU {} cycles ({:.1}%), VPU {} cycles ({:.1}%), DMA {} cycles ({:.1}%); stalled waiting for data: {} cycles",
+        r.mxu_busy_cycles,
+        pct(r.mxu_busy_cycles),
+        r.vpu_busy_cycles,
+        pct(r.vpu_busy_cycles),
+        r.dma_cycles,
+        pct(r.dma_cycles),
+        r.stall_cycles
     );
-    println!(
-        "  DRAM traffic     {:>12} B loaded, {} B stored, {} transfers",
-        t.load_bytes,
-        t.store_bytes,
-        t.transfers.len()
-    );
-    println!("  tiles            {:>12}", t.tiles.len());
-    println!("  utilization      {:>11.1}%", 100.0 * t.utilization);
-    if let Some(f) = &r.fault {
-        println!("  fault            {f}");
+    println!("DRAM traffic: {} words loaded, {} stored", r.words_loaded, r.words_stored);
+    if macs > 0.0 {
+        println!("MXU utilization: {:.1}% (MACs over cycles x {} PEs)", 100.0 * r.utilization, pes);
     }
-    println!("  output checksum  {}", r.checksum);
-    println!("  wall time        {:.3} s", wall);
+    if let Some(inj) = &r.injection {
+        println!("fault: {inj}");
+    }
+    println!("output checksum: {}", r.checksum);
+    println!("wall time: {:.3} s", wall);
     if let Some(c) = &corrupted {
         println!("{}", crate::gemm::corrupted_line(c.len(), c.iter().cloned()));
     }

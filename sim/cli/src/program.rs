@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::Args;
 use faultline_graph::program::UnitCycles;
-use faultline_graph::{ModelSpec, TrainGraph};
+use faultline_graph::{ModelSpec, OpGraph, Program, StepSchedule, TrainGraph};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::isa::Instr;
 use faultline_hw::ExecMode;
@@ -45,8 +45,9 @@ pub struct ProgramArgs {
     pub json: bool,
 }
 
+/// One instruction of a program with its schedule, as `program` and `op` list them.
 #[derive(Serialize)]
-struct Row {
+pub(crate) struct Row {
     index: usize,
     start: u64,
     cycles: u64,
@@ -102,37 +103,7 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
     let exec = Executor::new(tg, &hw, ExecMode::Functional, precision)?;
     let sched = exec.schedule();
     let (p, s, g) = (exec.program(), &sched, &exec.tg.graph);
-    let rows: Vec<Row> = p
-        .instrs
-        .iter()
-        .zip(&p.tags)
-        .zip(&s.instrs)
-        .enumerate()
-        .map(|(index, ((ins, tag), cost))| Row {
-            index,
-            start: cost.start,
-            cycles: cost.cycles,
-            unit: ins.unit().name(),
-            op: ins.name(),
-            shape: match ins {
-                Instr::Gemm { m, k, n, .. } => format!("{m}x{k}x{n}"),
-                Instr::Vpu { n, .. } => n.to_string(),
-                Instr::Dma { len, sram, .. } => format!("{len}w {}", sram.name()),
-            },
-            node: format!("{}{}", g.node(tag.node).name, tag.tile_suffix()),
-            phase: tag.phase.name(),
-            layer: tag.layer.clone(),
-            writes: ins
-                .writes()
-                .iter()
-                .map(|b| match p.home(*b) {
-                    Some(h) => format!("{}@{}[{:#x}]", p.buffers[b.index()].name, h.mem.name(), h.base),
-                    None => p.buffers[b.index()].name.clone(),
-                })
-                .collect::<Vec<_>>()
-                .join(","),
-        })
-        .collect();
+    let rows = rows(p, s, g);
     let report = Report {
         model: spec.name.clone(),
         hw: hw.name.clone(),
@@ -161,16 +132,7 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
         report.instructions.len(),
         report.cycles_per_step
     );
-    println!(
-        "{:>4} {:>7} {:>6}  {:<4} {:<15} {:>10}  {:<8} {:<10} {:<26} writes (buffer@home[word address])",
-        "#", "start", "cycles", "unit", "op", "shape", "phase", "layer", "node"
-    );
-    for r in &report.instructions {
-        println!(
-            "{:>4} {:>7} {:>6}  {:<4} {:<15} {:>10}  {:<8} {:<10} {:<26} {}",
-            r.index, r.start, r.cycles, r.unit, r.op, r.shape, r.phase, r.layer, r.node, r.writes
-        );
-    }
+    print_rows(&report.instructions);
     let pct = |c: u64| 100.0 * c as f64 / report.cycles_per_step.max(1) as f64;
     println!(
         "busy: MXU {} cycles ({:.1}%), VPU {} cycles ({:.1}%), DMA {} cycles ({:.1}%)",
@@ -197,4 +159,52 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
         println!("{:<26} {:>8} {:>12} {:>16} {:>16}", c.class, c.bits, c.busy_cycles, c.bit_cycles, c.idle_bit_cycles);
     }
     Ok(())
+}
+
+/// The instruction table of placed program `p` with schedule `s` (`g` names its nodes).
+pub(crate) fn rows(p: &Program, s: &StepSchedule, g: &OpGraph) -> Vec<Row> {
+    p.instrs
+        .iter()
+        .zip(&p.tags)
+        .zip(&s.instrs)
+        .enumerate()
+        .map(|(index, ((ins, tag), cost))| Row {
+            index,
+            start: cost.start,
+            cycles: cost.cycles,
+            unit: ins.unit().name(),
+            op: ins.name(),
+            shape: match ins {
+                Instr::Gemm { m, k, n, .. } => format!("{m}x{k}x{n}"),
+                Instr::Vpu { n, .. } => n.to_string(),
+                Instr::Dma { len, sram, .. } => format!("{len}w {}", sram.name()),
+            },
+            node: format!("{}{}", g.node(tag.node).name, tag.tile_suffix()),
+            phase: tag.phase.name(),
+            layer: tag.layer.clone(),
+            writes: ins
+                .writes()
+                .iter()
+                .map(|b| match p.home(*b) {
+                    Some(h) => format!("{}@{}[{:#x}]", p.buffers[b.index()].name, h.mem.name(), h.base),
+                    None => p.buffers[b.index()].name.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+        })
+        .collect()
+}
+
+/// Prints the instruction table (a header line, then a line per instruction).
+pub(crate) fn print_rows(rows: &[Row]) {
+    println!(
+        "{:>4} {:>7} {:>6}  {:<4} {:<15} {:>10}  {:<8} {:<10} {:<26} writes (buffer@home[word address])",
+        "#", "start", "cycles", "unit", "op", "shape", "phase", "layer", "node"
+    );
+    for r in rows {
+        println!(
+            "{:>4} {:>7} {:>6}  {:<4} {:<15} {:>10}  {:<8} {:<10} {:<26} {}",
+            r.index, r.start, r.cycles, r.unit, r.op, r.shape, r.phase, r.layer, r.node, r.writes
+        );
+    }
 }

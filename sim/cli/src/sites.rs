@@ -16,7 +16,7 @@ pub struct SitesArgs {
     config: PathBuf,
     /// MXU input format of the run the sites are for: bf16 or fp32, as `train --precision` and
     /// a campaign's `precision` set it (fp32 registers and weight-buffer words are 32 bits wide)
-    /// [default: the config as written, as `gemm` and `op` run it].
+    /// [default: the config as written, as `gemm` runs it].
     #[arg(long)]
     precision: Option<String>,
     /// Only classes whose pattern matches this glob (`*` = any text), e.g. 'mxu.pe[*][*].psum'

@@ -107,8 +107,7 @@ fn bad_configs_name_the_file_field_and_range() {
     let bw = config(d, "bw.ron", "bandwidth_bytes_per_cycle: 16.0", "bandwidth_bytes_per_cycle: 1e-17");
     let name = config(d, "name.ron", "name: \"tpu-8x8\"", "name: \"\"");
     let clock = config(d, "clock.ron", "clock_mhz: 940.0", "clock_mhz: 0.000001");
-    // A 1 GiB unified buffer of 16-bit words: cycle-level execution would materialise 2^29
-    // words with their last-write cycles, 6 GiB.
+    // A unified buffer of 16-bit words cannot hold the fp32 values a program keeps there.
     let ub = config(
         d,
         "ub.ron",
@@ -135,7 +134,7 @@ fn bad_configs_name_the_file_field_and_range() {
         ),
         (
             vec!["op", "--config", &ub, "--op", "matmul", "--m", "8", "--k", "8", "--n", "8", "--mode", "cycle"],
-            "more than the limit of 4.0 GiB",
+            "memory.unified_buffer.word_bits must be 32",
         ),
         (
             vec!["gemm", "--config", dev_zero, "--m", "1", "--k", "1", "--n", "1"],
@@ -171,7 +170,7 @@ fn fault_strings_and_times_outside_the_operation_are_refused() {
     };
     let mm =
         ["op", "--config", C8, "--op", "matmul", "--m", "16", "--k", "8", "--n", "8", "--mode", "cycle", "--fault"];
-    let relu = ["op", "--config", C8, "--op", "relu", "--n", "16", "--mode", "hybrid", "--fault"];
+    let relu = ["op", "--config", C8, "--op", "relu", "--n", "16", "--fault"];
     for (args, want) in [
         // 16x8x8 on 8x8: one fold, 32 cycles. Cycle 31 is its last, so 32 on is after it.
         (with(&g, "flip:mxu.pe[3][5].weight[14]@0:99999"), "cycle 99999 of fold 0 is after the GEMM ends at cycle 32"),
@@ -180,15 +179,12 @@ fn fault_strings_and_times_outside_the_operation_are_refused() {
             "`mxu.pe[3][5].psum[2]` cannot be injected: cycle 32 of fold 0",
         ),
         (with(&g, "flip:mxu.pe[3][5].psum[2]@0:18446744073709551615"), "is after the GEMM ends"),
-        (
-            with(&mm, "flip:ub.word[0x0][0]@0:304"),
-            "cycle 304 of tile 0 is after the op matmul 16x8x8 ends at cycle 304",
-        ),
-        (with(&mm, "flip:mxu.pe[0][0].psum[0]@0:99999"), "is after the op matmul 16x8x8 ends at cycle 304"),
-        (
-            with(&relu, "flip:vpu.lane[0].a[0]@0:99999"),
-            "cycle 99999 of tile 0 (cycle 100111 of the op relu 16) is after",
-        ),
+        // The op's run: 328 cycles, so 328 on is after it.
+        (with(&mm, "flip:ub.word[0x0][0]@cycle=328"), "cycle 328 is after the op matmul 16x8x8 ends at cycle 328"),
+        (with(&mm, "flip:mxu.pe[0][0].psum[0]@cycle=99999"), "is after the op matmul 16x8x8 ends at cycle 328"),
+        (with(&relu, "flip:vpu.lane[0].a[0]@cycle=99999"), "cycle 99999 is after the op relu 16 ends at cycle 229"),
+        (with(&relu, "flip:vpu.lane[0].a[0]@0:5"), "expected KIND:SITE@cycle=C[,for=N]"),
+        (with(&relu, "flip:vpu.lane[0].a[0]@step=1,cycle=5"), "unknown key `step` (cycle, for)"),
         (with(&g, "flip:mxu.pe[3][5].weight[14]@1:0"), "tile 1 out of range, the operation has 1 folds"),
         (with(&g, "zap:mxu.pe[3][5].weight[14]@0:1"), "unknown fault kind `zap`"),
         (with(&g, "flip:mxu.pe[3][5].weight[14]@0:1+4"), "a flip acts once"),

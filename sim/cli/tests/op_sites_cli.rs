@@ -76,6 +76,13 @@ fn sites_take_the_runs_precision() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// The first instruction of `unit` in an `op --json` report: (start, cycles).
+fn first_on(report: &serde_json::Value, unit: &str) -> (u64, u64) {
+    let rows = report["instructions"].as_array().unwrap();
+    let row = rows.iter().find(|r| r["unit"] == unit).unwrap();
+    (row["start"].as_u64().unwrap(), row["cycles"].as_u64().unwrap())
+}
+
 #[test]
 fn op_modes_agree_and_a_fault_changes_the_checksum() {
     let base = [
@@ -99,66 +106,55 @@ fn op_modes_agree_and_a_fault_changes_the_checksum() {
     cyc.extend(["--mode", "cycle"]);
     let c = json(&cyc);
     assert_eq!(f["checksum"], c["checksum"]);
-    assert_eq!(f["timing"], c["timing"]);
-    for key in
-        ["total_cycles", "compute_cycles", "dma_cycles", "stall_cycles", "overlap_cycles", "utilization", "bound"]
-    {
-        assert!(c["timing"].get(key).is_some(), "missing {key}");
+    for key in ["cycles", "instructions", "mxu_busy_cycles", "vpu_busy_cycles", "dma_cycles", "stall_cycles"] {
+        assert!(c.get(key).is_some(), "missing {key}");
+        assert_eq!(f[key], c[key], "{key}");
     }
-    // An accumulator flip after fold 0's rows are written and before the store.
+    // An accumulator flip after the GEMM wrote output (0, 3) and before the store reads it.
+    let (start, cycles) = first_on(&c, "mxu");
+    let at = format!("flip:acc.word[0x3][30]@cycle={}", start + cycles);
     let mut faulty = cyc.clone();
-    faulty.extend(["--fault", "flip:acc.word[0x3][30]@0:400"]);
+    faulty.extend(["--fault", &at]);
     let fj = json(&faulty);
     assert_ne!(fj["checksum"], c["checksum"]);
-    // Hybrid (only the faulted fold stepped) gives the same bits as full cycle-level.
-    let mut hybrid: Vec<&str> = faulty.iter().map(|s| if *s == "cycle" { "hybrid" } else { s }).collect();
+    assert_eq!(fj["corrupted_positions"], serde_json::json!(["(0,3)"]));
+    assert_eq!(fj["injection"]["op"], "store");
+    // Functional mode runs the instructions the fault reaches as cycle level does.
+    let mut functional: Vec<&str> = faulty.iter().copied().filter(|s| !["--mode", "cycle"].contains(s)).collect();
     let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("tiles.csv");
-    hybrid.extend(["--csv", csv.to_str().unwrap()]);
-    assert_eq!(json(&hybrid)["checksum"], fj["checksum"]);
+    let csv = dir.path().join("instructions.csv");
+    functional.extend(["--csv", csv.to_str().unwrap()]);
+    assert_eq!(json(&functional)["checksum"], fj["checksum"]);
     let text = std::fs::read_to_string(&csv).unwrap();
-    assert!(text.starts_with("tile,origin,loaded,compute_start,ready,stored\n"), "{text}");
-    assert_eq!(text.lines().count(), 1 + c["timing"]["tiles"].as_array().unwrap().len());
+    assert!(text.starts_with("index,start,cycles,unit,op,shape,node,phase,layer,writes\n"), "{text}");
+    assert_eq!(text.lines().count(), 1 + c["instructions"].as_array().unwrap().len());
 }
 
 #[test]
 fn op_errors_are_one_line_and_exit_2() {
+    let relu = ["op", "--config", "configs/tpu-8x8.ron", "--op", "relu", "--n", "8", "--fault"];
+    let with = |f: &'static str| [&relu[..], &[f]].concat();
     for (args, want) in [
         (
-            vec!["op", "--config", "configs/tpu-8x8.ron", "--op", "matmul", "--m", "4096", "--k", "4096", "--n", "8"],
-            "unified buffer",
+            vec![
+                "op",
+                "--config",
+                "configs/tpu-8x8.ron",
+                "--op",
+                "matmul",
+                "--m",
+                "10000000",
+                "--k",
+                "32",
+                "--n",
+                "32",
+            ],
+            "bytes of DRAM",
         ),
         (vec!["op", "--config", "configs/tpu-8x8.ron", "--op", "matmul", "--m", "4"], "needs --k"),
-        (
-            vec![
-                "op",
-                "--config",
-                "configs/tpu-8x8.ron",
-                "--op",
-                "relu",
-                "--n",
-                "8",
-                "--fault",
-                "flip:ub.word[0][0]@0:0",
-            ],
-            "--mode cycle",
-        ),
-        (
-            vec![
-                "op",
-                "--config",
-                "configs/tpu-8x8.ron",
-                "--op",
-                "relu",
-                "--n",
-                "8",
-                "--mode",
-                "cycle",
-                "--fault",
-                "flip:acc.word[0][0]@0:0",
-            ],
-            "runs on vpu, ub, dram, seq, dma only",
-        ),
+        (with("flip:ub.word[0][0]@0:0"), "expected KIND:SITE@cycle=C"),
+        (with("flip:mxu.pe[99][0].psum[0]@cycle=0"), "index 0 is 99, allowed 0..8"),
+        (with("stuck1:ub.word[0][0]@cycle=3"), "a stuck-at needs `for=N`"),
     ] {
         let out = faultline(&args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -169,15 +165,17 @@ fn op_errors_are_one_line_and_exit_2() {
 
 /// An MXU fault means the same in `op` as in `gemm`: a weight-shadow flip that reaches the
 /// next fold (cycle 21 of fold 0 loads fold 1's weight into PE (2,3)) corrupts the same 16
-/// outputs of column 3 in both, the same flip one cycle earlier none; `op` lists them.
+/// outputs of column 3 in both, the same flip one cycle earlier none; in `op` the cycle counts
+/// from the op's start, so it is the GEMM's start plus 21; `op` lists the outputs.
 #[test]
 fn an_mxu_fault_corrupts_the_same_outputs_in_op_and_gemm() {
     let shape = ["--config", "configs/tpu-8x8.ron", "--m", "16", "--k", "24", "--n", "8"];
-    let fault = |c: u32| format!("flip:mxu.pe[2][3].weight_shadow[14]@0:{c}");
+    let start = first_on(&json(&[&["op", "--op", "matmul"], &shape[..], &["--json"]].concat()), "mxu").0;
     for (cycle, n) in [(21, 16), (20, 0)] {
-        let f = fault(cycle);
+        let f = format!("flip:mxu.pe[2][3].weight_shadow[14]@0:{cycle}");
         let g = json(&[&["gemm"], &shape[..], &["--fault", &f, "--json"]].concat());
-        let o = json(&[&["op", "--op", "matmul", "--mode", "hybrid"], &shape[..], &["--fault", &f, "--json"]].concat());
+        let f = format!("flip:mxu.pe[2][3].weight_shadow[14]@cycle={}", start + cycle);
+        let o = json(&[&["op", "--op", "matmul"], &shape[..], &["--fault", &f, "--json"]].concat());
         assert_eq!(g["corrupted_outputs"], n);
         assert_eq!(o["corrupted_outputs"], n);
         let cols: Vec<String> = (0..n).map(|r| format!("({r},3)")).collect();

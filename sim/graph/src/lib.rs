@@ -38,6 +38,7 @@ pub mod checks;
 pub mod direct;
 pub mod error;
 pub mod graph;
+pub mod kernel;
 pub mod op;
 pub mod program;
 pub mod reference;

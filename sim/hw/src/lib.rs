@@ -17,8 +17,10 @@
 //! * [`memory`]: unified buffer, accumulator SRAM, weight buffer and DRAM as word arrays, with a
 //!   functional (peek/poke) and a timed, fault-seeing (read/write) access path; [`memory::dma`],
 //!   DRAM <-> SRAM transfer costs and the DMA address registers.
-//! * [`timing`]: whole-op cycle accounting (tile pipeline, double buffering, stalls, overlap).
-//! * [`op`]: whole ops (matmul, conv2d, relu, softmax, adam) through DMA, SRAM and MXU/VPU.
+//! * [`timing`]: whole-op cycle accounting as SCALE-Sim times an op (tile pipeline, double
+//!   buffering, stalls, overlap).
+//! * [`op`]: one op described on its own (matmul, conv2d, relu, softmax, adam) and its
+//!   whole-op tile timing; running it is a program's job (`faultline_train::kernel`).
 //!
 //! Around the machine:
 //! * [`protect`]: [`protect::ecc`] (parity and Hsiao SEC-DED codes protecting SRAM words and

@@ -1,4 +1,4 @@
-//! The host-memory estimates (`mxu::gemm_host_bytes`, `op::host_bytes`) bound what a run really
+//! The host-memory estimate of a GEMM (`mxu::gemm_host_bytes`) bounds what a run really
 //! allocates: a counting global allocator records the peak of live heap bytes while a run
 //! generates its operands, runs and compares, and the estimate must be at least that peak (and
 //! not wildly above it, or the `--max-memory` guard would refuse work that fits).
@@ -9,7 +9,6 @@
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
 use faultline_hw::fault::{FaultSite, Register};
 use faultline_hw::mxu::{gemm, gemm_host_bytes};
-use faultline_hw::op::{self, ConvShape, OpKind};
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
 use faultline_num::Precision;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -114,37 +113,6 @@ fn estimates_bound_the_peak_of_real_runs() {
                 });
                 check(&format!("gemm {m}x{k}x{n} {df:?} {mode:?} fault={fault}"), est, used);
             }
-        }
-    }
-    let cfg = HwConfig::test_config(8, 8, Dataflow::WeightStationary, Precision::Bf16Fp32);
-    let conv = ConvShape { batch: 2, h: 12, w: 12, c_in: 8, c_out: 16, kh: 3, kw: 3, stride: 1, pad: 1 };
-    for kind in [
-        OpKind::Matmul { m: 300, k: 40, n: 30 },
-        OpKind::Conv2d(conv),
-        OpKind::Relu { n: 200_000 },
-        OpKind::Softmax { rows: 300, cols: 70 },
-        OpKind::Adam { n: 50_000, lr: 0.1, b1: 0.9, b2: 0.99, eps: 1e-8, t: 1 },
-    ] {
-        for (mode, hybrid) in
-            [(ExecMode::Functional, false), (ExecMode::CycleLevel, false), (ExecMode::CycleLevel, true)]
-        {
-            let est = op::host_bytes(&cfg, &kind, mode).unwrap().unwrap();
-            let used = peak(|| {
-                let ins: Vec<Vec<u32>> =
-                    kind.input_lens().iter().enumerate().map(|(i, &l)| bits(l, i as u32)).collect();
-                let refs: Vec<&[u32]> = ins.iter().map(|v| v.as_slice()).collect();
-                let f = FaultSchedule::none();
-                let out =
-                    if hybrid { op::run_hybrid(&cfg, &kind, &refs, &f) } else { op::run(&cfg, &kind, &refs, mode, &f) };
-                std::hint::black_box(out.unwrap());
-                // An MXU fault runs the array as one pipelined GEMM beside the memory path.
-                if kind.gemm_dims().is_some() && mode == ExecMode::CycleLevel {
-                    let site = FaultSite::pe(0, 0, Register::Psum, 30);
-                    let f = FaultSchedule::one(FaultEvent::flip(site, 0, 3));
-                    std::hint::black_box(op::run(&cfg, &kind, &refs, mode, &f).unwrap());
-                }
-            });
-            check(&format!("{} {mode:?} hybrid={hybrid}", kind.describe()), est, used);
         }
     }
 }

@@ -553,33 +553,6 @@ fn is_psum_flip_corrupts_one_output_and_is_observed() {
     }
 }
 
-/// `fold_psums` in IS: fold `f`'s `mr x N` sums, fault-free each the fold's own GEMM, and with
-/// a fault the stepped array's (the fold the fault strikes alone differs).
-#[test]
-fn is_fold_psums_are_the_folds_sums() {
-    let cfg = HwConfig::test_config(4, 3, Dataflow::InputStationary, Precision::Int8Int32);
-    let (m, k, n) = (7, 10, 9);
-    let (a, w) = (nonzero_int8(m, k, 5), nonzero_int8(k, n, 6));
-    let s = Schedule::new(&cfg.mxu, m, k, n).unwrap();
-    let clean = mxu::fold_psums(&cfg, &a, &w, ExecMode::CycleLevel, &FaultSchedule::none()).unwrap();
-    for (p, f) in clean.iter().zip(&s.folds) {
-        assert_eq!((p.rows, p.cols), (f.mr, n));
-        for (j, nn) in [(0, 0), (f.mr - 1, n - 1)] {
-            let want: i32 = (f.k0..f.k0 + f.kr)
-                .map(|x| (a.get(f.m0 + j, x) as u8 as i8 as i32) * (w.get(x, nn) as u8 as i8 as i32))
-                .sum();
-            assert_eq!(p.get(j, nn) as i32, want);
-        }
-    }
-    // Fold 4 (m-tile 1, k-tile 1), PE (2, 1) psum at nn = 3: out[3 + 1][3] of that fold only.
-    let e = FaultEvent::flip(FaultSite::pe(2, 1, Register::Psum, 12), 4, 1 + 3 + 2 + 1);
-    let faulty = mxu::fold_psums(&cfg, &a, &w, ExecMode::CycleLevel, &FaultSchedule::one(e)).unwrap();
-    for (f, (x, y)) in faulty.iter().zip(&clean).enumerate() {
-        let want = if f == 4 { vec![(1, 3)] } else { vec![] };
-        assert_eq!(x.diff(y), want, "fold {f}");
-    }
-}
-
 /// bf16 operand bits with exponents spread over `-lo..=hi` (and some zeros): products near
 /// the edges of fp32's range, where only an unfused multiply-add gives the stepped array's bits.
 fn wide_bf16(rng: &mut ChaCha8Rng, rows: usize, cols: usize, lo: i32, hi: i32) -> Matrix {

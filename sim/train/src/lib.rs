@@ -11,6 +11,8 @@
 //!   ([`inject::memory`], GEMMs fold by fold in [`inject::gemm_fold`]), sequencer faults to
 //!   the fold loops they change ([`inject::sequencer`]); a step's injection space
 //!   ([`inject::space`]).
+//! * [`kernel`]: one op (`faultline op`) lowered, placed and run by the executor with the
+//!   same fault path, on the op's own clock.
 //! * [`trainer`]: the loop (batches, steps, evaluation on the held-out split, per-step
 //!   records, summary), optimizer choice and run options.
 //! * [`state`]: parameters and optimizer state, initialised from a seed or `.npy` files.
@@ -45,6 +47,7 @@ pub mod data;
 pub mod error;
 pub mod exec;
 pub mod inject;
+pub mod kernel;
 pub mod setup;
 pub mod state;
 pub mod trace;

@@ -19,9 +19,8 @@ pub const FAULT_FORM: &str = "KIND:SITE@TILE:CYCLE[+DURATION] with KIND flip, st
 ///
 /// For the MXU a tile is a fold of the array's schedule (`mxu::Schedule`, the same in `gemm`,
 /// `op` and training, in every execution mode), starting when its first activation enters the
-/// array; for the VPU, one vector of an instruction from its issue (in `op`, a chunk from its
-/// first issue); for an op's memory, DMA and sequencer sites, the op's tile from its first
-/// load (`op` module docs).
+/// array; for the VPU, one vector of an instruction from its issue. Memory, DMA and sequencer
+/// sites are placed on a program's clock by `faultline_train::inject` instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct FaultTime {
     /// The tile (fold, vector or op tile) in schedule order.
@@ -156,7 +155,7 @@ impl FromStr for FaultEvent {
 
 /// Where the faults of one operation may land: in one of its `tiles` tiles, at a cycle before
 /// the operation ends. Each execution path gives the origins its fault times count from (see the
-/// module docs of [`crate::mxu`], [`crate::vpu`] and [`crate::op`]).
+/// module docs of [`crate::mxu`] and [`crate::vpu`]).
 pub struct FaultWindow<'a> {
     /// The operation, for messages, e.g. `GEMM` or `op matmul 16x8x8`.
     pub op: String,

@@ -1,7 +1,7 @@
-//! The MXU's entry points: checked GEMMs ([`gemm`], [`gemm_into`], [`gemm_observed`],
-//! [`fold_psums`]) dispatched to the functional twin or the stepped array by mode.
+//! The MXU's entry points: checked GEMMs ([`gemm`], [`gemm_into`], [`gemm_observed`])
+//! dispatched to the functional twin or the stepped array by mode.
 
-use super::cycle::{windowed_ws, ws_changed_captures};
+use super::cycle::windowed_ws;
 use super::functional::{functional, functional_raw, Raw};
 use super::{cycle_level, cycle_level_observed, CycleReport, GemmStats, PeArrayState, Schedule};
 use crate::config::{Dataflow, HwConfig};
@@ -9,7 +9,7 @@ use crate::error::HwError;
 use crate::fault::{FaultSchedule, FaultSite, FaultWindow, Unit};
 use crate::matrix::Matrix;
 use crate::ExecMode;
-use faultline_num::{with_precision, MacFormat};
+use faultline_num::with_precision;
 
 /// Result of a GEMM: output bits (accumulator format, `M x N`) and its timing.
 #[derive(Debug, Clone, PartialEq)]
@@ -210,69 +210,6 @@ fn check_faults(cfg: &HwConfig, sched: &Schedule, mode: ExecMode, faults: &Fault
         origin: &origin,
     };
     faults.check(cfg, mode, &[Unit::Mxu], &window)
-}
-
-/// Each fold's partial sums as the continuously pipelined array computes them with `faults` (times
-/// from each fold's start, as in [`gemm`]): fold `f` of [`Schedule::new`] gives the `mr x nc`
-/// sums its rows leave for the accumulators (WS: every row of `A` times its `kr` rows of `W`;
-/// OS: its output tile over all of `K`). For a caller that does the accumulator adds itself
-/// (`op`): the same fault means the same thing here as in [`gemm`] and in training. Faults need
-/// [`ExecMode::CycleLevel`].
-pub fn fold_psums(
-    cfg: &HwConfig,
-    a: &Matrix,
-    w: &Matrix,
-    mode: ExecMode,
-    faults: &FaultSchedule,
-) -> Result<Vec<Matrix>, HwError> {
-    check_shapes(cfg, a, w)?;
-    let sched = Schedule::new(&cfg.mxu, a.rows, a.cols, w.cols)?;
-    check_faults(cfg, &sched, mode, faults)?;
-    with_precision!(cfg.mxu.precision(), F => fold_psums_typed::<F>(cfg, &sched, a, w, faults))
-}
-
-fn fold_psums_typed<F: MacFormat>(
-    cfg: &HwConfig,
-    s: &Schedule,
-    a: &Matrix,
-    w: &Matrix,
-    faults: &FaultSchedule,
-) -> Result<Vec<Matrix>, HwError> {
-    // Fault-free: each fold's sums alone, as its own GEMM (one fold: not added to anything).
-    let mut psums = Vec::with_capacity(s.folds.len());
-    for f in &s.folds {
-        let fa = Matrix::from_fn(f.mr, f.kr, |i, j| a.get(f.m0 + i, f.k0 + j));
-        let fw = Matrix::from_fn(f.kr, f.nc, |i, j| w.get(f.k0 + i, f.n0 + j));
-        psums.push(functional::<F>(&Schedule::new(&cfg.mxu, f.mr, f.kr, f.nc)?, &fa, &fw, None));
-    }
-    if faults.is_empty() {
-        return Ok(psums);
-    }
-    match s.dataflow {
-        Dataflow::WeightStationary => {
-            let changed = ws_changed_captures::<F>(s, a, w, faults, usize::MAX).expect("no budget");
-            for ((f, m, col), v) in changed {
-                psums[f].set(m, col - s.folds[f].n0, v);
-            }
-        }
-        Dataflow::InputStationary => {
-            // The WS view's captures: row `nn` of its fold `f` is column `nn` of IS fold `f`,
-            // its column `m0 + j` the fold's row `j`.
-            let (ws, at, wt) = (s.as_ws(), w.transpose(), a.transpose());
-            let changed = ws_changed_captures::<F>(&ws, &at, &wt, faults, usize::MAX).expect("no budget");
-            for ((f, nn, m), v) in changed {
-                psums[f].set(m - s.folds[f].m0, nn, v);
-            }
-        }
-        Dataflow::OutputStationary => {
-            // Every output is captured once, by its fold, with nothing added.
-            let out = cycle_level::<F>(s, a, w, None, faults, &mut PeArrayState::new(s.rows, s.cols)).0;
-            for (p, f) in psums.iter_mut().zip(&s.folds) {
-                *p = Matrix::from_fn(f.mr, f.nc, |i, j| out.get(f.m0 + i, f.n0 + j));
-            }
-        }
-    }
-    Ok(psums)
 }
 
 #[cfg(test)]

@@ -149,5 +149,5 @@ mod schedule;
 
 pub use cycle::{cycle_level, cycle_level_observed, CycleReport, PeArrayState};
 pub use functional::Raw;
-pub use gemm::{fold_psums, functional_in_place, gemm, gemm_into, gemm_observed, GemmOutput};
+pub use gemm::{functional_in_place, gemm, gemm_into, gemm_observed, GemmOutput};
 pub use schedule::{gemm_host_bytes, gemm_timing, try_gemm_timing, Fold, GemmStats, Schedule};

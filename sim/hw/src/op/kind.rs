@@ -1,6 +1,7 @@
 //! The op vocabulary: [`OpKind`] and [`ConvShape`], their shapes, input and output lengths
 //! and checks, and the VPU instruction sequence of a VPU op.
 
+use crate::config::HwConfig;
 use crate::error::HwError;
 use crate::isa::{View, Window};
 use crate::matrix::Matrix;
@@ -209,6 +210,22 @@ impl OpKind {
         let bytes = ins.iter().chain(&outs).try_fold(0u64, |a, &l| a.checked_add(l as u64));
         if bytes.and_then(|w| w.checked_mul(4)).is_none() {
             return Err(shape_err(self, "its inputs and outputs total more than 2^64 bytes".into()));
+        }
+        Ok(())
+    }
+
+    /// [`OpKind::check`], then that the op's inputs and outputs, one 32-bit word per element,
+    /// fit `cfg`'s DRAM ([`HwError::DramOverflow`] otherwise).
+    pub fn check_on(&self, cfg: &HwConfig) -> Result<(), HwError> {
+        self.check()?;
+        // `check` guarantees that these sums and products fit 64 bits.
+        let words: u64 = self.input_lens().iter().chain(&self.output_lens()).map(|&l| l as u64).sum();
+        if words * 4 > cfg.dram.bytes {
+            return Err(HwError::DramOverflow {
+                op: self.describe(),
+                needed_bytes: words * 4,
+                available_bytes: cfg.dram.bytes,
+            });
         }
         Ok(())
     }

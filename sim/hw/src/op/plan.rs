@@ -1,5 +1,5 @@
 //! An op's tiling and its costs, from the shapes alone: [`Plan`], [`Geometry`], the whole-op
-//! [`timing()`] and the host-memory estimates ([`host_bytes`], [`timing_host_bytes`]).
+//! [`timing()`] and its host-memory estimate ([`timing_host_bytes`]).
 
 use crate::budget::{product, sum};
 use crate::config::{Dataflow, HwConfig, SramConfig};
@@ -8,21 +8,14 @@ use crate::memory::dma::Transfer;
 use crate::mxu::{self, Fold, Schedule};
 use crate::timing::{self, OpTiming, TileTiming, TileWork};
 use crate::vpu;
-use crate::ExecMode;
 
 use super::kind::{shape_err, vpu_ops};
 use super::OpKind;
 
-/// The op's tiling: everything [`timing()`] and the value path share.
-pub(super) struct Plan {
-    pub(super) tiles: Vec<TileWork>,
-    pub(super) buffers: usize,
-    /// Matmul: schedule and weight-slot words. VPU: chunk length (elements or rows).
-    pub(super) sched: Option<Schedule>,
-    pub(super) slot_words: u64,
-    pub(super) chunk: usize,
-    /// Number of chunks (VPU ops) or folds.
-    pub(super) count: usize,
+/// The op's tiling: its tiles' work and the tile buffers the DMA cycles through.
+struct Plan {
+    tiles: Vec<TileWork>,
+    buffers: usize,
 }
 
 fn overflow(kind: &OpKind, memory: &str, field: &str, what: String, needed: u64, available: u64) -> HwError {
@@ -37,7 +30,7 @@ fn overflow(kind: &OpKind, memory: &str, field: &str, what: String, needed: u64,
 }
 
 /// VPU cycles of each sub-op of a chunk of `len` elements (`len / cols` rows for softmax).
-pub(super) fn vpu_chunk_cycles(cfg: &HwConfig, kind: &OpKind, len: usize) -> Result<Vec<u64>, HwError> {
+fn vpu_chunk_cycles(cfg: &HwConfig, kind: &OpKind, len: usize) -> Result<Vec<u64>, HwError> {
     match *kind {
         OpKind::Softmax { cols, .. } => {
             let rows = len / cols;
@@ -50,7 +43,7 @@ pub(super) fn vpu_chunk_cycles(cfg: &HwConfig, kind: &OpKind, len: usize) -> Res
 }
 
 /// An op's tiling on a machine in numbers, found without allocating anything proportional to
-/// the op: what [`build_plan`] builds from and what [`host_bytes`] estimates from.
+/// the op: what [`build_plan`] builds from and what [`timing_host_bytes`] estimates from.
 struct Geometry {
     /// Tiles: MXU folds or VPU chunks.
     count: usize,
@@ -60,25 +53,12 @@ struct Geometry {
     chunk: usize,
     /// VPU ops: elements per unit (softmax: `cols`, else 1).
     unit: usize,
-    /// MXU ops: words of one weight-buffer tile slot; 0 for VPU ops.
-    slot_words: u64,
-    /// DRAM words of the op's inputs and outputs.
-    dram_words: u64,
 }
 
 /// Checks that `kind` can run on `cfg` (shape, DRAM and SRAM fit) and sizes its tiling.
 fn geometry(cfg: &HwConfig, kind: &OpKind) -> Result<Geometry, HwError> {
-    kind.check()?;
+    kind.check_on(cfg)?;
     let lens = kind.input_lens();
-    // `check` guarantees that these sums and products fit 64 bits.
-    let dram_words: u64 = lens.iter().chain(&kind.output_lens()).map(|&l| l as u64).sum();
-    if dram_words * 4 > cfg.dram.bytes {
-        return Err(HwError::DramOverflow {
-            op: kind.describe(),
-            needed_bytes: dram_words * 4,
-            available_bytes: cfg.dram.bytes,
-        });
-    }
     // From here every length is below the DRAM's 2^31 words, so products below fit 64 bits.
     let m = &cfg.memory;
     let nb = cfg.dma.buffers.max(1);
@@ -127,7 +107,7 @@ fn geometry(cfg: &HwConfig, kind: &OpKind) -> Result<Geometry, HwError> {
             Dataflow::OutputStationary => mm.div_ceil(r) * nn.div_ceil(c),
             Dataflow::InputStationary => kk.div_ceil(r) * mm.div_ceil(c),
         };
-        return Ok(Geometry { count, buffers, chunk: 0, unit: 0, slot_words, dram_words });
+        return Ok(Geometry { count, buffers, chunk: 0, unit: 0 });
     }
     // VPU ops.
     let ub = &m.unified_buffer;
@@ -161,10 +141,10 @@ fn geometry(cfg: &HwConfig, kind: &OpKind) -> Result<Geometry, HwError> {
         ));
     }
     let chunk = chunk.min(total);
-    Ok(Geometry { count: total.div_ceil(chunk), buffers: nb, chunk, unit, slot_words: 0, dram_words })
+    Ok(Geometry { count: total.div_ceil(chunk), buffers: nb, chunk, unit })
 }
 
-pub(super) fn build_plan(cfg: &HwConfig, kind: &OpKind) -> Result<Plan, HwError> {
+fn build_plan(cfg: &HwConfig, kind: &OpKind) -> Result<Plan, HwError> {
     let g = geometry(cfg, kind)?;
     let lens = kind.input_lens();
     let m = &cfg.memory;
@@ -200,14 +180,7 @@ pub(super) fn build_plan(cfg: &HwConfig, kind: &OpKind) -> Result<Plan, HwError>
                 TileWork { loads, occupancy: sched.period, latency: latency.max(sched.period), release, stores }
             })
             .collect();
-        return Ok(Plan {
-            tiles,
-            buffers: g.buffers,
-            sched: Some(sched),
-            slot_words: g.slot_words,
-            chunk: 0,
-            count: g.count,
-        });
+        return Ok(Plan { tiles, buffers: g.buffers });
     }
     // VPU ops.
     let ub = &m.unified_buffer;
@@ -229,7 +202,7 @@ pub(super) fn build_plan(cfg: &HwConfig, kind: &OpKind) -> Result<Plan, HwError>
             })
         })
         .collect::<Result<_, HwError>>()?;
-    Ok(Plan { tiles, buffers: g.buffers, sched: None, slot_words: 0, chunk, count: g.count })
+    Ok(Plan { tiles, buffers: g.buffers })
 }
 
 /// Rows stored after fold `f` if its output tile is complete (WS: last K fold of an N tile;
@@ -250,7 +223,7 @@ pub fn timing(cfg: &HwConfig, kind: &OpKind) -> Result<OpTiming, HwError> {
     plan_timing(cfg, kind, &p)
 }
 
-pub(super) fn plan_timing(cfg: &HwConfig, kind: &OpKind, p: &Plan) -> Result<OpTiming, HwError> {
+fn plan_timing(cfg: &HwConfig, kind: &OpKind, p: &Plan) -> Result<OpTiming, HwError> {
     let (work, width, out_db) = match kind.gemm_dims() {
         // Below 2^62 (each of M*K and K*N fits the DRAM); saturating all the same.
         Some((m, k, n)) => (m.saturating_mul(k).saturating_mul(n) as f64, (cfg.mxu.rows * cfg.mxu.cols) as f64, false),
@@ -262,65 +235,8 @@ pub(super) fn plan_timing(cfg: &HwConfig, kind: &OpKind, p: &Plan) -> Result<OpT
     timing::plan(cfg, &kind.describe(), &p.tiles, p.buffers, out_db, work, width)
 }
 
-/// Host bytes running `kind` on `cfg` in `mode` needs, estimated before anything is allocated:
-/// the caller's inputs and the outputs, the tile plan and timing, and per mode the functional
-/// twin's copies (im2col matrix, decoded operands) or the memories the cycle-level path
-/// materialises (every SRAM word and the op's DRAM words, each with its last-write cycle) plus
-/// the largest fold's or chunk's working set. Hybrid needs what `CycleLevel` needs.
-///
-/// Errors (shape, DRAM or SRAM fit, as [`timing()`] reports them) come first, so an op that
-/// cannot run is refused for the right reason; `Ok(None)` means the estimate exceeds 2^64.
-/// Check the estimate with [`crate::budget::HostMemory::check`] before generating the inputs.
-pub fn host_bytes(cfg: &HwConfig, kind: &OpKind, mode: ExecMode) -> Result<Option<u64>, HwError> {
-    let g = geometry(cfg, kind)?;
-    let (ins, outs) = (kind.input_lens(), kind.output_lens());
-    let words = |v: &[usize]| v.iter().map(|&l| l as u64).sum::<u64>();
-    let (w_in, w_out) = (words(&ins), words(&outs));
-    let word = 4u64;
-    let gemm = kind.gemm_dims();
-    let plan = plan_bytes(kind, &g);
-    let io = Some((w_in + w_out) * word);
-    let work = match (mode, gemm) {
-        (ExecMode::Functional, Some((m, k, n))) => mxu::gemm_host_bytes(cfg, m, k, n, ExecMode::Functional, false),
-        (ExecMode::Functional, None) => vpu_chunk_bytes(cfg, kind, ins[0], ExecMode::Functional),
-        (ExecMode::CycleLevel, _) => {
-            let m = &cfg.memory;
-            let mem_words = [m.unified_buffer.words(), m.accumulator.words(), m.weight_buffer.words(), g.dram_words];
-            let mems = mem_words.iter().try_fold(0u64, |a, &w| a.checked_add(w)).and_then(|w| w.checked_mul(4 + 8));
-            let tile = match gemm {
-                Some((mm, kk, nn)) => {
-                    let (r, c) = (cfg.mxu.rows, cfg.mxu.cols);
-                    let (fm, fk, fnn) = match cfg.mxu.dataflow {
-                        Dataflow::WeightStationary => (mm, kk.min(r), nn.min(c)),
-                        Dataflow::OutputStationary => (mm.min(r), kk, nn.min(c)),
-                        Dataflow::InputStationary => (mm.min(c), kk.min(r), nn),
-                    };
-                    let fold = mxu::gemm_host_bytes(cfg, fm, fk, fnn, ExecMode::Functional, false);
-                    // With MXU faults: the whole GEMM's operands, every fold's partial sums (at
-                    // most `M x N` per K fold) and the faulty array run ([`mxu::fold_psums`]).
-                    let k_folds = match cfg.mxu.dataflow {
-                        Dataflow::WeightStationary | Dataflow::InputStationary => kk.div_ceil(r),
-                        Dataflow::OutputStationary => 1,
-                    };
-                    let faulty = sum(&[
-                        product(&[mm, kk, word as usize]),
-                        product(&[kk, nn, word as usize]),
-                        product(&[mm, nn, k_folds, word as usize]),
-                        mxu::gemm_host_bytes(cfg, mm, kk, nn, ExecMode::CycleLevel, true),
-                    ]);
-                    fold.max(faulty)
-                }
-                None => vpu_chunk_bytes(cfg, kind, g.chunk * g.unit, ExecMode::CycleLevel),
-            };
-            sum(&[mems, tile])
-        }
-    };
-    Ok(sum(&[io, plan, work]))
-}
-
 /// Host bytes [`timing()`] needs for `kind` on `cfg` (its tile plan and timing), estimated
-/// before anything is allocated; errors as [`timing()`]'s, `Ok(None)` beyond 2^64. Part of
-/// [`host_bytes`], for a caller that times an op without running it.
+/// before anything is allocated; errors as [`timing()`]'s, `Ok(None)` beyond 2^64.
 pub fn timing_host_bytes(cfg: &HwConfig, kind: &OpKind) -> Result<Option<u64>, HwError> {
     Ok(plan_bytes(kind, &geometry(cfg, kind)?))
 }
@@ -347,30 +263,4 @@ fn plan_bytes(kind: &OpKind, g: &Geometry) -> Option<u64> {
         // The fold schedule, and the copy the gemm path runs from.
         if gemm.is_some() { product(&[g.count, 2 * size_of::<Fold>()]) } else { Some(0) },
     ])
-}
-
-/// Host bytes of running a VPU op's instructions on `len` elements in `mode` (the whole input
-/// in the functional twin, one chunk in cycle-level execution): the results, softmax's
-/// intermediate vectors, and when stepped the operands read from the UB, the per-element
-/// issue and write-back cycles and the per-cycle schedule of a reduction (or the ALU pipeline).
-fn vpu_chunk_bytes(cfg: &HwConfig, kind: &OpKind, len: usize, mode: ExecMode) -> Option<u64> {
-    let (ni, no) = kind.arity();
-    let softmax = matches!(kind, OpKind::Softmax { .. });
-    // Softmax: max, x - max, exp, sum, 1/sum and two broadcasts, one vector each.
-    let intermediates = if softmax { product(&[len, 7, 4]) } else { Some(0) };
-    let results = product(&[len, no, 4]);
-    match mode {
-        ExecMode::Functional => sum(&[results, intermediates]),
-        ExecMode::CycleLevel => {
-            let (times, steps) = if softmax {
-                let cycles = vpu_chunk_cycles(cfg, kind, len).ok()?.iter().try_fold(0u64, |a, &c| a.checked_add(c))?;
-                // Four per-cycle action lists of a reduction, under 96 bytes a cycle together.
-                (Some(0), cycles.checked_mul(96))
-            } else {
-                let pipe = product(&[cfg.vpu.lanes, cfg.vpu.pipeline_depth as usize, 4]);
-                (product(&[len, 1 + no, size_of::<u64>()]), pipe)
-            };
-            sum(&[product(&[len, ni, 4]), results, intermediates, times, steps])
-        }
-    }
 }

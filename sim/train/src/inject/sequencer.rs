@@ -1,8 +1,8 @@
 //! Faults in the core sequencer's fold loop during a training GEMM (`seq.tile`,
 //! `seq.acc_addr`).
 //!
-//! A training GEMM runs its folds ([`faultline_hw::mxu::Schedule`]) under the sequencer, as in
-//! [`faultline_hw::op`]:
+//! A training GEMM (and the GEMM of `faultline op`, which runs the same way) runs its folds
+//! ([`faultline_hw::mxu::Schedule`]) under the sequencer:
 //! * `seq.tile`, the tile counter, is loaded with 0 when the GEMM issues, read at each fold
 //!   slot's start and then incremented. The MXU executes the fold the counter names: that fold's
 //!   activations, the weight tile then in that fold's weight-buffer slot (`fold mod slots`,
