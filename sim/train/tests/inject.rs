@@ -410,7 +410,7 @@ fn a_fault_free_fold_loop_reproduces_every_gemm_to_the_bit() {
 #[test]
 fn a_row_sent_away_leaves_the_words_before_the_gemm_for_later_folds_to_add_to() {
     use faultline_hw::isa::{self, BufId, Dest, MatOperand};
-    use faultline_train::inject::memory::WordOp;
+    use faultline_train::inject::memory::WordSource;
     let t = trainer(Dataflow::WeightStationary);
     let (hw, p, sched) = (&t.exec.hw, t.exec.program(), &t.schedule);
     let (x, y) = t.data.train.gather(&t.batcher.clone().next_indices());
@@ -449,7 +449,7 @@ fn a_row_sent_away_leaves_the_words_before_the_gemm_for_later_folds_to_add_to() 
     for (j, &want) in bufs[2].iter().enumerate() {
         let elem = out.offset + row * n + j;
         let hit = inj.hits().iter().find(|h| h.buf == out.buf && h.elem == elem).expect("the row's words change");
-        assert_eq!(hit.op, WordOp::Bits(want), "column {j}");
+        assert_eq!(hit.source, WordSource::Bits(want), "column {j}");
     }
 }
 

@@ -11,7 +11,7 @@ use faultline_hw::isa::Instr;
 use faultline_hw::{Dataflow, HwConfig, Register, Unit};
 use faultline_num::BitFault;
 use faultline_train::data::source;
-use faultline_train::inject::memory::{self, StepMap, WordHit, WordOp};
+use faultline_train::inject::memory::{self, StepMap, WordHit, WordSource};
 use faultline_train::inject::traffic::{replay, Read};
 use faultline_train::{TrainOptions, Trainer};
 use proptest::prelude::*;
@@ -121,7 +121,7 @@ proptest! {
             prop_assert_eq!(predicted, seen, "read: {}", why);
         } else {
             let mut predicted: Vec<Read> = hits.iter().map(|h| {
-                assert_eq!(h.op, WordOp::Fault(f));
+                assert_eq!(h.source, WordSource::Fault(f));
                 assert!(!h.written);
                 read(h)
             }).collect();

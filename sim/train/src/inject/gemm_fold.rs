@@ -187,7 +187,7 @@ fn run_typed<F: MacFormat>(
                 // This fold's read of the word: its hits in turn, seen once.
                 let old = v;
                 for h in hits.iter().filter(|h| h.part == Some(c) && h.buf == out.buf && h.elem == elem) {
-                    v = memory::apply(h.op, v, bufs, fmt);
+                    v = memory::apply(h.source, v, bufs, fmt);
                 }
                 if v != old {
                     seen.push((old, v));
@@ -204,7 +204,7 @@ fn run_typed<F: MacFormat>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inject::memory::WordOp;
+    use crate::inject::memory::WordSource;
     use faultline_hw::isa::{BufId, Dest};
     use faultline_hw::Dataflow;
     use faultline_num::Precision;
@@ -249,7 +249,7 @@ mod tests {
             prop_assert!(!reads.is_empty());
             let (_, c) = reads[pick % reads.len()];
             let new = (f32::from_bits(bufs[b][x]) * 3.0 + 1.0).to_bits();
-            let hit = WordHit { part: Some(c), ..WordHit::read(Some(0), BufId(b as u32), x, WordOp::Bits(new)) };
+            let hit = WordHit { part: Some(c), ..WordHit::read(Some(0), BufId(b as u32), x, WordSource::Bits(new)) };
             let mut one = bufs.clone();
             let (_, seen) = run(&hw, &ins, &mut one, &[&hit]).unwrap();
             prop_assert_eq!(seen, vec![(bufs[b][x], new)]);
@@ -282,7 +282,7 @@ mod tests {
             let f = map.s.folds[c];
             let e = (pick % m) * n + f.n0 + pick % f.nc;
             let flip = faultline_hw::fault::FaultEvent::flip(faultline_hw::FaultSite::word(faultline_hw::Unit::Acc, 0, 30), 0, 0);
-            let op = WordOp::Fault(flip.activate(0));
+            let op = WordSource::Fault(flip.activate(0));
             let hit = WordHit { part: Some(c), ..WordHit::read(Some(0), BufId(2), e, op) };
             let mut one = bufs.clone();
             one[2] = vec![0; m * n];

@@ -52,7 +52,7 @@ use std::collections::BTreeMap;
 
 /// Where a word's new value comes from.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum WordOp {
+pub enum WordSource {
     /// The fault's bit operation on the word's value.
     Fault(ActiveFault),
     /// The value of another buffer's word (0 if that buffer holds nothing yet).
@@ -62,7 +62,7 @@ pub enum WordOp {
 }
 
 /// One word an instruction sees changed: while instruction `instr` runs (or, for `None`, when
-/// the host reads the step's results), element `elem` of `buf` is `op` of its value; `part`
+/// the host reads the step's results), element `elem` of `buf` holds what `source` gives; `part`
 /// names the one read of it that sees the change when the instruction reads the word more than
 /// once at different cycles.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,7 +74,7 @@ pub struct WordHit {
     /// The element.
     pub elem: usize,
     /// What the word holds instead.
-    pub op: WordOp,
+    pub source: WordSource,
     /// Whether the change stays after the instruction (a DMA writing the wrong value into
     /// its own destination) rather than being seen by that one read only.
     pub written: bool,
@@ -84,9 +84,9 @@ pub struct WordHit {
 }
 
 impl WordHit {
-    /// `op` seen by every read of element `elem` of `buf` by `instr`.
-    pub fn read(instr: Option<usize>, buf: BufId, elem: usize, op: WordOp) -> WordHit {
-        WordHit { instr, buf, elem, op, written: false, part: None }
+    /// `source`'s value seen by every read of element `elem` of `buf` by `instr`.
+    pub fn read(instr: Option<usize>, buf: BufId, elem: usize, source: WordSource) -> WordHit {
+        WordHit { instr, buf, elem, source, written: false, part: None }
     }
 }
 
@@ -313,7 +313,7 @@ impl<'a> StepMap<'a> {
 
     /// The reads of element `x` of `b` that see `op` applied at cycle `t` (a value written into
     /// the word at `t`): those after `t` and before the word's next write.
-    pub(crate) fn reads_after(&self, b: BufId, x: usize, t: u64, op: WordOp) -> Vec<WordHit> {
+    pub(crate) fn reads_after(&self, b: BufId, x: usize, t: u64, op: WordSource) -> Vec<WordHit> {
         let mut hits = Vec::new();
         for a in self.accesses(b, x).into_iter().filter(|a| a.cycle > t) {
             if !a.reads() {
@@ -340,7 +340,7 @@ pub fn word_hits(m: &StepMap, f: ActiveFault) -> Vec<WordHit> {
             if !a.reads() {
                 last_write = Some(a.cycle);
             } else if last_write.is_some_and(|w| f.acts_between(w, a.cycle)) {
-                hits.push(WordHit { part: a.part, ..WordHit::read(a.instr, b, x, WordOp::Fault(f)) });
+                hits.push(WordHit { part: a.part, ..WordHit::read(a.instr, b, x, WordSource::Fault(f)) });
             }
         }
     }
@@ -367,7 +367,7 @@ pub fn wbuf_hits(m: &StepMap, f: ActiveFault) -> Result<Vec<WordHit>> {
                 let elem = gemm_fold::element(b, kk, nn, *k, *n);
                 // Only this fold reads the word in its slot (an OS or IS weight is used by
                 // every row tile's fold, each from its own copy of the tile).
-                hits.push(WordHit { part: Some(fi), ..WordHit::read(Some(g), b.buf, elem, WordOp::Fault(f)) });
+                hits.push(WordHit { part: Some(fi), ..WordHit::read(Some(g), b.buf, elem, WordSource::Fault(f)) });
             }
         }
     }
@@ -458,14 +458,14 @@ fn transfer_hits(m: &StepMap, d: usize, f: ActiveFault) -> Vec<WordHit> {
         let set = |op| WordHit { written: true, ..WordHit::read(Some(d), dst, dst_offset + i, op) };
         if src_reg {
             // Word i comes from whatever lives at the wrong source address.
-            let op = m.holder(hs.mem, a, t).map_or(WordOp::Bits(0), |(b, y)| WordOp::Copy(b, y));
+            let op = m.holder(hs.mem, a, t).map_or(WordSource::Bits(0), |(b, y)| WordSource::Copy(b, y));
             hits.push(set(op));
             continue;
         }
         // The intended word keeps what it held before; the value lands at `a`.
         let stale = m.holder(hd.mem, first + i as u64, t.saturating_sub(1)).filter(|&(b, _)| b != dst);
-        hits.push(set(stale.map_or(WordOp::Bits(0), |(b, y)| WordOp::Copy(b, y))));
-        let moved = WordOp::Copy(src, src_offset + i);
+        hits.push(set(stale.map_or(WordSource::Bits(0), |(b, y)| WordSource::Copy(b, y))));
+        let moved = WordSource::Copy(src, src_offset + i);
         if a >= hd.base && a - hd.base < m.p.buffers[dst.index()].len as u64 {
             let y = (a - hd.base) as usize;
             hits.push(WordHit { written: true, ..WordHit::read(Some(d), dst, y, moved) });
@@ -478,18 +478,18 @@ fn transfer_hits(m: &StepMap, d: usize, f: ActiveFault) -> Vec<WordHit> {
 
 /// The raw value of `op` applied to `old`, reading copies from `bufs`; a weight-buffer fault
 /// acts on the MXU input format's bits (the weight buffer holds converted weights).
-pub fn apply(op: WordOp, old: u32, bufs: &[Vec<u32>], format: NumFormat) -> u32 {
+pub fn apply(op: WordSource, old: u32, bufs: &[Vec<u32>], format: NumFormat) -> u32 {
     match op {
-        WordOp::Fault(f) if f.event.site.unit == Unit::Wbuf => match format {
+        WordSource::Fault(f) if f.event.site.unit == Unit::Wbuf => match format {
             NumFormat::Bf16 => {
                 let w = faultline_num::f32_to_bf16_bits(f32::from_bits(old));
                 f.apply(w) << 16
             }
             _ => f.apply(old),
         },
-        WordOp::Fault(f) => f.apply(old),
-        WordOp::Copy(b, y) => bufs[b.index()].get(y).copied().unwrap_or(0),
-        WordOp::Bits(v) => v,
+        WordSource::Fault(f) => f.apply(old),
+        WordSource::Copy(b, y) => bufs[b.index()].get(y).copied().unwrap_or(0),
+        WordSource::Bits(v) => v,
     }
 }
 
@@ -510,12 +510,12 @@ pub fn compose<'h>(
         match at.get(&key) {
             Some(&i) => {
                 let e: &mut (usize, &WordHit, u32, u32) = &mut out[i];
-                e.3 = apply(h.op, e.3, bufs, format);
+                e.3 = apply(h.source, e.3, bufs, format);
             }
             None => {
                 let Some(&old) = bufs[h.buf.index()].get(h.elem) else { continue };
                 at.insert(key, out.len());
-                out.push((k, h, old, apply(h.op, old, bufs, format)));
+                out.push((k, h, old, apply(h.source, old, bufs, format)));
             }
         }
     }

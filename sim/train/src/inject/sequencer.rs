@@ -31,7 +31,7 @@
 
 use crate::error::Result;
 use crate::inject::gemm_fold::fold_psum;
-use crate::inject::memory::{StepMap, WordHit, WordOp};
+use crate::inject::memory::{StepMap, WordHit, WordSource};
 use faultline_hw::fault::ActiveFault;
 use faultline_hw::fault::{addr_bits, DMA_ADDR_BITS, TILE_COUNTER_BITS};
 use faultline_hw::isa::{self, Instr};
@@ -155,13 +155,13 @@ fn words_typed<F: MacFormat>(m: &StepMap, g: usize, f: ActiveFault, golden: &[Ve
         let v = written.get(&(base + e)).map_or_else(|| prior(base + e, before), |w| w.0);
         let elem = out.offset + e as usize;
         if golden[out.buf.index()].get(elem) != Some(&v) {
-            hits.push(WordHit { written: true, ..WordHit::read(Some(g), out.buf, elem, WordOp::Bits(v)) });
+            hits.push(WordHit { written: true, ..WordHit::read(Some(g), out.buf, elem, WordSource::Bits(v)) });
         }
     }
     // Misdirected writes: every read of the word's holder until its next write sees them.
     for (&addr, &(v, t)) in written.range(..base).chain(written.range(base + len..)) {
         if let Some((b, y)) = m.holder(mem, addr, t) {
-            hits.extend(m.reads_after(b, y, t, WordOp::Bits(v)));
+            hits.extend(m.reads_after(b, y, t, WordSource::Bits(v)));
         }
     }
     Ok(hits)
