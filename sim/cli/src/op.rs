@@ -6,8 +6,8 @@ use clap::{Args, ValueEnum};
 use faultline_graph::OptimizerSpec;
 use faultline_hw::budget::HostMemory;
 use faultline_hw::isa::Instr;
+use faultline_hw::kernel::{ConvShape, KernelSpec};
 use faultline_hw::memory::dma::Direction;
-use faultline_hw::op::{ConvShape, OpKind};
 use faultline_hw::{ExecMode, HwConfig};
 use faultline_train::kernel::Kernel;
 use faultline_train::{MxuFormat, StepFault};
@@ -123,16 +123,18 @@ fn need(v: Option<usize>, flag: &str, op: &str) -> Result<usize> {
     }
 }
 
-fn kind_of(a: &OpArgs) -> Result<OpKind> {
+fn kind_of(a: &OpArgs) -> Result<KernelSpec> {
     Ok(match a.op {
-        OpArg::Matmul => {
-            OpKind::Matmul { m: need(a.m, "m", "matmul")?, k: need(a.k, "k", "matmul")?, n: need(a.n, "n", "matmul")? }
-        }
+        OpArg::Matmul => KernelSpec::Matmul {
+            m: need(a.m, "m", "matmul")?,
+            k: need(a.k, "k", "matmul")?,
+            n: need(a.n, "n", "matmul")?,
+        },
         OpArg::Conv2d => {
             if a.kernel == 0 || a.stride == 0 || a.batch == 0 {
                 bail!("--kernel, --stride and --batch must be at least 1");
             }
-            OpKind::Conv2d(ConvShape {
+            KernelSpec::Conv2d(ConvShape {
                 batch: a.batch,
                 h: need(a.h, "h", "conv2d")?,
                 w: need(a.w, "w", "conv2d")?,
@@ -144,11 +146,11 @@ fn kind_of(a: &OpArgs) -> Result<OpKind> {
                 pad: a.pad.unwrap_or(a.kernel / 2),
             })
         }
-        OpArg::Relu => OpKind::Relu { n: need(a.n, "n", "relu")? },
+        OpArg::Relu => KernelSpec::Relu { n: need(a.n, "n", "relu")? },
         OpArg::Softmax => {
-            OpKind::Softmax { rows: need(a.rows, "rows", "softmax")?, cols: need(a.cols, "cols", "softmax")? }
+            KernelSpec::Softmax { rows: need(a.rows, "rows", "softmax")?, cols: need(a.cols, "cols", "softmax")? }
         }
-        OpArg::Adam => OpKind::Adam {
+        OpArg::Adam => KernelSpec::Adam {
             n: need(a.n, "n", "adam")?,
             lr: 1e-3,
             // The training optimizer's, in the VPU's fp32 (each the nearest f32 of its decimal).
@@ -162,7 +164,7 @@ fn kind_of(a: &OpArgs) -> Result<OpKind> {
 
 /// Random inputs in `[-1, 1)` as fp32 bits (Adam's second moments non-negative): the MXU
 /// rounds GEMM operands to its input format as it reads them, as in training.
-fn inputs(kind: &OpKind, seed: u64) -> Vec<Vec<u32>> {
+fn inputs(kind: &KernelSpec, seed: u64) -> Vec<Vec<u32>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     kind.input_lens()
         .iter()
@@ -171,7 +173,7 @@ fn inputs(kind: &OpKind, seed: u64) -> Vec<Vec<u32>> {
             (0..l)
                 .map(|_| {
                     let x: f32 = rng.gen_range(-1.0..1.0);
-                    let x = if matches!(kind, OpKind::Adam { .. }) && i == 3 { x.abs() } else { x };
+                    let x = if matches!(kind, KernelSpec::Adam { .. }) && i == 3 { x.abs() } else { x };
                     x.to_bits()
                 })
                 .collect()
@@ -344,7 +346,7 @@ pub fn run(a: OpArgs, mem: &HostMemory) -> Result<()> {
 /// The output elements that differ between `golden` and `got`: `(row,col)` of a matmul or
 /// conv2d result (rows are output pixels for conv2d), `[i]` of a VPU op's output (`[k][i]`
 /// for its output `k` when it has several).
-fn diff(kind: &OpKind, golden: &[Vec<u32>], got: &[Vec<u32>]) -> Vec<String> {
+fn diff(kind: &KernelSpec, golden: &[Vec<u32>], got: &[Vec<u32>]) -> Vec<String> {
     let n = kind.gemm_dims().map(|(_, _, n)| n);
     let mut v = Vec::new();
     for (k, (g, f)) in golden.iter().zip(got).enumerate() {

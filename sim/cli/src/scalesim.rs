@@ -10,8 +10,8 @@ use faultline_hw::error::one_line;
 use faultline_hw::fault::FaultSchedule;
 use faultline_hw::interop::scalesim::{self, Layer, ScaleSimConfig};
 use faultline_hw::interop::scalesim_reports::{access, grown, write_reports, Convention, DmaCycles, LayerResult};
+use faultline_hw::kernel::{self, KernelSpec};
 use faultline_hw::mxu::{gemm, gemm_host_bytes, Schedule};
-use faultline_hw::op::{self, OpKind};
 use faultline_hw::{ExecMode, HwConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
@@ -106,14 +106,14 @@ pub fn run(args: ScaleSimArgs, mem: &HostMemory) -> Result<()> {
         bar.set_message(one_line(&layer.name));
         let g @ [m, k, n] = layer.gemm();
         let what = format!("layer `{}` ({m}x{k}x{n})", one_line(&layer.name));
-        let kind = OpKind::Matmul { m, k, n };
+        let kind = KernelSpec::Matmul { m, k, n };
         // Timed on the .cfg's SRAMs when the operands fit them, else on SRAMs grown to hold
         // them (Faultline keeps a GEMM's operands resident).
-        let (timed_on, fits) = match op::timing_host_bytes(&hw, &kind) {
+        let (timed_on, fits) = match kernel::timing_host_bytes(&hw, &kind) {
             Ok(_) => (&hw, true),
             Err(_) => (&big, false),
         };
-        let timing_bytes = op::timing_host_bytes(timed_on, &kind).with_context(|| what.clone())?;
+        let timing_bytes = kernel::timing_host_bytes(timed_on, &kind).with_context(|| what.clone())?;
         // The GEMM, then its timing, then its schedule: one at a time beside the rows.
         mem.check(&what, sum(&[held, gemm_host_bytes(&hw, m, k, n, mode, false), timing_bytes]))?;
         let (array_cycles, feed_cycles) = {
@@ -122,7 +122,7 @@ pub fn run(args: ScaleSimArgs, mem: &HostMemory) -> Result<()> {
             let out = gemm(&hw, &a, &w, mode, &FaultSchedule::none()).with_context(|| what.clone())?;
             (out.stats.total_cycles, out.stats.compute_cycles)
         };
-        let t = op::timing(timed_on, &kind).with_context(|| what.clone())?;
+        let t = kernel::timing(timed_on, &kind).with_context(|| what.clone())?;
         let dma = DmaCycles { total: t.total_cycles, stall: t.stall_cycles, overlap: t.overlap_cycles };
         drop(t);
         let access = access(&Schedule::new(&hw.mxu, m, k, n)?);

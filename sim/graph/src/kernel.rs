@@ -1,4 +1,4 @@
-//! One op on its own ([`faultline_hw::op::OpKind`]: a matmul, a convolution, a ReLU, a softmax
+//! One op on its own ([`faultline_hw::kernel::KernelSpec`]: a matmul, a convolution, a ReLU, a softmax
 //! or an Adam update) as a graph, so that `faultline op` lowers, places, schedules and runs it
 //! exactly as a training step runs the same op: one program, one executor, one fault path.
 
@@ -6,11 +6,11 @@ use crate::error::GraphError;
 use crate::graph::OpGraph;
 use crate::op::{Op, Phase, Window};
 use crate::program::Program;
-use faultline_hw::op::OpKind;
+use faultline_hw::kernel::KernelSpec;
 use petgraph::graph::NodeIndex;
 
-/// The graph of one op: its inputs as placeholders, in [`OpKind::input_lens`] order, and its
-/// outputs, in [`OpKind::output_lens`] order.
+/// The graph of one op: its inputs as placeholders, in [`KernelSpec::input_lens`] order, and its
+/// outputs, in [`KernelSpec::output_lens`] order.
 #[derive(Debug, Clone)]
 pub struct KernelGraph {
     /// The op's nodes.
@@ -24,12 +24,12 @@ pub struct KernelGraph {
 }
 
 impl KernelGraph {
-    /// The graph of `kind` (checked first: a shape [`OpKind::check`] refuses is an error naming
+    /// The graph of `spec` (checked first: a shape [`KernelSpec::check`] refuses is an error naming
     /// the op). A convolution is an im2col and a matmul, its output `[N*OH*OW, C_out]`.
-    pub fn of(kind: &OpKind) -> Result<KernelGraph, GraphError> {
-        kind.check().map_err(|e| GraphError::Invalid {
+    pub fn of(spec: &KernelSpec) -> Result<KernelGraph, GraphError> {
+        spec.check().map_err(|e| GraphError::Invalid {
             file: "<op>".into(),
-            node: kind.describe(),
+            node: spec.describe(),
             message: e.to_string(),
         })?;
         let mut g = OpGraph::new("<op>");
@@ -38,14 +38,14 @@ impl KernelGraph {
             g.placeholder(op, name, layer, Phase::Forward, shape)
         };
         let fwd = |g: &mut OpGraph, op: Op, name: &str, ins: &[NodeIndex]| g.add(op, name, layer, Phase::Forward, ins);
-        let (inputs, step, outputs) = match *kind {
-            OpKind::Matmul { m, k, n } => {
+        let (inputs, step, outputs) = match *spec {
+            KernelSpec::Matmul { m, k, n } => {
                 let a = input(&mut g, Op::Input, "a", vec![m, k])?;
                 let w = input(&mut g, Op::Param, "w", vec![k, n])?;
                 let out = fwd(&mut g, Op::MatMul { trans_a: false, trans_b: false }, "out", &[a, w])?;
                 (vec![a, w], None, vec![out])
             }
-            OpKind::Conv2d(c) => {
+            KernelSpec::Conv2d(c) => {
                 let x = input(&mut g, Op::Input, "x", vec![c.batch, c.h, c.w, c.c_in])?;
                 let w = input(&mut g, Op::Param, "w", vec![c.kh * c.kw * c.c_in, c.c_out])?;
                 let window = Window { kh: c.kh, kw: c.kw, stride: c.stride, padding: c.pad };
@@ -53,15 +53,15 @@ impl KernelGraph {
                 let out = fwd(&mut g, Op::MatMul { trans_a: false, trans_b: false }, "out", &[cols, w])?;
                 (vec![x, w], None, vec![out])
             }
-            OpKind::Relu { n } => {
+            KernelSpec::Relu { n } => {
                 let x = input(&mut g, Op::Input, "x", vec![n])?;
                 (vec![x], None, vec![fwd(&mut g, Op::Relu, "out", &[x])?])
             }
-            OpKind::Softmax { rows, cols } => {
+            KernelSpec::Softmax { rows, cols } => {
                 let x = input(&mut g, Op::Input, "x", vec![rows, cols])?;
                 (vec![x], None, vec![fwd(&mut g, Op::Softmax, "out", &[x])?])
             }
-            OpKind::Adam { n, lr, b1, b2, eps, t } => {
+            KernelSpec::Adam { n, lr, b1, b2, eps, t } => {
                 let p = input(&mut g, Op::Param, "p", vec![n])?;
                 let grad = input(&mut g, Op::Input, "g", vec![n])?;
                 let m = input(&mut g, Op::OptState, "m", vec![n])?;

@@ -19,7 +19,7 @@
 //!   DRAM <-> SRAM transfer costs and the DMA address registers.
 //! * [`timing`]: whole-op cycle accounting as SCALE-Sim times an op (tile pipeline, double
 //!   buffering, stalls, overlap).
-//! * [`op`]: one op described on its own (matmul, conv2d, relu, softmax, adam) and its
+//! * [`kernel`]: one op described on its own (matmul, conv2d, relu, softmax, adam) and its
 //!   whole-op tile timing; running it is a program's job (`faultline_train::kernel`).
 //!
 //! Around the machine:
@@ -46,10 +46,10 @@ pub mod files;
 pub mod fuzz;
 pub mod interop;
 pub mod isa;
+pub mod kernel;
 pub mod matrix;
 pub mod memory;
 pub mod mxu;
-pub mod op;
 pub mod protect;
 pub mod timing;
 pub mod vpu;

@@ -10,7 +10,7 @@
 use faultline_hw::fault::{FaultEvent, FaultTime};
 use faultline_hw::fuzz::{apply, edit, numbers, Edit, NUMBERS};
 use faultline_hw::interop::scalesim::{self, ScaleSimConfig};
-use faultline_hw::op::{self, OpKind};
+use faultline_hw::kernel::{self, KernelSpec};
 use faultline_hw::{Dataflow, HwConfig, SiteClass};
 use faultline_num::{BitFault, Precision};
 use proptest::prelude::*;
@@ -36,10 +36,12 @@ fn config_contract(text: &str) -> Result<(), TestCaseError> {
             // break both), and the op takes at least its compute time.
             let fixed = c.dma.setup_cycles.checked_add(c.dram.latency_cycles);
             prop_assert!(fixed.is_some());
-            for kind in
-                [OpKind::Matmul { m: 16, k: 8, n: 8 }, OpKind::Relu { n: 1000 }, OpKind::Softmax { rows: 3, cols: 9 }]
-            {
-                match op::timing(&c, &kind) {
+            for kind in [
+                KernelSpec::Matmul { m: 16, k: 8, n: 8 },
+                KernelSpec::Relu { n: 1000 },
+                KernelSpec::Softmax { rows: 3, cols: 9 },
+            ] {
+                match kernel::timing(&c, &kind) {
                     Ok(t) => {
                         for tr in &t.transfers {
                             let len = tr.end.checked_sub(tr.start);
@@ -152,7 +154,7 @@ fn scalesim_config_contract(text: &str) -> Result<(), TestCaseError> {
             for base in bases() {
                 let (hw, _) = c.machine(base);
                 prop_assert!(hw.validate(Path::new("fuzz.cfg")).is_ok(), "{:?} on {}: {:?}", c, base.name, hw);
-                if let Err(e) = op::timing(&hw, &OpKind::Matmul { m: 16, k: 8, n: 8 }) {
+                if let Err(e) = kernel::timing(&hw, &KernelSpec::Matmul { m: 16, k: 8, n: 8 }) {
                     prop_assert!(!e.to_string().contains("overflows"), "{}", e);
                 }
             }

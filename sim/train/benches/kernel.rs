@@ -3,7 +3,7 @@
 //! level, and with one fault (the GEMM it strikes at cycle level). Throughput is in MACs.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use faultline_hw::op::{ConvShape, OpKind};
+use faultline_hw::kernel::{ConvShape, KernelSpec};
 use faultline_hw::{ExecMode, HwConfig};
 use faultline_train::kernel::Kernel;
 use faultline_train::{MxuFormat, StepFault};
@@ -16,7 +16,7 @@ fn conv(c: &mut Criterion) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/tpu-32x32.ron");
     let cfg = HwConfig::load(&path).expect("configs/tpu-32x32.ron");
     let shape = ConvShape { batch: 1, h: 14, w: 14, c_in: 64, c_out: 64, kh: 3, kw: 3, stride: 1, pad: 1 };
-    let kind = OpKind::Conv2d(shape);
+    let kind = KernelSpec::Conv2d(shape);
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let ins: Vec<Vec<u32>> =
         kind.input_lens().iter().map(|&l| (0..l).map(|_| rng.gen_range(-1.0f32..1.0).to_bits()).collect()).collect();

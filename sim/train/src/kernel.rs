@@ -11,14 +11,14 @@ use crate::inject::{self, InjectionReport, StepFault};
 use faultline_graph::direct::Direct;
 use faultline_graph::kernel::KernelGraph;
 use faultline_graph::{OpGraph, Program, StepSchedule};
-use faultline_hw::op::OpKind;
+use faultline_hw::kernel::KernelSpec;
 use faultline_hw::{ExecMode, HwConfig};
 
 /// One op lowered and placed on a machine, ready to run in one mode.
 #[derive(Debug, Clone)]
 pub struct Kernel {
     /// The op.
-    pub kind: OpKind,
+    pub spec: KernelSpec,
     /// The machine, with the MXU set to the chosen input format and fp32 accumulation
     /// ([`crate::Executor::machine`]).
     pub hw: HwConfig,
@@ -35,7 +35,7 @@ pub struct Kernel {
 /// What one run of a [`Kernel`] gives.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelRun {
-    /// Each output's fp32 bits, in [`OpKind::output_lens`] order.
+    /// Each output's fp32 bits, in [`KernelSpec::output_lens`] order.
     pub outputs: Vec<Vec<u32>>,
     /// The cycles the run issued (the schedule's total).
     pub cycles: u64,
@@ -56,24 +56,24 @@ impl Placed for Kernel {
 }
 
 impl Kernel {
-    /// `kind` lowered and placed on `hw` with `format` MXU inputs; an error names the op when
+    /// `spec` lowered and placed on `hw` with `format` MXU inputs; an error names the op when
     /// its shape is refused or it does not fit the machine's memories.
-    pub fn new(kind: &OpKind, hw: &HwConfig, mode: ExecMode, format: MxuFormat) -> Result<Kernel> {
+    pub fn new(spec: &KernelSpec, hw: &HwConfig, mode: ExecMode, format: MxuFormat) -> Result<Kernel> {
         let hw = crate::Executor::machine(hw, format);
-        let what = |e: faultline_graph::GraphError| TrainError::Config(format!("op {}: {e}", kind.describe()));
-        let graph = KernelGraph::of(kind).map_err(what)?;
+        let what = |e: faultline_graph::GraphError| TrainError::Config(format!("op {}: {e}", spec.describe()));
+        let graph = KernelGraph::of(spec).map_err(what)?;
         let program = graph.program().and_then(|p| p.place(&hw)).map_err(what)?;
         let direct = program.direct();
-        Ok(Kernel { kind: *kind, hw, mode, graph, program, direct })
+        Ok(Kernel { spec: *spec, hw, mode, graph, program, direct })
     }
 
-    /// Host bytes one run of `kind` on `hw` needs, from the op's shapes alone (`None` beyond
+    /// Host bytes one run of `spec` on `hw` needs, from the op's shapes alone (`None` beyond
     /// 2^64), after checking that its shape is valid and its data fits the DRAM: an op that
     /// cannot run is refused for that reason before anything proportional to it exists.
-    pub fn host_bytes(kind: &OpKind, hw: &HwConfig) -> Result<Option<u64>> {
-        kind.check_on(hw)?;
-        let what = |e: faultline_graph::GraphError| TrainError::Config(format!("op {}: {e}", kind.describe()));
-        Ok(graph_host_bytes(&KernelGraph::of(kind).map_err(what)?.graph))
+    pub fn host_bytes(spec: &KernelSpec, hw: &HwConfig) -> Result<Option<u64>> {
+        spec.check_on(hw)?;
+        let what = |e: faultline_graph::GraphError| TrainError::Config(format!("op {}: {e}", spec.describe()));
+        Ok(graph_host_bytes(&KernelGraph::of(spec).map_err(what)?.graph))
     }
 
     /// The placed program: what [`Kernel::run`] interprets.
@@ -87,14 +87,14 @@ impl Kernel {
         self.program.schedule(&self.graph.graph, &self.hw)
     }
 
-    /// Runs the op on `inputs` (fp32 bits, [`OpKind::input_lens`] long each) with the bits of
+    /// Runs the op on `inputs` (fp32 bits, [`KernelSpec::input_lens`] long each) with the bits of
     /// `upset` struck (none: fault-free; their `step` is ignored, the op is one step). Errors
     /// name the input of the wrong length, or the fault that cannot strike this op.
     pub fn run(&self, inputs: &[Vec<u32>], upset: &[StepFault]) -> Result<KernelRun> {
         if inputs.len() != self.graph.inputs.len() {
             return Err(TrainError::Config(format!(
                 "op {} takes {} inputs, got {}",
-                self.kind.describe(),
+                self.spec.describe(),
                 self.graph.inputs.len(),
                 inputs.len()
             )));
@@ -123,7 +123,7 @@ impl Kernel {
                 "fault at `{}`: cycle {} is after the op {} ends at cycle {}",
                 f.site,
                 f.cycle,
-                self.kind.describe(),
+                self.spec.describe(),
                 sched.total_cycles
             )));
         }

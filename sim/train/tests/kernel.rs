@@ -6,8 +6,8 @@ use faultline_graph::reference;
 use faultline_graph::Tensor;
 use faultline_hw::fault::{FaultEvent, FaultSchedule, FaultSite, Register, Unit};
 use faultline_hw::isa::Instr;
+use faultline_hw::kernel::{ConvShape, KernelSpec};
 use faultline_hw::mxu;
-use faultline_hw::op::{ConvShape, OpKind};
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
 use faultline_num::{f32_to_bf16_bits, BitFault, Precision};
 use faultline_train::kernel::Kernel;
@@ -24,9 +24,9 @@ fn cfg(r: usize, c: usize, df: Dataflow) -> HwConfig {
 }
 
 /// Random fp32 inputs in `[-2, 2)` (Adam's second moments non-negative).
-fn inputs(kind: &OpKind, seed: u64) -> Vec<Vec<u32>> {
+fn inputs(kind: &KernelSpec, seed: u64) -> Vec<Vec<u32>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let adam = matches!(kind, OpKind::Adam { .. });
+    let adam = matches!(kind, KernelSpec::Adam { .. });
     let lens = kind.input_lens();
     let draw = |i: usize, rng: &mut ChaCha8Rng| {
         let x: f32 = rng.gen_range(-2.0..2.0);
@@ -35,18 +35,18 @@ fn inputs(kind: &OpKind, seed: u64) -> Vec<Vec<u32>> {
     lens.iter().enumerate().map(|(i, &l)| (0..l).map(|_| draw(i, &mut rng)).collect()).collect()
 }
 
-fn any_kind() -> impl Strategy<Value = OpKind> {
+fn any_kind() -> impl Strategy<Value = KernelSpec> {
     prop_oneof![
-        (1usize..9, 1usize..11, 1usize..9).prop_map(|(m, k, n)| OpKind::Matmul { m, k, n }),
+        (1usize..9, 1usize..11, 1usize..9).prop_map(|(m, k, n)| KernelSpec::Matmul { m, k, n }),
         (1usize..3, 2usize..6, 2usize..6, 1usize..4, 1usize..6, 1usize..3, 0usize..2).prop_map(
             |(b, h, w, ci, co, s, p)| {
                 let (kh, kw) = (2.min(h), 2.min(w));
-                OpKind::Conv2d(ConvShape { batch: b, h, w, c_in: ci, c_out: co, kh, kw, stride: s, pad: p })
+                KernelSpec::Conv2d(ConvShape { batch: b, h, w, c_in: ci, c_out: co, kh, kw, stride: s, pad: p })
             }
         ),
-        (1usize..40).prop_map(|n| OpKind::Relu { n }),
-        (1usize..5, 1usize..9).prop_map(|(rows, cols)| OpKind::Softmax { rows, cols }),
-        (1usize..30).prop_map(|n| OpKind::Adam { n, lr: 1e-2, b1: 0.9, b2: 0.999, eps: 1e-8, t: 3 }),
+        (1usize..40).prop_map(|n| KernelSpec::Relu { n }),
+        (1usize..5, 1usize..9).prop_map(|(rows, cols)| KernelSpec::Softmax { rows, cols }),
+        (1usize..30).prop_map(|n| KernelSpec::Adam { n, lr: 1e-2, b1: 0.9, b2: 0.999, eps: 1e-8, t: 3 }),
     ]
 }
 
@@ -93,7 +93,7 @@ proptest! {
         prop_assert_eq!(a.outputs.iter().map(Vec::len).collect::<Vec<_>>(), kind.output_lens());
         if let Some((m, k, n)) = kind.gemm_dims() {
             let x = match kind {
-                OpKind::Conv2d(s) => s.im2col(&ins[0]).data,
+                KernelSpec::Conv2d(s) => s.im2col(&ins[0]).data,
                 _ => ins[0].clone(),
             };
             let am = Matrix { rows: m, cols: k, data: operand(&x, format) };
@@ -122,7 +122,7 @@ proptest! {
     ) {
         let df = DATAFLOWS[df];
         let c = cfg(3, 4, df);
-        let kind = OpKind::Matmul { m, k, n };
+        let kind = KernelSpec::Matmul { m, k, n };
         let ins = inputs(&kind, seed);
         let kern = Kernel::new(&kind, &c, ExecMode::Functional, MxuFormat::Bf16).unwrap();
         let regs = [Register::Act, Register::Valid, Register::Weight, Register::Psum, Register::WeightShadow, Register::Swap];
@@ -158,7 +158,7 @@ fn a_ub_word_is_live_from_its_load_to_its_read() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let c = HwConfig::load(root.join("configs/tpu-8x8.ron")).unwrap();
     let (m, k, n) = (16, 24, 8);
-    let kind = OpKind::Matmul { m, k, n };
+    let kind = KernelSpec::Matmul { m, k, n };
     let ins = inputs(&kind, 5);
     let kern = Kernel::new(&kind, &c, ExecMode::Functional, MxuFormat::Bf16).unwrap();
     let p = kern.program();
@@ -185,7 +185,7 @@ fn a_ub_word_is_live_from_its_load_to_its_read() {
 /// A fault past the op's last cycle is refused with the op's length, not reported as masked.
 #[test]
 fn a_fault_after_the_op_is_an_error() {
-    let kind = OpKind::Relu { n: 40 };
+    let kind = KernelSpec::Relu { n: 40 };
     let kern =
         Kernel::new(&kind, &cfg(4, 4, Dataflow::WeightStationary), ExecMode::Functional, MxuFormat::Bf16).unwrap();
     let end = kern.schedule().total_cycles;

@@ -3,9 +3,9 @@
 //!
 //! SCALE-Sim builds these as demand matrices (one row per cycle); here they are formulas on
 //! the fold [`Schedule`], written once. Everything that moves GEMM words through memories at
-//! their cycles takes its times from here: `faultline op`'s memories ([`crate::op`]), the
-//! training fault path (which reads of a word a memory fault reaches) and the real-memory
-//! replay that checks it. Times count from the fold's start (`T_f`, [`crate::mxu::Fold::start`]);
+//! their cycles takes its times from here: the training fault path (which reads of a word a
+//! memory fault reaches, in a training step or in `faultline op`'s one-op program) and the
+//! real-memory replay that checks it. Times count from the fold's start (`T_f`, [`crate::mxu::Fold::start`]);
 //! indices are the whole GEMM's (`A[m][k]`, `W[k][n]`, `out[m][n]`).
 //!
 //! | dataflow | `A[m][k]` read | `W[k][n]` read (weight buffer) | result written |

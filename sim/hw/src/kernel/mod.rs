@@ -1,4 +1,4 @@
-//! One op described on its own ([`OpKind`]: a matmul, a convolution, a ReLU, a softmax or an
+//! One op described on its own ([`KernelSpec`]: a matmul, a convolution, a ReLU, a softmax or an
 //! Adam update) and its whole-op tile timing ([`timing()`]), the cost model the SCALE-Sim
 //! comparison uses (`faultline scalesim`, [`crate::interop::scalesim`]).
 //!
@@ -7,7 +7,7 @@
 //! layout, schedule and fault path are a training step's. This module only names the op and
 //! times its tiles as SCALE-Sim does.
 //!
-//! One concern per file: `kind.rs` (the vocabulary, [`OpKind`] and [`ConvShape`]) and
+//! One concern per file: `spec.rs` (the vocabulary, [`KernelSpec`] and [`ConvShape`]) and
 //! `plan.rs` (the tiling and its costs from the shapes alone: [`timing()`],
 //! [`timing_host_bytes`]).
 //!
@@ -23,8 +23,8 @@
 //! Recip, Mul` back to back), store the outputs. See [`crate::timing`] for the pipeline and
 //! [`crate::memory::dma`] for transfer costs.
 
-mod kind;
 mod plan;
+mod spec;
 
-pub use kind::{ConvShape, OpKind};
 pub use plan::{timing, timing_host_bytes};
+pub use spec::{ConvShape, KernelSpec};

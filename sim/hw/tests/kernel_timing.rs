@@ -1,9 +1,9 @@
-//! One op's whole-op tile timing (`faultline_hw::op::timing`, the SCALE-Sim comparison's cost
+//! One op's whole-op tile timing (`faultline_hw::kernel::timing`, the SCALE-Sim comparison's cost
 //! model): compute-bound and DMA-bound times, double buffering, and clear errors for ops that do
 //! not fit. Running an op, with faults, is `faultline_train::kernel` (`train/tests/kernel.rs`).
 
+use faultline_hw::kernel::{self, ConvShape, KernelSpec};
 use faultline_hw::mxu;
-use faultline_hw::op::{self, ConvShape, OpKind};
 use faultline_hw::{Dataflow, HwConfig};
 use faultline_num::Precision;
 
@@ -27,7 +27,7 @@ fn infinite_bandwidth_op_time_is_mxu_time() {
     for df in DATAFLOWS {
         let c = cfg(4, 5, df);
         for (m, k, n) in [(7, 9, 11), (1, 1, 1), (16, 4, 5)] {
-            let t = op::timing(&c, &OpKind::Matmul { m, k, n }).unwrap();
+            let t = kernel::timing(&c, &KernelSpec::Matmul { m, k, n }).unwrap();
             let mx = mxu::gemm_timing(&c.mxu, m, k, n);
             assert_eq!(t.total_cycles, mx.total_cycles, "{df:?} {m}x{k}x{n}");
             assert_eq!(t.compute_cycles, mx.total_cycles);
@@ -35,7 +35,7 @@ fn infinite_bandwidth_op_time_is_mxu_time() {
         }
         let cv = ConvShape { batch: 2, h: 6, w: 5, c_in: 3, c_out: 7, kh: 3, kw: 3, stride: 1, pad: 1 };
         let (m, k, n) = cv.gemm();
-        let t = op::timing(&c, &OpKind::Conv2d(cv)).unwrap();
+        let t = kernel::timing(&c, &KernelSpec::Conv2d(cv)).unwrap();
         assert_eq!(t.total_cycles, mxu::gemm_timing(&c.mxu, m, k, n).total_cycles);
     }
 }
@@ -44,8 +44,8 @@ fn infinite_bandwidth_op_time_is_mxu_time() {
 fn dma_bound_time_is_bytes_over_bandwidth_plus_documented_overhead() {
     let bw = 2.0;
     let c = slow(cfg(4, 4, Dataflow::WeightStationary), bw, 0);
-    let kind = OpKind::Matmul { m: 4, k: 64, n: 16 };
-    let t = op::timing(&c, &kind).unwrap();
+    let kind = KernelSpec::Matmul { m: 4, k: 64, n: 16 };
+    let t = kernel::timing(&c, &kind).unwrap();
     assert_eq!(t.bound, "dma");
     assert_eq!(t.load_bytes, (4 * 64 + 64 * 16) * 2);
     assert_eq!(t.store_bytes, 4 * 16 * 4);
@@ -69,8 +69,8 @@ fn double_buffering_hides_loads_when_compute_bound() {
     // the first load is exposed; every later one overlaps compute. With a single buffer the
     // load for fold f+1 can start only 7 cycles into fold f and ends 2 cycles too late.
     let c = slow(cfg(4, 4, Dataflow::WeightStationary), 8.0, 4);
-    let kind = OpKind::Matmul { m: 16, k: 32, n: 4 };
-    let t = op::timing(&c, &kind).unwrap();
+    let kind = KernelSpec::Matmul { m: 16, k: 32, n: 4 };
+    let t = kernel::timing(&c, &kind).unwrap();
     assert_eq!(t.bound, "dma", "the first load and the last store are exposed");
     assert_eq!(t.stall_cycles, t.tiles[0].compute_start, "only fold 0 waited for data");
     let mx = mxu::gemm_timing(&c.mxu, 16, 32, 4).total_cycles;
@@ -80,7 +80,7 @@ fn double_buffering_hides_loads_when_compute_bound() {
     // With one buffer every load waits for the previous fold: strictly slower.
     let mut c1 = c.clone();
     c1.dma.buffers = 1;
-    let t1 = op::timing(&c1, &kind).unwrap();
+    let t1 = kernel::timing(&c1, &kind).unwrap();
     assert_eq!(t1.stall_cycles, t.stall_cycles + 7 * 2);
     assert_eq!(t1.total_cycles, t.total_cycles + 7 * 2);
 }
@@ -89,25 +89,25 @@ fn double_buffering_hides_loads_when_compute_bound() {
 fn sram_overflow_is_a_clear_error_not_a_panic() {
     let mut c = cfg(4, 4, Dataflow::WeightStationary);
     c.memory.unified_buffer.bytes = 4096;
-    let kind = OpKind::Matmul { m: 64, k: 32, n: 4 };
-    let e = op::timing(&c, &kind).unwrap_err().to_string();
+    let kind = KernelSpec::Matmul { m: 64, k: 32, n: 4 };
+    let e = kernel::timing(&c, &kind).unwrap_err().to_string();
     assert!(
         e.contains("matmul 64x32x4") && e.contains("unified buffer") && e.contains("8192") && e.contains("4096"),
         "{e}"
     );
     assert!(e.contains("memory.unified_buffer.bytes"), "{e}");
     // A softmax row that cannot fit two buffers of (input + output).
-    let e = op::timing(&c, &OpKind::Softmax { rows: 2, cols: 300 }).unwrap_err().to_string();
+    let e = kernel::timing(&c, &KernelSpec::Softmax { rows: 2, cols: 300 }).unwrap_err().to_string();
     assert!(e.contains("softmax 2x300") && e.contains("4800") && e.contains("4096"), "{e}");
     // Accumulator too small for the output.
     c.memory.unified_buffer.bytes = 1 << 20;
     c.memory.accumulator.bytes = 1024;
-    let e = op::timing(&c, &OpKind::Matmul { m: 64, k: 4, n: 8 }).unwrap_err().to_string();
+    let e = kernel::timing(&c, &KernelSpec::Matmul { m: 64, k: 4, n: 8 }).unwrap_err().to_string();
     assert!(e.contains("accumulator") && e.contains("2048") && e.contains("1024"), "{e}");
     // Large VPU inputs are cut into chunks instead.
     c.memory.unified_buffer.bytes = 4096;
-    let kind = OpKind::Adam { n: 1000, lr: 0.1, b1: 0.9, b2: 0.99, eps: 1e-6, t: 1 };
-    let t = op::timing(&c, &kind).unwrap();
+    let kind = KernelSpec::Adam { n: 1000, lr: 0.1, b1: 0.9, b2: 0.99, eps: 1e-6, t: 1 };
+    let t = kernel::timing(&c, &kind).unwrap();
     assert!(t.tiles.len() > 1);
 }
 
@@ -119,33 +119,33 @@ fn sram_overflow_is_a_clear_error_not_a_panic() {
 #[test]
 fn hostile_shapes_are_errors_naming_the_op() {
     let c = cfg(4, 4, Dataflow::WeightStationary);
-    let adam = |n| OpKind::Adam { n, lr: 0.1, b1: 0.9, b2: 0.99, eps: 1e-6, t: 1 };
+    let adam = |n| KernelSpec::Adam { n, lr: 0.1, b1: 0.9, b2: 0.99, eps: 1e-6, t: 1 };
     let conv =
-        |h, pad| OpKind::Conv2d(ConvShape { batch: 1, h, w: h, c_in: 64, c_out: 64, kh: 3, kw: 3, stride: 1, pad });
+        |h, pad| KernelSpec::Conv2d(ConvShape { batch: 1, h, w: h, c_in: 64, c_out: 64, kh: 3, kw: 3, stride: 1, pad });
     for (kind, want) in [
         (
-            OpKind::Matmul { m: usize::MAX, k: 1, n: 1 },
+            KernelSpec::Matmul { m: usize::MAX, k: 1, n: 1 },
             "matmul 18446744073709551615x1x1: its inputs and outputs total more than 2^64 bytes",
         ),
         (
-            OpKind::Matmul { m: 1 << 32, k: 1 << 32, n: 1 },
+            KernelSpec::Matmul { m: 1 << 32, k: 1 << 32, n: 1 },
             "A's elements = 4294967296 x 4294967296 does not fit 64 bits",
         ),
         (adam(usize::MAX), "adam 18446744073709551615: its inputs and outputs total more than 2^64"),
-        (OpKind::Softmax { rows: 1 << 40, cols: 1 << 40 }, "elements = 1099511627776 x 1099511627776 does not fit"),
+        (KernelSpec::Softmax { rows: 1 << 40, cols: 1 << 40 }, "elements = 1099511627776 x 1099511627776 does not fit"),
         (conv(4, usize::MAX / 2), "the padded input (h or w + 2 * pad) does not fit 64 bits"),
         (conv(1 << 30, 1), "input elements = 1 x 1073741824 x 1073741824 x 64 does not fit 64 bits"),
-        (OpKind::Matmul { m: 0, k: 1, n: 1 }, "every dimension must be at least 1"),
-        (OpKind::Relu { n: 1_000_000_000_000 }, "needs 8000000000000 bytes of DRAM"),
+        (KernelSpec::Matmul { m: 0, k: 1, n: 1 }, "every dimension must be at least 1"),
+        (KernelSpec::Relu { n: 1_000_000_000_000 }, "needs 8000000000000 bytes of DRAM"),
         (conv(100_000, 1), "`dram.bytes`"),
-        (OpKind::Matmul { m: 10_000_000, k: 32, n: 32 }, "needs 2560004096 bytes of DRAM"),
+        (KernelSpec::Matmul { m: 10_000_000, k: 32, n: 32 }, "needs 2560004096 bytes of DRAM"),
     ] {
-        let e = op::timing(&c, &kind).unwrap_err().to_string();
+        let e = kernel::timing(&c, &kind).unwrap_err().to_string();
         assert!(e.contains(want), "{kind:?}: {e}");
-        assert_eq!(op::timing_host_bytes(&c, &kind).unwrap_err().to_string(), e);
+        assert_eq!(kernel::timing_host_bytes(&c, &kind).unwrap_err().to_string(), e);
     }
     // Saturating accessors never wrap to a small length.
-    assert_eq!(OpKind::Matmul { m: 1 << 32, k: 1 << 32, n: 1 }.input_lens(), vec![usize::MAX; 2]);
+    assert_eq!(KernelSpec::Matmul { m: 1 << 32, k: 1 << 32, n: 1 }.input_lens(), vec![usize::MAX; 2]);
 }
 
 /// A config outside its ranges (as a caller could build by hand) makes cycle counts overflow:
@@ -155,17 +155,17 @@ fn hostile_shapes_are_errors_naming_the_op() {
 fn cycle_overflow_names_the_config_fields() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/tpu-8x8.ron");
     let mut c = HwConfig::load(&path).unwrap();
-    let kind = OpKind::Matmul { m: 16, k: 8, n: 8 };
-    assert_eq!(op::timing(&c, &kind).unwrap().total_cycles, 304);
+    let kind = KernelSpec::Matmul { m: 16, k: 8, n: 8 };
+    assert_eq!(kernel::timing(&c, &kind).unwrap().total_cycles, 304);
     c.dram.latency_cycles = u64::MAX;
-    let e = op::timing(&c, &kind).unwrap_err().to_string();
+    let e = kernel::timing(&c, &kind).unwrap_err().to_string();
     assert!(e.contains("matmul 16x8x8") && e.contains("`dma.setup_cycles` + `dram.latency_cycles`"), "{e}");
     assert!(c.validate(&path).unwrap_err().to_string().contains("dram.latency_cycles"));
     c.dram.latency_cycles = u64::MAX / 2;
-    let e = op::timing(&c, &kind).unwrap_err().to_string();
+    let e = kernel::timing(&c, &kind).unwrap_err().to_string();
     assert!(e.contains("overflows 64 bits") && e.contains("dram.latency_cycles"), "{e}");
     c.dram.latency_cycles = 100;
     c.dram.bandwidth_bytes_per_cycle = 1e-17;
-    let e = op::timing(&c, &kind).unwrap_err().to_string();
+    let e = kernel::timing(&c, &kind).unwrap_err().to_string();
     assert!(e.contains("dram.bandwidth_bytes_per_cycle"), "{e}");
 }

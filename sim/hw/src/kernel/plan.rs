@@ -9,8 +9,8 @@ use crate::mxu::{self, Fold, Schedule};
 use crate::timing::{self, OpTiming, TileTiming, TileWork};
 use crate::vpu;
 
-use super::kind::{shape_err, vpu_ops};
-use super::OpKind;
+use super::spec::{shape_err, vpu_ops};
+use super::KernelSpec;
 
 /// The op's tiling: its tiles' work and the tile buffers the DMA cycles through.
 struct Plan {
@@ -18,7 +18,7 @@ struct Plan {
     buffers: usize,
 }
 
-fn overflow(kind: &OpKind, memory: &str, field: &str, what: String, needed: u64, available: u64) -> HwError {
+fn overflow(kind: &KernelSpec, memory: &str, field: &str, what: String, needed: u64, available: u64) -> HwError {
     HwError::SramOverflow {
         op: kind.describe(),
         memory: memory.into(),
@@ -30,9 +30,9 @@ fn overflow(kind: &OpKind, memory: &str, field: &str, what: String, needed: u64,
 }
 
 /// VPU cycles of each sub-op of a chunk of `len` elements (`len / cols` rows for softmax).
-fn vpu_chunk_cycles(cfg: &HwConfig, kind: &OpKind, len: usize) -> Result<Vec<u64>, HwError> {
+fn vpu_chunk_cycles(cfg: &HwConfig, kind: &KernelSpec, len: usize) -> Result<Vec<u64>, HwError> {
     match *kind {
-        OpKind::Softmax { cols, .. } => {
+        KernelSpec::Softmax { cols, .. } => {
             let rows = len / cols;
             let ops = vpu_ops(kind, cols);
             let lens = [len, len, len, len, rows, len];
@@ -56,7 +56,7 @@ struct Geometry {
 }
 
 /// Checks that `kind` can run on `cfg` (shape, DRAM and SRAM fit) and sizes its tiling.
-fn geometry(cfg: &HwConfig, kind: &OpKind) -> Result<Geometry, HwError> {
+fn geometry(cfg: &HwConfig, kind: &KernelSpec) -> Result<Geometry, HwError> {
     kind.check_on(cfg)?;
     let lens = kind.input_lens();
     // From here every length is below the DRAM's 2^31 words, so products below fit 64 bits.
@@ -120,7 +120,7 @@ fn geometry(cfg: &HwConfig, kind: &OpKind) -> Result<Geometry, HwError> {
     let (ni, no) = (lens.len() as u64, kind.output_lens().len() as u64);
     let per_elem = (ni + no) * nb as u64;
     let (unit, total) = match *kind {
-        OpKind::Softmax { rows, cols } => (cols, rows),
+        KernelSpec::Softmax { rows, cols } => (cols, rows),
         _ => (1, lens[0]),
     };
     let cap_units = (ub.words() / (per_elem * unit as u64)) as usize;
@@ -144,7 +144,7 @@ fn geometry(cfg: &HwConfig, kind: &OpKind) -> Result<Geometry, HwError> {
     Ok(Geometry { count: total.div_ceil(chunk), buffers: nb, chunk, unit })
 }
 
-fn build_plan(cfg: &HwConfig, kind: &OpKind) -> Result<Plan, HwError> {
+fn build_plan(cfg: &HwConfig, kind: &KernelSpec) -> Result<Plan, HwError> {
     let g = geometry(cfg, kind)?;
     let lens = kind.input_lens();
     let m = &cfg.memory;
@@ -218,12 +218,12 @@ fn store_rows(cfg: &HwConfig, s: &Schedule, f: usize) -> Option<usize> {
 
 /// Whole-op timing of `kind` on `cfg` (errors if the shape is invalid, a tile cannot fit, or a
 /// count does not fit 64 bits; never panics).
-pub fn timing(cfg: &HwConfig, kind: &OpKind) -> Result<OpTiming, HwError> {
+pub fn timing(cfg: &HwConfig, kind: &KernelSpec) -> Result<OpTiming, HwError> {
     let p = build_plan(cfg, kind)?;
     plan_timing(cfg, kind, &p)
 }
 
-fn plan_timing(cfg: &HwConfig, kind: &OpKind, p: &Plan) -> Result<OpTiming, HwError> {
+fn plan_timing(cfg: &HwConfig, kind: &KernelSpec, p: &Plan) -> Result<OpTiming, HwError> {
     let (work, width, out_db) = match kind.gemm_dims() {
         // Below 2^62 (each of M*K and K*N fits the DRAM); saturating all the same.
         Some((m, k, n)) => (m.saturating_mul(k).saturating_mul(n) as f64, (cfg.mxu.rows * cfg.mxu.cols) as f64, false),
@@ -237,12 +237,12 @@ fn plan_timing(cfg: &HwConfig, kind: &OpKind, p: &Plan) -> Result<OpTiming, HwEr
 
 /// Host bytes [`timing()`] needs for `kind` on `cfg` (its tile plan and timing), estimated
 /// before anything is allocated; errors as [`timing()`]'s, `Ok(None)` beyond 2^64.
-pub fn timing_host_bytes(cfg: &HwConfig, kind: &OpKind) -> Result<Option<u64>, HwError> {
+pub fn timing_host_bytes(cfg: &HwConfig, kind: &KernelSpec) -> Result<Option<u64>, HwError> {
     Ok(plan_bytes(kind, &geometry(cfg, kind)?))
 }
 
 /// Host bytes of the tile plan of `kind` with geometry `g` and of its two timings.
-fn plan_bytes(kind: &OpKind, g: &Geometry) -> Option<u64> {
+fn plan_bytes(kind: &KernelSpec, g: &Geometry) -> Option<u64> {
     let (ins, outs) = (kind.input_lens(), kind.output_lens());
     let gemm = kind.gemm_dims();
     // Per tile: its work (loads and stores listed inline), and in each of the two timing plans

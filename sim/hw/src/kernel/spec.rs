@@ -1,4 +1,4 @@
-//! The op vocabulary: [`OpKind`] and [`ConvShape`], their shapes, input and output lengths
+//! The op vocabulary: [`KernelSpec`] and [`ConvShape`], their shapes, input and output lengths
 //! and checks, and the VPU instruction sequence of a VPU op.
 
 use crate::config::HwConfig;
@@ -43,22 +43,22 @@ impl ConvShape {
     fn out_hw(&self) -> Option<(usize, usize)> {
         self.window().output_hw(self.h, self.w)
     }
-    /// Output height (0 for a shape [`OpKind::check`] refuses).
+    /// Output height (0 for a shape [`KernelSpec::check`] refuses).
     pub fn out_h(&self) -> usize {
         self.out_hw().map_or(0, |(h, _)| h)
     }
-    /// Output width (0 for a shape [`OpKind::check`] refuses).
+    /// Output width (0 for a shape [`KernelSpec::check`] refuses).
     pub fn out_w(&self) -> usize {
         self.out_hw().map_or(0, |(_, w)| w)
     }
     /// The lowered GEMM `(M, K, N)`; products saturate at `usize::MAX` (exact for a shape that
-    /// passes [`OpKind::check`]).
+    /// passes [`KernelSpec::check`]).
     pub fn gemm(&self) -> (usize, usize, usize) {
         let m = self.batch.saturating_mul(self.out_h()).saturating_mul(self.out_w());
         (m, self.kh.saturating_mul(self.kw).saturating_mul(self.c_in), self.c_out)
     }
     /// Input element index read by im2col element `(m, k)`, or `None` for padding (and for every
-    /// element of a shape [`OpKind::check`] refuses).
+    /// element of a shape [`KernelSpec::check`] refuses).
     pub fn im2col_index(&self, m: usize, k: usize) -> Option<usize> {
         let (oh, ow) = self.out_hw()?;
         let (b, r) = (m / (oh * ow), m % (oh * ow));
@@ -69,7 +69,7 @@ impl ConvShape {
         let ix = (x * self.stride + kx).checked_sub(self.pad)?;
         (iy < self.h && ix < self.w).then(|| ((b * self.h + iy) * self.w + ix) * self.c_in + c)
     }
-    /// The explicit im2col matrix of an input of [`OpKind::input_lens`] words (padding = zero
+    /// The explicit im2col matrix of an input of [`KernelSpec::input_lens`] words (padding = zero
     /// bits): the instruction set's im2col gather ([`crate::isa::View::Im2Col`]), so the layout
     /// has one walker; [`ConvShape::im2col_index`] is the address generator's random-access form
     /// of it, and the op tests check the two agree.
@@ -80,9 +80,9 @@ impl ConvShape {
     }
 }
 
-/// An operation of the `op` command and the training executor.
+/// One op on its own, as `faultline op` and `faultline scalesim` take it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub enum OpKind {
+pub enum KernelSpec {
     /// `out[M][N] = A[M][K] * W[K][N]` on the MXU. Inputs: `A`, `W` (input-format bits).
     Matmul {
         /// Rows of A.
@@ -123,23 +123,23 @@ pub enum OpKind {
     },
 }
 
-impl OpKind {
+impl KernelSpec {
     /// Name and shape, for messages.
     pub fn describe(&self) -> String {
         match self {
-            OpKind::Matmul { m, k, n } => format!("matmul {m}x{k}x{n}"),
-            OpKind::Conv2d(c) => format!(
+            KernelSpec::Matmul { m, k, n } => format!("matmul {m}x{k}x{n}"),
+            KernelSpec::Conv2d(c) => format!(
                 "conv2d {}x{}x{}x{} -> {} ({}x{}, stride {}, pad {})",
                 c.batch, c.h, c.w, c.c_in, c.c_out, c.kh, c.kw, c.stride, c.pad
             ),
-            OpKind::Relu { n } => format!("relu {n}"),
-            OpKind::Softmax { rows, cols } => format!("softmax {rows}x{cols}"),
-            OpKind::Adam { n, .. } => format!("adam {n}"),
+            KernelSpec::Relu { n } => format!("relu {n}"),
+            KernelSpec::Softmax { rows, cols } => format!("softmax {rows}x{cols}"),
+            KernelSpec::Adam { n, .. } => format!("adam {n}"),
         }
     }
 
     /// Lengths of the inputs in elements (every entry `usize::MAX` if one does not fit, which
-    /// [`OpKind::check`] reports).
+    /// [`KernelSpec::check`] reports).
     pub fn input_lens(&self) -> Vec<usize> {
         self.lens().map_or_else(|_| vec![usize::MAX; self.arity().0], |(i, _)| i)
     }
@@ -152,9 +152,9 @@ impl OpKind {
     /// Number of inputs and outputs.
     pub(super) fn arity(&self) -> (usize, usize) {
         match self {
-            OpKind::Matmul { .. } | OpKind::Conv2d(_) => (2, 1),
-            OpKind::Relu { .. } | OpKind::Softmax { .. } => (1, 1),
-            OpKind::Adam { .. } => (4, 3),
+            KernelSpec::Matmul { .. } | KernelSpec::Conv2d(_) => (2, 1),
+            KernelSpec::Relu { .. } | KernelSpec::Softmax { .. } => (1, 1),
+            KernelSpec::Adam { .. } => (4, 3),
         }
     }
 
@@ -167,10 +167,10 @@ impl OpKind {
             })
         };
         Ok(match *self {
-            OpKind::Matmul { m, k, n } => {
+            KernelSpec::Matmul { m, k, n } => {
                 (vec![prod("A's elements", &[m, k])?, prod("W's elements", &[k, n])?], vec![prod("outputs", &[m, n])?])
             }
-            OpKind::Conv2d(c) => {
+            KernelSpec::Conv2d(c) => {
                 if c.pad.checked_mul(2).and_then(|p| p.checked_add(c.h.max(c.w))).is_none() {
                     return Err(shape_err(self, "the padded input (h or w + 2 * pad) does not fit 64 bits".into()));
                 }
@@ -183,12 +183,12 @@ impl OpKind {
                     vec![prod("outputs", &[c.batch, oh, ow, c.c_out])?],
                 )
             }
-            OpKind::Relu { n } => (vec![n], vec![n]),
-            OpKind::Softmax { rows, cols } => {
+            KernelSpec::Relu { n } => (vec![n], vec![n]),
+            KernelSpec::Softmax { rows, cols } => {
                 let n = prod("elements", &[rows, cols])?;
                 (vec![n], vec![n])
             }
-            OpKind::Adam { n, .. } => (vec![n; 4], vec![n; 3]),
+            KernelSpec::Adam { n, .. } => (vec![n; 4], vec![n; 3]),
         })
     }
 
@@ -197,10 +197,10 @@ impl OpKind {
     /// fit 64 bits. [`HwError::Shape`] errors name the op.
     pub fn check(&self) -> Result<(), HwError> {
         let dims: Vec<usize> = match *self {
-            OpKind::Matmul { m, k, n } => vec![m, k, n],
-            OpKind::Conv2d(c) => vec![c.batch, c.h, c.w, c.c_in, c.c_out, c.kh, c.kw],
-            OpKind::Relu { n } | OpKind::Adam { n, .. } => vec![n],
-            OpKind::Softmax { rows, cols } => vec![rows, cols],
+            KernelSpec::Matmul { m, k, n } => vec![m, k, n],
+            KernelSpec::Conv2d(c) => vec![c.batch, c.h, c.w, c.c_in, c.c_out, c.kh, c.kw],
+            KernelSpec::Relu { n } | KernelSpec::Adam { n, .. } => vec![n],
+            KernelSpec::Softmax { rows, cols } => vec![rows, cols],
         };
         if dims.contains(&0) {
             return Err(shape_err(self, "every dimension must be at least 1".into()));
@@ -214,7 +214,7 @@ impl OpKind {
         Ok(())
     }
 
-    /// [`OpKind::check`], then that the op's inputs and outputs, one 32-bit word per element,
+    /// [`KernelSpec::check`], then that the op's inputs and outputs, one 32-bit word per element,
     /// fit `cfg`'s DRAM ([`HwError::DramOverflow`] otherwise).
     pub fn check_on(&self, cfg: &HwConfig) -> Result<(), HwError> {
         self.check()?;
@@ -233,21 +233,21 @@ impl OpKind {
     /// The GEMM `(M, K, N)` the op runs on the MXU (conv2d: its im2col GEMM); `None` for VPU ops.
     pub fn gemm_dims(&self) -> Option<(usize, usize, usize)> {
         match *self {
-            OpKind::Matmul { m, k, n } => Some((m, k, n)),
-            OpKind::Conv2d(c) => Some(c.gemm()),
+            KernelSpec::Matmul { m, k, n } => Some((m, k, n)),
+            KernelSpec::Conv2d(c) => Some(c.gemm()),
             _ => None,
         }
     }
 }
 
-pub(super) fn shape_err(kind: &OpKind, detail: String) -> HwError {
+pub(super) fn shape_err(kind: &KernelSpec, detail: String) -> HwError {
     HwError::Shape { op: kind.describe(), detail }
 }
 
-pub(super) fn vpu_ops(kind: &OpKind, cols: usize) -> Vec<VpuOp> {
+pub(super) fn vpu_ops(kind: &KernelSpec, cols: usize) -> Vec<VpuOp> {
     match *kind {
-        OpKind::Relu { .. } => vec![VpuOp::Relu],
-        OpKind::Softmax { .. } => vec![
+        KernelSpec::Relu { .. } => vec![VpuOp::Relu],
+        KernelSpec::Softmax { .. } => vec![
             VpuOp::ReduceMax { cols, axis: Axis::Row },
             VpuOp::Sub,
             VpuOp::Exp,
@@ -255,7 +255,7 @@ pub(super) fn vpu_ops(kind: &OpKind, cols: usize) -> Vec<VpuOp> {
             VpuOp::Recip,
             VpuOp::Mul,
         ],
-        OpKind::Adam { lr, b1, b2, eps, t, .. } => vec![VpuOp::Adam { lr, b1, b2, eps, t }],
+        KernelSpec::Adam { lr, b1, b2, eps, t, .. } => vec![VpuOp::Adam { lr, b1, b2, eps, t }],
         _ => vec![],
     }
 }
