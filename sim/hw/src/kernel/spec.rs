@@ -57,22 +57,9 @@ impl ConvShape {
         let m = self.batch.saturating_mul(self.out_h()).saturating_mul(self.out_w());
         (m, self.kh.saturating_mul(self.kw).saturating_mul(self.c_in), self.c_out)
     }
-    /// Input element index read by im2col element `(m, k)`, or `None` for padding (and for every
-    /// element of a shape [`KernelSpec::check`] refuses).
-    pub fn im2col_index(&self, m: usize, k: usize) -> Option<usize> {
-        let (oh, ow) = self.out_hw()?;
-        let (b, r) = (m / (oh * ow), m % (oh * ow));
-        let (y, x) = (r / ow, r % ow);
-        let (kk, c) = (k / self.c_in.max(1), k % self.c_in.max(1));
-        let (ky, kx) = (kk / self.kw.max(1), kk % self.kw.max(1));
-        let iy = (y * self.stride + ky).checked_sub(self.pad)?;
-        let ix = (x * self.stride + kx).checked_sub(self.pad)?;
-        (iy < self.h && ix < self.w).then(|| ((b * self.h + iy) * self.w + ix) * self.c_in + c)
-    }
     /// The explicit im2col matrix of an input of [`KernelSpec::input_lens`] words (padding = zero
     /// bits): the instruction set's im2col gather ([`crate::isa::View::Im2Col`]), so the layout
-    /// has one walker; [`ConvShape::im2col_index`] is the address generator's random-access form
-    /// of it, and the op tests check the two agree.
+    /// has one walker.
     pub fn im2col(&self, x: &[u32]) -> Matrix {
         let (m, k, _) = self.gemm();
         let view = View::Im2Col { window: self.window(), image: [self.batch, self.h, self.w, self.c_in] };

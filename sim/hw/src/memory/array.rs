@@ -84,21 +84,6 @@ impl Memory {
         }
     }
 
-    /// Functional bulk write from `addr` on.
-    pub fn poke_slice(&mut self, addr: u64, bits: &[u32]) -> bool {
-        let m = self.mask();
-        let a = addr as usize;
-        match self.data.get_mut(a..a + bits.len()) {
-            Some(dst) => {
-                for (d, &b) in dst.iter_mut().zip(bits) {
-                    *d = b & m;
-                }
-                true
-            }
-            None => false,
-        }
-    }
-
     /// Registers a fault on a word of this memory (its site's instance is the word address).
     pub fn inject(&mut self, f: ActiveFault) -> Result<(), HwError> {
         let (addr, bit) = (f.event.site.instance[0] as u64, f.event.site.bit);
@@ -112,11 +97,6 @@ impl Memory {
         v.push(f);
         v.sort_by_key(|f| f.start);
         Ok(())
-    }
-
-    /// Whether any fault is registered.
-    pub fn has_faults(&self) -> bool {
-        !self.faults.is_empty()
     }
 
     /// Timed read at cycle `t`: the stored bits with every fault that struck since the last
