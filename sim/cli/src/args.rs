@@ -3,6 +3,8 @@
 use anyhow::{Context, Result};
 use faultline_hw::fault::FaultEvent;
 use faultline_hw::files::DirLock;
+use faultline_hw::HwConfig;
+use faultline_train::MxuFormat;
 use std::path::Path;
 
 /// Locks the output directory `dir` (given as `flag`) for this process, creating it if needed:
@@ -15,6 +17,12 @@ pub fn lock_output(flag: &str, dir: &Path) -> Result<DirLock> {
 /// e.g. `flip:mxu.pe[3][5].psum[30]@0:40` or `stuck1:ub.word[0x40][7]@2:0+100`.
 pub fn parse_fault(text: &str) -> Result<FaultEvent> {
     text.parse().context("--fault")
+}
+
+/// The MXU input format a `--precision` value names (`bf16` or `fp32`), or without one the
+/// format a run on `hw` takes by default ([`MxuFormat::default_for`]).
+pub fn precision(given: Option<&str>, hw: &HwConfig) -> Result<MxuFormat> {
+    Ok(given.map(str::parse).transpose()?.unwrap_or_else(|| MxuFormat::default_for(hw)))
 }
 
 #[cfg(test)]

@@ -236,8 +236,7 @@ pub fn run(a: OpArgs, mem: &HostMemory) -> Result<()> {
         cfg.validate(&a.config).context("--dram-bw")?;
     }
     let kind = kind_of(&a)?;
-    let given: Option<MxuFormat> = a.precision.as_deref().map(str::parse).transpose()?;
-    let precision = given.unwrap_or_else(|| MxuFormat::default_for(&cfg));
+    let precision = crate::args::precision(a.precision.as_deref(), &cfg)?;
     let (mode, mode_name) = match a.mode {
         ModeArg::Functional => (ExecMode::Functional, "functional"),
         ModeArg::Cycle => (ExecMode::CycleLevel, "cycle"),
@@ -287,7 +286,7 @@ pub fn run(a: OpArgs, mem: &HostMemory) -> Result<()> {
         words_loaded: words(Direction::Load).sum(),
         words_stored: words(Direction::Store).sum(),
         utilization: if out.cycles == 0 { 0.0 } else { macs / (out.cycles as f64 * pes) },
-        instructions: crate::program::rows(p, &sched, &kernel.graph.graph),
+        instructions: crate::program::rows(p, sched, &kernel.graph.graph),
         checksum: format!("{:016x}", checksum(&out.outputs)),
         wall_seconds: wall,
         injection,

@@ -86,8 +86,7 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
     let spec = ModelSpec::load(&a.model)?;
     let hw = HwConfig::load(&a.config)?;
     let optimizer: OptimizerKind = a.optimizer.parse()?;
-    let given: Option<MxuFormat> = a.precision.as_deref().map(str::parse).transpose()?;
-    let precision = given.unwrap_or_else(|| MxuFormat::default_for(&hw));
+    let precision = crate::args::precision(a.precision.as_deref(), &hw)?;
     let batch = a.batch as usize;
     let mut tg = TrainGraph::build(&spec, batch, optimizer.spec(None))?;
     if let Some(plan) = &a.protect {

@@ -30,6 +30,8 @@ pub struct Kernel {
     program: Program,
     /// Its direct form: what a fault-free run interprets.
     direct: Direct,
+    /// Its schedule on `hw`, computed once.
+    schedule: StepSchedule,
 }
 
 /// What one run of a [`Kernel`] gives.
@@ -60,11 +62,11 @@ impl Kernel {
     /// its shape is refused or it does not fit the machine's memories.
     pub fn new(spec: &KernelSpec, hw: &HwConfig, mode: ExecMode, format: MxuFormat) -> Result<Kernel> {
         let hw = crate::Executor::machine(hw, format);
-        let what = |e: faultline_graph::GraphError| TrainError::Config(format!("op {}: {e}", spec.describe()));
-        let graph = KernelGraph::of(spec).map_err(what)?;
-        let program = graph.program().and_then(|p| p.place(&hw)).map_err(what)?;
+        let graph = KernelGraph::of(spec).map_err(|e| graph_error(spec, e))?;
+        let program = graph.program().and_then(|p| p.place(&hw)).map_err(|e| graph_error(spec, e))?;
         let direct = program.direct();
-        Ok(Kernel { spec: *spec, hw, mode, graph, program, direct })
+        let schedule = program.schedule(&graph.graph, &hw);
+        Ok(Kernel { spec: *spec, hw, mode, graph, program, direct, schedule })
     }
 
     /// Host bytes one run of `spec` on `hw` needs, from the op's shapes alone (`None` beyond
@@ -72,8 +74,7 @@ impl Kernel {
     /// cannot run is refused for that reason before anything proportional to it exists.
     pub fn host_bytes(spec: &KernelSpec, hw: &HwConfig) -> Result<Option<u64>> {
         spec.check_on(hw)?;
-        let what = |e: faultline_graph::GraphError| TrainError::Config(format!("op {}: {e}", spec.describe()));
-        Ok(graph_host_bytes(&KernelGraph::of(spec).map_err(what)?.graph))
+        Ok(graph_host_bytes(&KernelGraph::of(spec).map_err(|e| graph_error(spec, e))?.graph))
     }
 
     /// The placed program: what [`Kernel::run`] interprets.
@@ -83,8 +84,8 @@ impl Kernel {
 
     /// The program's schedule on this machine: the cycles a run issues, instruction by
     /// instruction.
-    pub fn schedule(&self) -> StepSchedule {
-        self.program.schedule(&self.graph.graph, &self.hw)
+    pub fn schedule(&self) -> &StepSchedule {
+        &self.schedule
     }
 
     /// Runs the op on `inputs` (fp32 bits, [`KernelSpec::input_lens`] long each) with the bits of
@@ -117,7 +118,7 @@ impl Kernel {
             }
             Ok(bufs)
         };
-        let sched = self.schedule();
+        let sched = &self.schedule;
         if let Some(f) = upset.iter().find(|f| f.cycle >= sched.total_cycles) {
             return Err(TrainError::Config(format!(
                 "fault at `{}`: cycle {} is after the op {} ends at cycle {}",
@@ -128,7 +129,7 @@ impl Kernel {
             )));
         }
         let mut bufs = Vec::new();
-        let (out, injection) = inject::run_upset(self, &sched, upset, |inj| {
+        let (out, injection) = inject::run_upset(self, sched, upset, |inj| {
             let (out, b): (StepOutput, _) =
                 run_bound(&self.hw, self.mode, &self.graph.graph, p, &self.direct, &bind, inj)?;
             bufs = b;
@@ -140,4 +141,9 @@ impl Kernel {
         });
         Ok(KernelRun { outputs: outputs.collect(), cycles: out.cycles, injection })
     }
+}
+
+/// A graph error lowering or placing `spec`, naming the op.
+fn graph_error(spec: &KernelSpec, e: faultline_graph::GraphError) -> TrainError {
+    TrainError::Config(format!("op {}: {e}", spec.describe()))
 }

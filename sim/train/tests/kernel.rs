@@ -9,7 +9,7 @@ use faultline_hw::isa::Instr;
 use faultline_hw::kernel::{ConvShape, KernelSpec};
 use faultline_hw::mxu;
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
-use faultline_num::{f32_to_bf16_bits, BitFault, Precision};
+use faultline_num::{BitFault, Precision};
 use faultline_train::kernel::Kernel;
 use faultline_train::{MxuFormat, StepFault};
 use proptest::prelude::*;
@@ -50,12 +50,9 @@ fn any_kind() -> impl Strategy<Value = KernelSpec> {
     ]
 }
 
-/// The MXU's operand bits of fp32 `x` in `format`.
+/// The MXU's operand bits of fp32 `x` in `format` (its input converter's).
 fn operand(x: &[u32], format: MxuFormat) -> Vec<u32> {
-    match format {
-        MxuFormat::Bf16 => x.iter().map(|&b| f32_to_bf16_bits(f32::from_bits(b))).collect(),
-        MxuFormat::Fp32 => x.to_vec(),
-    }
+    x.iter().map(|&b| faultline_hw::isa::to_input(format.input(), b)).collect()
 }
 
 /// The op's f64 reference values, output by output.
