@@ -265,13 +265,32 @@ fn vpu_in_place(cfg: &HwConfig, instr: &Instr, bufs: &mut [Vec<u32>]) -> Result<
                 return Ok(vpu::run_in_place(cfg, *op, region)?.cycles);
             }
         }
-        let mut inputs = Vec::with_capacity(ins.len());
-        for o in ins {
-            inputs.push(o.view.gather(operand(instr, bufs, o.buf, o.offset, o.view.span(*n))?, *n));
-        }
         let mut regions = Vec::with_capacity(outs.len());
         for (d, dst) in outs.iter().zip(dsts.iter_mut()) {
             regions.push(destination(instr, dst, *d, len, "output", true)?);
+        }
+        if op.reduction().is_none() && ins.iter().any(|o| o.view != super::View::Whole) {
+            // An elementwise op reading through a view (a bias's broadcast, a col2im tap):
+            // gathered a chunk at a time into cache, not into a whole-length copy.
+            let mut srcs = Vec::with_capacity(ins.len());
+            for o in ins {
+                srcs.push((&o.view, operand(instr, bufs, o.buf, o.offset, o.view.span(*n))?));
+            }
+            let gathers: Vec<_> =
+                srcs.iter().map(|&(v, s)| move |e0: usize, out: &mut [u32]| v.gather_range(s, e0, out)).collect();
+            let chunked: Vec<vpu::Chunked<'_>> = srcs
+                .iter()
+                .zip(&gathers)
+                .map(|(&(v, s), g)| match v {
+                    super::View::Whole => vpu::Chunked::Words(s),
+                    _ => vpu::Chunked::Gathered(g),
+                })
+                .collect();
+            return Ok(vpu::run_into_gathered(cfg, *op, *n, &chunked, &mut regions)?.cycles);
+        }
+        let mut inputs = Vec::with_capacity(ins.len());
+        for o in ins {
+            inputs.push(o.view.gather(operand(instr, bufs, o.buf, o.offset, o.view.span(*n))?, *n));
         }
         let refs: Vec<&[u32]> = inputs.iter().map(|c| c.as_ref()).collect();
         Ok(vpu::run_into(cfg, *op, &refs, &mut regions)?.cycles)

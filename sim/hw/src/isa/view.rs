@@ -208,6 +208,123 @@ impl View {
             }
         }
     }
+
+    /// Elements `start .. start + out.len()` of [`View::gather`] into `out`, every one of them
+    /// written, without gathering the rest: for an operand read a cache-sized chunk at a time.
+    /// Each element's word is found from its index, segment by segment (a row of a repeat,
+    /// a pixel's channels of an image view).
+    pub fn gather_range(&self, src: &[u32], start: usize, out: &mut [u32]) {
+        if out.is_empty() {
+            return;
+        }
+        let end = start + out.len();
+        match *self {
+            View::Whole => out.copy_from_slice(&src[start..end]),
+            View::PerRow { cols } => segments(start, out, cols, |row, _, o| o.fill(src[row])),
+            View::Cycle { len: 0 } => out.fill(0),
+            View::Cycle { len } => {
+                // The part of the first period, then one whole period, doubled until full.
+                let off = start % len;
+                let first = (len - off).min(out.len());
+                out[..first].copy_from_slice(&src[off..off + first]);
+                repeat(&mut out[first..], &src[..len]);
+            }
+            View::RepeatRows { d, t } => segments(start, out, d * t, |row, off, o| {
+                // Row `row` of the source, repeated t times; `o` starts `off` into the repeats.
+                let src = &src[row * d..(row + 1) * d];
+                let first = (d - off % d).min(o.len());
+                o[..first].copy_from_slice(&src[off % d..off % d + first]);
+                repeat(&mut o[first..], src);
+            }),
+            View::Im2Col { window, image } => {
+                let [_, h, w, c] = image;
+                let Some((oh, ow)) = window.output_hw(h, w) else { return out.fill(0) };
+                let taps = window.kh * window.kw;
+                // A segment is one (row, kernel offset) pair's channels.
+                segments(start, out, c, |seg, ch, o| {
+                    let (row, tap) = (seg / taps, seg % taps);
+                    let (i, j) = (tap / window.kw, tap % window.kw);
+                    let (b, y0, x0) = (row / (oh * ow), row / ow % oh, row % ow);
+                    let y = (y0 * window.stride + i).checked_sub(window.padding).filter(|&y| y < h);
+                    let x = (x0 * window.stride + j).checked_sub(window.padding).filter(|&x| x < w);
+                    match (y, x) {
+                        (Some(y), Some(x)) => {
+                            let from = ((b * h + y) * w + x) * c + ch;
+                            o.copy_from_slice(&src[from..from + o.len()]);
+                        }
+                        _ => o.fill(0),
+                    }
+                });
+            }
+            View::Col2ImTap { window, image, tap } => {
+                let [_, h, w, c] = image;
+                let Some((oh, ow)) = window.output_hw(h, w) else { return out.fill(0) };
+                let (cols, s) = (window.kh * window.kw * c, window.stride);
+                let (i, j) = (tap / window.kw, tap % window.kw);
+                // The output coordinate whose window put tap (i, j) on image coordinate `y`.
+                let from = |y: usize, k: usize, o: usize| {
+                    (y + window.padding).checked_sub(k).filter(|v| v % s == 0).map(|v| v / s).filter(|&v| v < o)
+                };
+                // Pixels are walked in order, their coordinates kept as they go, and each
+                // column's output column looked up: no division per pixel, which holds as few
+                // as a handful of channels.
+                let x0s: Vec<Option<usize>> = (0..w).map(|x| from(x, j, ow)).collect();
+                let mut e = start;
+                let (p, ch) = (e / c.max(1), e % c.max(1));
+                let (mut b, mut y, mut x) = (p / (h * w), p / w % h, p % w);
+                let mut skip = ch;
+                let mut y0 = from(y, i, oh);
+                while e < end {
+                    let stop = (e + c - skip).min(end);
+                    let o = &mut out[e - start..stop - start];
+                    match (y0, x0s[x]) {
+                        (Some(y0), Some(x0)) => {
+                            let at = ((b * oh + y0) * ow + x0) * cols + tap * c + skip;
+                            o.copy_from_slice(&src[at..at + o.len()]);
+                        }
+                        _ => o.fill(0),
+                    }
+                    (e, skip) = (stop, 0);
+                    x += 1;
+                    if x == w {
+                        x = 0;
+                        y += 1;
+                        if y == h {
+                            (y, b) = (0, b + 1);
+                        }
+                        y0 = from(y, i, oh);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Calls `fill(segment, offset, part)` for each `unit`-element segment of the elements
+/// `start .. start + out.len()`, `part` its piece of `out` and `offset` where that piece starts
+/// within the segment (only the first piece starts inside one).
+fn segments(start: usize, out: &mut [u32], unit: usize, mut fill: impl FnMut(usize, usize, &mut [u32])) {
+    let unit = unit.max(1);
+    let (mut seg, mut off) = (start / unit, start % unit);
+    let mut rest = out;
+    while !rest.is_empty() {
+        let (part, tail) = rest.split_at_mut((unit - off).min(rest.len()));
+        fill(seg, off, part);
+        (seg, off, rest) = (seg + 1, 0, tail);
+    }
+}
+
+/// Fills `out` with `period` repeated from its first word: one copy, then the filled part
+/// doubled (a few long copies instead of one per period).
+fn repeat(out: &mut [u32], period: &[u32]) {
+    let p = period.len().min(out.len());
+    out[..p].copy_from_slice(&period[..p]);
+    let mut filled = p;
+    while filled < out.len() && filled > 0 {
+        let k = filled.min(out.len() - filled);
+        out.copy_within(..k, filled);
+        filled += k;
+    }
 }
 
 #[cfg(test)]
@@ -228,6 +345,10 @@ mod tests {
             (View::Im2Col { window: Window { kh: 2, kw: 2, stride: 3, padding: 0 }, image }, 2 * 2 * 2 * 12),
             (View::Im2Col { window: Window { kh: 3, kw: 3, stride: 1, padding: 1 }, image }, 2 * 25 * 27),
             (View::Col2ImTap { window: Window { kh: 2, kw: 2, stride: 3, padding: 0 }, image, tap: 3 }, 150),
+            (View::Col2ImTap { window: Window { kh: 3, kw: 3, stride: 1, padding: 1 }, image, tap: 1 }, 150),
+            (View::Col2ImTap { window: Window { kh: 3, kw: 3, stride: 2, padding: 1 }, image, tap: 5 }, 150),
+            (View::Cycle { len: 1 }, 9),
+            (View::PerRow { cols: 1 }, 6),
         ];
         for (view, n) in views {
             let span = view.span(n);
@@ -238,6 +359,14 @@ mod tests {
             view.gather_into(&idx, n, &mut into);
             assert_eq!(&into[..n], &read[..], "{view:?}: gather_into");
             assert_eq!(&into[n..], &[7, 7], "{view:?}: gather_into wrote past n");
+            // Ranges that start and end inside segments (rows, pixels), and single elements.
+            for (s, len) in [(0, n), (1, n - 1), (5, 7), (n / 3, n / 2), (n - 1, 1), (4, 0)] {
+                let len = len.min(n - s);
+                let mut part = vec![7u32; len + 1];
+                view.gather_range(&idx, s, &mut part[..len]);
+                assert_eq!(&part[..len], &read[s..s + len], "{view:?}: gather_range from {s}, {len} elements");
+                assert_eq!(part[len], 7, "{view:?}: gather_range wrote past its range");
+            }
             for x in 0..span + 3 {
                 let readers: Vec<usize> = (0..n).filter(|&e| read[e] == x as u32 + 1).collect();
                 assert_eq!(view.readers(x, n), readers, "{view:?}, word {x}");

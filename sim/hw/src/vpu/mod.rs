@@ -71,5 +71,5 @@ mod tests;
 pub use cycle::LaneState;
 pub use lane::{lane_op, max_f32, min_f32};
 pub use ops::{Axis, Cmp, VpuOp};
-pub use run::{run, run_f32, run_in_place, run_into, run_observed, VpuOutput};
+pub use run::{run, run_f32, run_in_place, run_into, run_into_gathered, run_observed, Chunked, VpuOutput};
 pub use schedule::{element_cycle, element_cycles, timing, try_timing, vector_at, VpuStats};

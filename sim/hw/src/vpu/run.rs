@@ -86,6 +86,70 @@ pub fn run_into(cfg: &HwConfig, op: VpuOp, inputs: &[&[u32]], outs: &mut [&mut [
     Ok(sched.stats(cfg, &op, n))
 }
 
+/// An input of [`run_into_gathered`].
+pub enum Chunked<'a> {
+    /// The input's words.
+    Words(&'a [u32]),
+    /// `gather(start, out)` writes the input's elements `start .. start + out.len()`.
+    Gathered(&'a dyn Fn(usize, &mut [u32])),
+}
+
+/// Elements of each input gathered at a time by [`run_into_gathered`]: the chunks of a
+/// two-input op and its result stay in the first-level cache.
+const CHUNK: usize = 2048;
+
+/// [`run_into`] of an elementwise op over `n` elements whose inputs are read a chunk at a
+/// time ([`Chunked`]): an input read through a view (a broadcast, a col2im tap) is gathered
+/// into a small buffer instead of a whole-length copy. The same bits and counts as
+/// [`run_into`] on the gathered inputs.
+pub fn run_into_gathered(
+    cfg: &HwConfig,
+    op: VpuOp,
+    n: usize,
+    inputs: &[Chunked<'_>],
+    outs: &mut [&mut [u32]],
+) -> Result<VpuStats, HwError> {
+    let shape = |detail: String| HwError::Shape { op: format!("vpu.{}", op.name()), detail };
+    if op.reduction().is_some() {
+        return Err(shape("runs chunk by chunk only as an elementwise op".into()));
+    }
+    if inputs.len() != op.inputs() || inputs.iter().any(|x| matches!(x, Chunked::Words(w) if w.len() < n)) {
+        return Err(shape(format!("takes {} inputs of {n} elements", op.inputs())));
+    }
+    if n == 0 {
+        return Err(shape("empty input".into()));
+    }
+    if outs.len() != op.outputs() || outs.iter().any(|o| o.len() < n) {
+        let have: Vec<usize> = outs.iter().map(|o| o.len()).collect();
+        return Err(shape(format!("writes {} outputs of {n} words; given {have:?}", op.outputs())));
+    }
+    let sched = VpuSchedule::new(cfg, &op, n)?;
+    let step = CHUNK.min(n);
+    let mut scratch = vec![0u32; step * inputs.len()];
+    let mut start = 0;
+    while start < n {
+        let len = step.min(n - start);
+        let mut bufs = scratch.chunks_mut(step);
+        let ins: Vec<&[u32]> = inputs
+            .iter()
+            .map(|x| {
+                let buf = bufs.next().expect("one scratch chunk per input");
+                match x {
+                    Chunked::Words(w) => &w[start..start + len],
+                    Chunked::Gathered(gather) => {
+                        gather(start, &mut buf[..len]);
+                        &buf[..len]
+                    }
+                }
+            })
+            .collect();
+        let mut parts: Vec<&mut [u32]> = outs.iter_mut().map(|o| &mut o[start..start + len]).collect();
+        functional_into(cfg, &op, &ins, len, &mut parts);
+        start += len;
+    }
+    Ok(sched.stats(cfg, &op, n))
+}
+
 /// [`run`] of a one-input elementwise op in [`ExecMode::Functional`] without faults, on `data`
 /// in place (its input, then its output): for an input gathered straight into where the
 /// output goes. Returns the op's counts.
