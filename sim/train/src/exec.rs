@@ -181,6 +181,9 @@ pub struct Executor {
     /// The direct forms of `step` and `fwd` ([`Program::direct`]): what runs without an
     /// injection.
     direct: (Direct, Direct),
+    /// Buffers from this many words keep their vectors for later ones of the same step
+    /// ([`Pool`]).
+    pooled_words: usize,
 }
 
 impl Executor {
@@ -191,7 +194,15 @@ impl Executor {
         let place = |p: Program| p.place(&hw).map_err(|e| TrainError::Config(format!("{e} (a smaller batch may fit)")));
         let (step, fwd) = (place(Program::step(&tg))?, place(Program::forward(&tg))?);
         let direct = (step.direct(), fwd.direct());
-        Ok(Executor { tg, hw, mode, format, step, fwd, direct })
+        Ok(Executor { tg, hw, mode, format, step, fwd, direct, pooled_words: POOLED_WORDS })
+    }
+
+    /// Reuses released buffers' vectors from `words` words on (default 1 MiB's worth): any
+    /// value gives the same bits and speed is the only difference, so tests lower it to run
+    /// every buffer through the reuse.
+    #[doc(hidden)]
+    pub fn pool_from(&mut self, words: usize) {
+        self.pooled_words = words;
     }
 
     /// The machine an executor of `format` inputs runs on: `hw` with the MXU set to `format`
@@ -276,7 +287,7 @@ impl Executor {
         fault: Option<&Injection>,
     ) -> Result<(StepOutput, Vec<Vec<u32>>)> {
         let bind = || self.bind(&self.step, state, x, labels);
-        run_bound(&self.hw, self.mode, &self.tg.graph, &self.step, &self.direct.0, &bind, fault)
+        run_bound(&self.hw, self.mode, &self.tg.graph, &self.step, (&self.direct.0, self.pooled_words), &bind, fault)
     }
 
     /// This executor for inference: its program (what [`Executor::program`],
@@ -354,7 +365,7 @@ impl Executor {
     pub fn forward(&self, state: &ModelState, x: &[f32]) -> Result<StepOutput> {
         let p = &self.fwd;
         let mut bufs = self.bind(p, state, x, None)?;
-        let mut out = run_direct(&self.hw, self.mode, p, &self.direct.1, &mut bufs)?;
+        let mut out = run_direct(&self.hw, self.mode, p, (&self.direct.1, self.pooled_words), &mut bufs)?;
         let b = p.buffer_of(self.tg.output).expect("the forward program computes the output");
         out.output = std::mem::take(&mut bufs[b.index()]).into_iter().map(f32::from_bits).collect();
         Ok(out)
@@ -436,7 +447,7 @@ pub(crate) fn run_bound(
     mode: ExecMode,
     g: &OpGraph,
     p: &Program,
-    direct: &Direct,
+    direct: (&Direct, usize),
     bind: &dyn Fn() -> Result<Vec<Vec<u32>>>,
     fault: Option<&Injection>,
 ) -> Result<(StepOutput, Vec<Vec<u32>>)> {
@@ -642,22 +653,97 @@ fn interpret(
 /// [`run_program`] without a fault, interpreting `p`'s direct form `d` ([`Program::direct`]):
 /// staged copies read and written in their DRAM words, their transfers skipped but costed.
 /// Leaves the same bits as `run_program` in every buffer `p` keeps (property-tested).
-fn run_direct(hw: &HwConfig, mode: ExecMode, p: &Program, d: &Direct, bufs: &mut [Vec<u32>]) -> Result<StepOutput> {
+fn run_direct(
+    hw: &HwConfig,
+    mode: ExecMode,
+    p: &Program,
+    (d, pooled_words): (&Direct, usize),
+    bufs: &mut [Vec<u32>],
+) -> Result<StepOutput> {
     let none = FaultSchedule::none();
     let mut durations = Vec::with_capacity(p.instrs.len());
+    let mut pool = Pool { kept: Default::default(), from: pooled_words };
     for (i, ins) in d.instrs.iter().enumerate() {
         durations.push(match ins {
             Some(ins) => {
-                size_dests(p, ins, bufs);
+                pool.provide_dests(p, ins, bufs);
                 isa::execute(hw, ins, bufs, mode, &none)?
             }
             None => isa::cycles(hw, &p.instrs[i]),
         });
         for r in &d.release[i] {
-            bufs[r.index()] = Vec::new();
+            pool.keep(std::mem::take(&mut bufs[r.index()]));
         }
     }
     Ok(output(p, &durations, None))
+}
+
+/// The vectors of a step's released buffers, handed to later destinations of the same step:
+/// a buffer that an instruction writes whole takes one as it is (its stale words are all
+/// overwritten), so that a fault-free step does not allocate, zero and first-touch every
+/// temporary it writes (an im2col matrix is tens of MB).
+/// Only buffers of at least `from` words ([`POOLED_WORDS`]) go through it: a smaller one the allocator hands back from
+/// its recently freed (cache-warm) memory faster than a kept vector comes back (the 16-32-64
+/// CNN's tiles on tpu-32x32 ran 10% slower through it).
+struct Pool {
+    /// Kept vectors by length.
+    kept: std::collections::BTreeMap<usize, Vec<Vec<u32>>>,
+    /// The fewest words a buffer has to go through the pool.
+    from: usize,
+}
+
+/// Words from which a buffer's vector is kept for reuse ([`Pool`]): 1 MiB.
+pub(crate) const POOLED_WORDS: usize = 1 << 18;
+
+impl Pool {
+    fn keep(&mut self, v: Vec<u32>) {
+        if v.len() >= self.from.max(1) {
+            self.kept.entry(v.len()).or_default().push(v);
+        }
+    }
+
+    /// The smallest kept vector of at least `len` words, cut to `len`.
+    fn take(&mut self, len: usize) -> Option<Vec<u32>> {
+        let e = self.kept.range_mut(len..).next()?;
+        let mut v = e.1.pop().expect("a kept length holds a vector");
+        let have = *e.0;
+        if e.1.is_empty() {
+            self.kept.remove(&have);
+        }
+        v.truncate(len);
+        Some(v)
+    }
+
+    /// Gives each empty destination of `ins` its vector: a kept one where there is one, as it
+    /// is where `ins` writes all of it (from word 0, not adding to it), zeroed where it writes
+    /// parts (batched GEMMs, per-sample reductions: [`size_dests`]); else a new zeroed one for
+    /// parts, and none for a whole write (the instruction makes its own).
+    fn provide_dests(&mut self, p: &Program, ins: &isa::Instr, bufs: &mut [Vec<u32>]) {
+        let adds = match ins {
+            isa::Instr::Gemm { acc, .. } | isa::Instr::Vpu { acc, .. } => *acc,
+            isa::Instr::Dma { .. } => false,
+        };
+        for d in ins.dests() {
+            let (b, len) = (d.buf.index(), p.buffers[d.buf.index()].len);
+            if !bufs[b].is_empty() || len == 0 {
+                continue;
+            }
+            if len < self.from {
+                size_dest(ins, b, len, bufs);
+                continue;
+            }
+            let whole = ins.out_len() == len && d.offset == 0 && !adds;
+            match self.take(len) {
+                Some(v) if whole => bufs[b] = v,
+                Some(mut v) => {
+                    v.fill(0);
+                    bufs[b] = v;
+                }
+                None if !whole => bufs[b] = vec![0; len],
+                None => {}
+            }
+        }
+    }
 }
 
 /// What a run of `p` measured: its instructions' `durations` issued by the program's timing
@@ -680,10 +766,14 @@ fn output(p: &Program, durations: &[u64], effect: Option<Effect>) -> StepOutput 
 /// reductions) before it runs: a whole-buffer write takes its output vector as it is.
 fn size_dests(p: &Program, ins: &isa::Instr, bufs: &mut [Vec<u32>]) {
     for d in ins.writes() {
-        let len = p.buffers[d.index()].len;
-        if bufs[d.index()].is_empty() && ins.out_len() != len {
-            bufs[d.index()] = vec![0; len];
-        }
+        size_dest(ins, d.index(), p.buffers[d.index()].len, bufs);
+    }
+}
+
+/// [`size_dests`] for destination buffer `b` of `len` words.
+fn size_dest(ins: &isa::Instr, b: usize, len: usize, bufs: &mut [Vec<u32>]) {
+    if bufs[b].is_empty() && ins.out_len() != len {
+        bufs[b] = vec![0; len];
     }
 }
 

@@ -130,8 +130,15 @@ impl Kernel {
         }
         let mut bufs = Vec::new();
         let (out, injection) = inject::run_upset(self, sched, upset, |inj| {
-            let (out, b): (StepOutput, _) =
-                run_bound(&self.hw, self.mode, &self.graph.graph, p, &self.direct, &bind, inj)?;
+            let (out, b): (StepOutput, _) = run_bound(
+                &self.hw,
+                self.mode,
+                &self.graph.graph,
+                p,
+                (&self.direct, crate::exec::POOLED_WORDS),
+                &bind,
+                inj,
+            )?;
             bufs = b;
             Ok(out)
         })?;
