@@ -14,11 +14,6 @@ pub trait MacFormat: Copy + Send + Sync + 'static {
 
     /// Decodes input-register bits (exact).
     fn decode_in(bits: u32) -> Self::Value;
-    /// Input words as values without a copy, where [`MacFormat::decode_in`] only reinterprets
-    /// the bits (fp32 inputs); `None` where it converts them.
-    fn in_values(_bits: &[u32]) -> Option<&[Self::Value]> {
-        None
-    }
     /// Decodes accumulator bits (exact).
     fn decode_acc(bits: u32) -> Self::Value;
     /// Encodes an accumulator value as bits.
@@ -72,17 +67,13 @@ pub struct Int8Int32;
 
 /// The two fp32-accumulating pairs differ only in how input bits widen to `f32`.
 macro_rules! fp32_accumulate {
-    ($ty:ty, $prec:expr, $decode_in:expr, $in_values:expr, $exact:expr) => {
+    ($ty:ty, $prec:expr, $decode_in:expr, $exact:expr) => {
         impl MacFormat for $ty {
             const PRECISION: Precision = $prec;
             type Value = f32;
             #[inline(always)]
             fn decode_in(bits: u32) -> f32 {
                 $decode_in(bits)
-            }
-            #[inline(always)]
-            fn in_values(bits: &[u32]) -> Option<&[f32]> {
-                $in_values(bits)
             }
             #[inline(always)]
             fn decode_acc(bits: u32) -> f32 {
@@ -111,19 +102,9 @@ macro_rules! fp32_accumulate {
     };
 }
 
-/// bf16 inputs widen (their bits shift), so they are decoded, not borrowed.
-fn widened(_: &[u32]) -> Option<&[f32]> {
-    None
-}
-
-/// fp32 inputs are their bits.
-fn reinterpreted(bits: &[u32]) -> Option<&[f32]> {
-    Some(bytemuck::cast_slice(bits))
-}
-
-fp32_accumulate!(Bf16Fp32, Precision::Bf16Fp32, bf16_bits_to_f32, widened, bf16_products_exact);
+fp32_accumulate!(Bf16Fp32, Precision::Bf16Fp32, bf16_bits_to_f32, bf16_products_exact);
 // fp32 x fp32 products round (24 x 24 significand bits): never fused.
-fp32_accumulate!(Fp32Fp32, Precision::Fp32Fp32, f32::from_bits, reinterpreted, |_: &[f32], _: &[f32]| false);
+fp32_accumulate!(Fp32Fp32, Precision::Fp32Fp32, f32::from_bits, |_: &[f32], _: &[f32]| false);
 
 /// Whether every product of a bf16 value of `a` and one of `w` (as `f32`) is exact in `f32`:
 /// 8 x 8 significand bits always fit in 24, so only the range can fail. Every value must be

@@ -37,7 +37,7 @@ const FUSED_MACS: usize = PAR_MACS;
 pub(super) fn functional<F: MacFormat>(s: &Schedule, a: &Matrix, w: &Matrix, acc: Option<&Matrix>) -> Matrix {
     let mut data = acc.map_or_else(|| vec![0u32; s.m * s.n], |c| c.data.clone());
     let (a, w) = (Raw { words: &a.data, transposed: false }, Raw { words: &w.data, transposed: false });
-    functional_raw::<F>(s, a, w, |x| x, true, &mut data, acc.is_some());
+    functional_raw::<F>(s, a, w, |x| x, &mut data, acc.is_some());
     Matrix { rows: s.m, cols: s.n, data }
 }
 
@@ -53,14 +53,12 @@ pub struct Raw<'a> {
 
 /// [`functional`] on operands as memory holds them, each word passed through `input` (the
 /// MXU's input converter: raw word to input-format bits) as it is decoded, with the result
-/// written into `out` (`m x n`), which holds the accumulators' values when `acc`. `identity`
-/// says that `input` returns its word unchanged.
+/// written into `out` (`m x n`), which holds the accumulators' values when `acc`.
 pub(super) fn functional_raw<F: MacFormat>(
     s: &Schedule,
     a: Raw<'_>,
     w: Raw<'_>,
     input: impl Fn(u32) -> u32 + Copy,
-    identity: bool,
     out: &mut [u32],
     acc: bool,
 ) {
@@ -73,20 +71,10 @@ pub(super) fn functional_raw<F: MacFormat>(
     .max(1);
     // Whether the first K fold overwrites the accumulators (else every fold adds).
     let overwrite = s.folds.first().is_some_and(|f| f.overwrite);
-    // fp32 inputs that memory holds row-major are read where they lie (an im2col matrix is
-    // the largest operand a step has); others are decoded once.
-    let borrowed = (identity && !a.transposed).then(|| F::in_values(&a.words[..m * k])).flatten();
-    let decoded;
-    let ap = match borrowed {
-        Some(v) => v,
-        None => {
-            decoded = decode_a::<F>(a, m, k, input);
-            &decoded[..]
-        }
-    };
+    let ap = decode_a::<F>(a, m, k, input);
     let wp = pack_w::<F>(w, k, n, input);
-    let fused = m * k * n >= FUSED_MACS && F::products_exact(ap, &wp) && fma_available();
-    let g = Packed { ap, wp: &wp, acc, k, n, chunk, overwrite };
+    let fused = m * k * n >= FUSED_MACS && F::products_exact(&ap, &wp) && fma_available();
+    let g = Packed { ap: &ap, wp: &wp, acc, k, n, chunk, overwrite };
     let out = &mut out[..m * n];
     if m * k * n < PAR_MACS || rayon::current_num_threads() == 1 {
         g.rows_dispatch::<F>(fused, 0, out);

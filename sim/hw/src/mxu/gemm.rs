@@ -9,7 +9,7 @@ use crate::error::HwError;
 use crate::fault::{FaultSchedule, FaultSite, FaultWindow, Unit};
 use crate::matrix::Matrix;
 use crate::ExecMode;
-use faultline_num::{with_precision, NumFormat};
+use faultline_num::with_precision;
 
 /// Result of a GEMM: output bits (accumulator format, `M x N`) and its timing.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,7 +121,7 @@ pub fn functional_in_place(
     }
     let out = &mut out[..m * n];
     with_precision!(cfg.mxu.precision(), F => super::with_input_converter!(cfg.mxu.input_format, convert => {
-        functional_raw::<F>(&sched, a, w, convert, cfg.mxu.input_format == NumFormat::Fp32, out, acc)
+        functional_raw::<F>(&sched, a, w, convert, out, acc)
     }));
     Ok(sched.stats())
 }
