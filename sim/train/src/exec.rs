@@ -681,9 +681,9 @@ fn run_direct(
 /// The vectors of a step's released buffers, handed to later destinations of the same step:
 /// a buffer that an instruction writes whole takes one as it is (its stale words are all
 /// overwritten), so that a fault-free step does not allocate, zero and first-touch every
-/// temporary it writes (an im2col matrix is tens of MB).
-/// Only buffers of at least `from` words ([`POOLED_WORDS`]) go through it: a smaller one the allocator hands back from
-/// its recently freed (cache-warm) memory faster than a kept vector comes back (the 16-32-64
+/// temporary it writes (an im2col matrix is tens of MB). Only buffers of at least `from`
+/// words ([`POOLED_WORDS`]) go through it: a smaller one the allocator hands back from its
+/// recently freed (cache-warm) memory faster than a kept vector comes back (the 16-32-64
 /// CNN's tiles on tpu-32x32 ran 10% slower through it).
 struct Pool {
     /// Kept vectors by length.

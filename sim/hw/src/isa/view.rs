@@ -166,26 +166,8 @@ impl View {
     pub fn gather_into(&self, src: &[u32], n: usize, out: &mut [u32]) {
         let out = &mut out[..n];
         match *self {
-            View::Whole => out.copy_from_slice(&src[..n]),
-            // Slice copies and fills (an iterator chain here costs a branch per word).
-            View::PerRow { cols } => {
-                for (row, &s) in out.chunks_mut(cols.max(1)).zip(src) {
-                    row.fill(s);
-                }
-            }
-            View::Cycle { len: 0 } => out.fill(0),
-            View::Cycle { len } => {
-                for chunk in out.chunks_mut(len) {
-                    chunk.copy_from_slice(&src[..chunk.len()]);
-                }
-            }
-            View::RepeatRows { d, t } => {
-                for (rows, row) in out.chunks_mut(d.max(1) * t).zip(src.chunks(d.max(1))) {
-                    for r in rows.chunks_mut(d.max(1)) {
-                        r.copy_from_slice(&row[..r.len()]);
-                    }
-                }
-            }
+            // A whole im2col matrix is written pixel by pixel along the one definition of its
+            // layout, without finding each pixel's place from its index as a range must.
             View::Im2Col { window, image } => {
                 let c = image[3];
                 let cols = window.kh * window.kw * c;
@@ -195,17 +177,7 @@ impl View {
                     copy_short(&mut out[dst..dst + c], &src[from..from + c]);
                 });
             }
-            View::Col2ImTap { window, image, tap } => {
-                let c = image[3];
-                let cols = window.kh * window.kw * c;
-                out.fill(0);
-                window.for_each_im2col_pixel(&image, |row, off, to| {
-                    if off == tap {
-                        let from = row * cols + off * c;
-                        copy_short(&mut out[to..to + c], &src[from..from + c]);
-                    }
-                });
-            }
+            _ => self.gather_range(src, 0, out),
         }
     }
 

@@ -74,7 +74,13 @@ pub fn run(
 /// the same bits, without allocating or copying a result. Returns the op's counts.
 pub fn run_into(cfg: &HwConfig, op: VpuOp, inputs: &[&[u32]], outs: &mut [&mut [u32]]) -> Result<VpuStats, HwError> {
     let (n, sched) = checked(cfg, &op, inputs, ExecMode::Functional, &FaultSchedule::none())?;
-    let len = op.out_len(n);
+    check_outs(&op, op.out_len(n), outs)?;
+    functional_into(cfg, &op, inputs, n, outs);
+    Ok(sched.stats(cfg, &op, n))
+}
+
+/// Checks that `outs` are the op's outputs, each of at least `len` words.
+fn check_outs(op: &VpuOp, len: usize, outs: &[&mut [u32]]) -> Result<(), HwError> {
     if outs.len() != op.outputs() || outs.iter().any(|o| o.len() < len) {
         let have: Vec<usize> = outs.iter().map(|o| o.len()).collect();
         return Err(HwError::Shape {
@@ -82,8 +88,7 @@ pub fn run_into(cfg: &HwConfig, op: VpuOp, inputs: &[&[u32]], outs: &mut [&mut [
             detail: format!("writes {} outputs of {len} words; given {have:?}", op.outputs()),
         });
     }
-    functional_into(cfg, &op, inputs, n, outs);
-    Ok(sched.stats(cfg, &op, n))
+    Ok(())
 }
 
 /// An input of [`run_into_gathered`].
@@ -119,10 +124,7 @@ pub fn run_into_gathered(
     if n == 0 {
         return Err(shape("empty input".into()));
     }
-    if outs.len() != op.outputs() || outs.iter().any(|o| o.len() < n) {
-        let have: Vec<usize> = outs.iter().map(|o| o.len()).collect();
-        return Err(shape(format!("writes {} outputs of {n} words; given {have:?}", op.outputs())));
-    }
+    check_outs(&op, n, outs)?;
     let sched = VpuSchedule::new(cfg, &op, n)?;
     let step = CHUNK.min(n);
     let mut scratch = vec![0u32; step * inputs.len()];
