@@ -9,6 +9,7 @@
 //! The cycles a step issues are, instruction for instruction, its program's schedule.
 
 use crate::error::{shape_str, Result, TrainError};
+use crate::golden::{GoldenStep, Start};
 use crate::inject::gemm_fold;
 use crate::inject::memory::{self, WordHit};
 use crate::inject::sequencer;
@@ -180,7 +181,7 @@ pub struct Executor {
     fwd: Program,
     /// The direct forms of `step` and `fwd` ([`Program::direct`]): what runs without an
     /// injection.
-    direct: (Direct, Direct),
+    direct: (DirectRun, DirectRun),
     /// Buffers from this many words keep their vectors for later ones of the same step
     /// ([`Pool`]).
     pooled_words: usize,
@@ -193,7 +194,7 @@ impl Executor {
         tg.topo_order().map_err(|e| TrainError::Model(e.to_string()))?;
         let place = |p: Program| p.place(&hw).map_err(|e| TrainError::Config(format!("{e} (a smaller batch may fit)")));
         let (step, fwd) = (place(Program::step(&tg))?, place(Program::forward(&tg))?);
-        let direct = (step.direct(), fwd.direct());
+        let direct = (DirectRun::new(step.direct()), DirectRun::new(fwd.direct()));
         Ok(Executor { tg, hw, mode, format, step, fwd, direct, pooled_words: POOLED_WORDS })
     }
 
@@ -257,8 +258,23 @@ impl Executor {
         labels: &[u32],
         fault: Option<&Injection>,
     ) -> Result<StepOutput> {
+        self.step_with_fault_from(state, x, labels, fault, None)
+    }
+
+    /// [`Executor::step_with_fault`] starting, if `golden` is given, from that fault-free run
+    /// of the same step ([`Executor::golden_step`] on the same state and batch: else an error)
+    /// at the first instruction the fault reaches ([`crate::golden`]). The same result, bit for
+    /// bit, without recomputing the fault-free prefix.
+    pub fn step_with_fault_from(
+        &self,
+        state: &mut ModelState,
+        x: &[f32],
+        labels: &[u32],
+        fault: Option<&Injection>,
+        golden: Option<&GoldenStep>,
+    ) -> Result<StepOutput> {
         let p = &self.step;
-        let (mut out, mut bufs) = self.run_injected(state, x, Some(labels), fault)?;
+        let (mut out, mut bufs) = self.run_injected(state, x, Some(labels), fault, golden)?;
         let value = |bufs: &mut [Vec<u32>], i: NodeIndex| -> Vec<f32> {
             let b = p.buffer_of(i).expect("kept nodes have buffers");
             std::mem::take(&mut bufs[b.index()]).into_iter().map(f32::from_bits).collect()
@@ -285,9 +301,28 @@ impl Executor {
         x: &[f32],
         labels: Option<&[u32]>,
         fault: Option<&Injection>,
+        golden: Option<&GoldenStep>,
     ) -> Result<(StepOutput, Vec<Vec<u32>>)> {
         let bind = || self.bind(&self.step, state, x, labels);
-        run_bound(&self.hw, self.mode, &self.tg.graph, &self.step, (&self.direct.0, self.pooled_words), &bind, fault)
+        let direct = (&self.direct.0, self.pooled_words);
+        run_bound(&self.hw, self.mode, &self.tg.graph, &self.step, direct, &bind, fault, golden)
+    }
+
+    /// The fault-free run of the program (the step's; the forward pass's on an executor from
+    /// [`Executor::inference`]) on a batch (`labels` `None` for an inference program), kept
+    /// whole for faulted runs of the same step to start from
+    /// ([`Executor::step_with_fault_from`]); `state` is not changed.
+    pub fn golden_step(&self, state: &ModelState, x: &[f32], labels: Option<&[u32]>) -> Result<GoldenStep> {
+        let p = &self.step;
+        let bound = self.bind(p, state, x, labels)?;
+        let mut bufs = bound.clone();
+        let durations = run_keeping_buffers(&self.hw, ExecMode::Functional, p, &mut bufs, None)?;
+        Ok(GoldenStep::new(p, &bound, bufs, durations))
+    }
+
+    /// Host bytes a [`GoldenStep`] of this executor's program holds: every buffer.
+    pub fn golden_step_bytes(&self) -> u64 {
+        self.step.buffers.iter().map(|b| b.len as u64 * 4).sum::<u64>() + self.step.instrs.len() as u64 * 8
     }
 
     /// This executor for inference: its program (what [`Executor::program`],
@@ -300,12 +335,25 @@ impl Executor {
     /// The model output for a batch with an optional fault placed on the forward program, on
     /// an executor from [`Executor::inference`] (errors on a training executor).
     pub fn infer_with_fault(&self, state: &ModelState, x: &[f32], fault: Option<&Injection>) -> Result<StepOutput> {
+        self.infer_with_fault_from(state, x, fault, None)
+    }
+
+    /// [`Executor::infer_with_fault`] starting, if `golden` is given, from that fault-free pass
+    /// ([`Executor::golden_step`] of this executor on the same state and batch) where the
+    /// fault does, as [`Executor::step_with_fault_from`] does.
+    pub fn infer_with_fault_from(
+        &self,
+        state: &ModelState,
+        x: &[f32],
+        fault: Option<&Injection>,
+        golden: Option<&GoldenStep>,
+    ) -> Result<StepOutput> {
         if self.step.instrs.len() != self.fwd.instrs.len() || self.step.buffer_of(self.tg.loss).is_some() {
             return Err(TrainError::Config(
                 "infer_with_fault runs on an inference executor (Executor::inference)".into(),
             ));
         }
-        let (mut out, mut bufs) = self.run_injected(state, x, None, fault)?;
+        let (mut out, mut bufs) = self.run_injected(state, x, None, fault, golden)?;
         let b = self.step.buffer_of(self.tg.output).expect("the forward program computes the output");
         out.output = std::mem::take(&mut bufs[b.index()]).into_iter().map(f32::from_bits).collect();
         Ok(out)
@@ -442,26 +490,32 @@ impl Placed for Executor {
 /// Runs placed program `p` in `mode` on the buffers `bind` gives (placeholders filled), with an
 /// optional fault: none runs the direct form `direct`; a sequencer fault first finds the words
 /// it changes (`g` names `p`'s nodes). Returns what the run measured and every buffer as it left them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_bound(
     hw: &HwConfig,
     mode: ExecMode,
     g: &OpGraph,
     p: &Program,
-    direct: (&Direct, usize),
+    direct: (&DirectRun, usize),
     bind: &dyn Fn() -> Result<Vec<Vec<u32>>>,
     fault: Option<&Injection>,
+    golden: Option<&GoldenStep>,
 ) -> Result<(StepOutput, Vec<Vec<u32>>)> {
     let (seq, groups) = match fault {
         Some(Injection::Sequencer { gemms, fault }) => {
-            let (inj, groups) = sequencer_words(hw, g, p, gemms, *fault, bind)?;
+            let (inj, groups) = sequencer_words(hw, g, p, gemms, *fault, bind, golden)?;
             (Some(inj), groups)
         }
         _ => (None, Vec::new()),
     };
     let mut bufs = bind()?;
-    let mut out = match seq.as_ref().or(fault) {
-        None => run_direct(hw, mode, p, direct, &mut bufs)?,
-        fault => run(hw, mode, p, &mut bufs, fault, &groups)?,
+    let mut out = match (seq.as_ref().or(fault), golden) {
+        (None, _) => run_direct(hw, mode, p, direct, &mut bufs)?,
+        (Some(f), Some(golden)) => {
+            let start = golden.start(p, f, &mut bufs)?;
+            run(hw, mode, p, &mut bufs, Some(f), &groups, Some(start))?
+        }
+        (fault, None) => run(hw, mode, p, &mut bufs, fault, &groups, None)?,
     };
     if let Some(inj) = &seq {
         // The GEMM's result is what the fault corrupts first.
@@ -500,14 +554,21 @@ fn sequencer_words(
     gemms: &[usize],
     f: ActiveFault,
     bind: &dyn Fn() -> Result<Vec<Vec<u32>>>,
+    from: Option<&GoldenStep>,
 ) -> Result<(Injection, Vec<(usize, usize)>)> {
     let Some(&first) = gemms.first() else {
         return Err(TrainError::Config("a sequencer fault must reach at least one GEMM".into()));
     };
     let sched = p.schedule(graph, hw);
     let map = memory::StepMap::new(p, &sched, hw)?;
-    let mut golden = bind()?;
-    run_keeping_buffers(hw, ExecMode::Functional, p, &mut golden, None)?;
+    let mut golden = match from {
+        Some(g) => g.bufs.clone(),
+        None => {
+            let mut bufs = bind()?;
+            run_keeping_buffers(hw, ExecMode::Functional, p, &mut bufs, None)?;
+            bufs
+        }
+    };
     let (mut words, mut groups, mut stale) = (Vec::new(), Vec::new(), false);
     for &g in gemms {
         if stale {
@@ -536,14 +597,15 @@ pub fn run_program(
     bufs: &mut [Vec<u32>],
     fault: Option<&Injection>,
 ) -> Result<StepOutput> {
-    run(hw, mode, p, bufs, fault, &[])
+    run(hw, mode, p, bufs, fault, &[], None)
 }
 
 /// [`run_program`], freeing each buffer once no later instruction reads it (`p.release`).
 /// `groups` splits the injection's words by the instruction they come from (the first word's
 /// index, the instruction: the GEMMs a sequencer fault strikes), each counted apart: the effect
 /// reported is the first group's that changed a word, on its instruction. Empty: one group, the
-/// effect on the instruction that first sees a changed word.
+/// effect on the instruction that first sees a changed word. With `start`, the run begins there
+/// (`bufs` completed by [`GoldenStep::start`]).
 fn run(
     hw: &HwConfig,
     mode: ExecMode,
@@ -551,24 +613,27 @@ fn run(
     bufs: &mut [Vec<u32>],
     fault: Option<&Injection>,
     groups: &[(usize, usize)],
+    start: Option<Start<'_>>,
 ) -> Result<StepOutput> {
-    interpret(hw, mode, p, bufs, fault, &p.release, groups)
+    let (durations, effect) = interpret(hw, mode, p, bufs, fault, &p.release, groups, start)?;
+    Ok(output(p, &durations, effect))
 }
 
 /// [`run`] with every buffer kept: what the step leaves in all of them, as operands of a
-/// replay or of a fault's next GEMM.
+/// replay or of a fault's next GEMM. Returns each instruction's cycles.
 fn run_keeping_buffers(
     hw: &HwConfig,
     mode: ExecMode,
     p: &Program,
     bufs: &mut [Vec<u32>],
     fault: Option<&Injection>,
-) -> Result<StepOutput> {
-    interpret(hw, mode, p, bufs, fault, &[], &[])
+) -> Result<Vec<u64>> {
+    Ok(interpret(hw, mode, p, bufs, fault, &[], &[], None)?.0)
 }
 
 /// Interprets `p`, freeing the buffers `release[i]` after instruction `i` (none past the
-/// slice's end); see [`run`].
+/// slice's end); see [`run`]. Returns each instruction's cycles and the fault's effect.
+#[allow(clippy::too_many_arguments)]
 fn interpret(
     hw: &HwConfig,
     mode: ExecMode,
@@ -577,7 +642,8 @@ fn interpret(
     fault: Option<&Injection>,
     release: &[Vec<BufId>],
     groups: &[(usize, usize)],
-) -> Result<StepOutput> {
+    start: Option<Start<'_>>,
+) -> Result<(Vec<u64>, Option<Effect>)> {
     if let Some(f) = fault {
         if matches!(f, Injection::Sequencer { .. }) {
             return Err(TrainError::Config("a sequencer fault runs through Executor::step_with_fault".into()));
@@ -594,7 +660,10 @@ fn interpret(
         }
     }
     let none = FaultSchedule::none();
-    let (mut durations, mut effect) = (Vec::with_capacity(p.instrs.len()), None);
+    let mut effect = None;
+    let mut durations = Vec::with_capacity(p.instrs.len());
+    // The golden step's cycles for the instructions a late start skips.
+    durations.extend_from_slice(start.as_ref().map_or(&[][..], |s| &s.golden.durations[..s.at]));
     let words = fault.map_or(&[][..], |f| f.hits());
     let groups = if groups.is_empty() { vec![(0, None)] } else { groups.iter().map(|&(k, i)| (k, Some(i))).collect() };
     let mut mem = words.first().map(|_| {
@@ -604,7 +673,8 @@ fn interpret(
         }
         WordEffect { hw, p, words, effects: vec![None; groups.len()], groups, by_instr }
     });
-    for (i, ins) in p.instrs.iter().enumerate() {
+    let first = durations.len();
+    for (i, ins) in p.instrs.iter().enumerate().skip(first) {
         size_dests(p, ins, bufs);
         let restore = mem.as_mut().map(|m| m.apply(bufs, Some(i), false)).unwrap_or_default();
         let parts: Vec<(usize, &WordHit)> = mem.as_ref().map_or(Vec::new(), |m| {
@@ -639,6 +709,16 @@ fn interpret(
                 bufs[r.index()] = Vec::new();
             }
         }
+        if let Some(s) = start.as_ref().filter(|s| s.masked_after == Some(i)) {
+            if effect.as_ref().is_some_and(Effect::masked) {
+                // Every faulted instruction's outputs are fault-free: so is the rest of the step.
+                durations.extend_from_slice(&s.golden.durations[i + 1..]);
+                for &b in &p.kept {
+                    bufs[b.index()].clone_from(&s.golden.bufs[b.index()]);
+                }
+                break;
+            }
+        }
     }
     if let Some(mut m) = mem {
         m.apply(bufs, None, false);
@@ -647,7 +727,7 @@ fn interpret(
         let first = m.effects.iter().position(|e| e.as_ref().is_some_and(|e| !e.masked()));
         effect = m.effects.swap_remove(first.unwrap_or(0));
     }
-    Ok(output(p, &durations, effect))
+    Ok((durations, effect))
 }
 
 /// [`run_program`] without a fault, interpreting `p`'s direct form `d` ([`Program::direct`]):
@@ -657,12 +737,13 @@ fn run_direct(
     hw: &HwConfig,
     mode: ExecMode,
     p: &Program,
-    (d, pooled_words): (&Direct, usize),
+    (d, pooled_words): (&DirectRun, usize),
     bufs: &mut [Vec<u32>],
 ) -> Result<StepOutput> {
     let none = FaultSchedule::none();
     let mut durations = Vec::with_capacity(p.instrs.len());
     let mut pool = Pool { kept: Default::default(), from: pooled_words };
+    let (timing, d) = (&d.timing, &d.form);
     for (i, ins) in d.instrs.iter().enumerate() {
         durations.push(match ins {
             Some(ins) => {
@@ -675,7 +756,30 @@ fn run_direct(
             pool.keep(std::mem::take(&mut bufs[r.index()]));
         }
     }
-    Ok(output(p, &durations, None))
+    if let Some((_, out)) = timing.get().filter(|(cycles, _)| *cycles == durations) {
+        return Ok(out.clone());
+    }
+    let out = output(p, &durations, None);
+    let _ = timing.set((durations, out.clone()));
+    Ok(out)
+}
+
+/// A program's direct form ([`Program::direct`]) with the timing of its runs: every fault-free
+/// run issues the same instructions with the same cycles, so the step's timeline (tens of
+/// microseconds on a small model's step, a tenth of it) is computed once.
+#[derive(Debug, Clone)]
+pub(crate) struct DirectRun {
+    /// The direct form.
+    form: Direct,
+    /// The first run's instruction cycles and what they add up to.
+    timing: std::sync::OnceLock<(Vec<u64>, StepOutput)>,
+}
+
+impl DirectRun {
+    /// `form` with no run timed yet.
+    pub(crate) fn new(form: Direct) -> DirectRun {
+        DirectRun { form, timing: Default::default() }
+    }
 }
 
 /// The vectors of a step's released buffers, handed to later destinations of the same step:

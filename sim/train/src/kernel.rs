@@ -6,9 +6,8 @@
 //! and an effect mean the same thing here as in `train --inject` and in a campaign.
 
 use crate::error::{Result, TrainError};
-use crate::exec::{graph_host_bytes, run_bound, MxuFormat, Placed, StepOutput};
+use crate::exec::{graph_host_bytes, run_bound, DirectRun, MxuFormat, Placed, StepOutput};
 use crate::inject::{self, InjectionReport, StepFault};
-use faultline_graph::direct::Direct;
 use faultline_graph::kernel::KernelGraph;
 use faultline_graph::{OpGraph, Program, StepSchedule};
 use faultline_hw::kernel::KernelSpec;
@@ -29,7 +28,7 @@ pub struct Kernel {
     /// The placed program.
     program: Program,
     /// Its direct form: what a fault-free run interprets.
-    direct: Direct,
+    direct: DirectRun,
     /// Its schedule on `hw`, computed once.
     schedule: StepSchedule,
 }
@@ -64,7 +63,7 @@ impl Kernel {
         let hw = crate::Executor::machine(hw, format);
         let graph = KernelGraph::of(spec).map_err(|e| graph_error(spec, e))?;
         let program = graph.program().and_then(|p| p.place(&hw)).map_err(|e| graph_error(spec, e))?;
-        let direct = program.direct();
+        let direct = DirectRun::new(program.direct());
         let schedule = program.schedule(&graph.graph, &hw);
         Ok(Kernel { spec: *spec, hw, mode, graph, program, direct, schedule })
     }
@@ -138,6 +137,7 @@ impl Kernel {
                 (&self.direct, crate::exec::POOLED_WORDS),
                 &bind,
                 inj,
+                None,
             )?;
             bufs = b;
             Ok(out)

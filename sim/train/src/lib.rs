@@ -5,6 +5,9 @@
 //!   `Functional` or `CycleLevel` mode with identical bits, with an optional fault injected
 //!   into one or more instructions and its effect on the first one's outputs it corrupts
 //!   reported.
+//! * [`golden`]: a fault-free step kept whole, from which a faulted run of the same step starts
+//!   at the first instruction its fault reaches (and a masked register fault ends after its
+//!   last).
 //! * [`inject`]: the fault path, from a fault on the training clock (step, cycle within the
 //!   step) to the reads, folds and vectors it changes: register faults resolved to the
 //!   instructions they hit, memory, weight-buffer and DMA faults to the words they change
@@ -46,6 +49,7 @@ pub mod checkpoint;
 pub mod data;
 pub mod error;
 pub mod exec;
+pub mod golden;
 pub mod inject;
 pub mod kernel;
 pub mod setup;
@@ -57,6 +61,7 @@ pub use checkpoint::{Checkpoint, DataIdentity, RunIdentity};
 pub use data::dataset::{Batcher, BatcherState, Dataset, Split};
 pub use error::{Result, TrainError};
 pub use exec::{Effect, Executor, Injection, MxuFormat, StepOutput};
+pub use golden::GoldenStep;
 pub use inject::{InjectionReport, StepFault};
 pub use setup::{RunFlags, TrainSetup};
 pub use state::{ModelState, Tensor32};

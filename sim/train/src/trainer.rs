@@ -5,6 +5,7 @@ use crate::checkpoint::{Checkpoint, DataIdentity, RunIdentity};
 use crate::data::dataset::{Batcher, Dataset, Split};
 use crate::error::{Result, TrainError};
 use crate::exec::{accuracy, Executor, MxuFormat};
+use crate::golden::GoldenStep;
 use crate::inject::{self, InjectionReport, StepFault};
 use crate::state::ModelState;
 use faultline_graph::program::UnitCycles;
@@ -359,6 +360,21 @@ impl Trainer {
     /// [`Trainer::step_with`] with an upset of several bits struck together
     /// ([`inject::resolve_upset`]); no bits: a fault-free step.
     pub fn step_with_upset(&mut self, upset: &[StepFault]) -> Result<StepRecord> {
+        self.step_with_upset_from(upset, None)
+    }
+
+    /// The fault-free coming step kept whole ([`Executor::golden_step`]) on the batch it will
+    /// take: what [`Trainer::step_with_upset_from`] starts faulted runs of it from. Changes
+    /// nothing.
+    pub fn golden_step(&self) -> Result<GoldenStep> {
+        let (x, y) = self.data.train.gather(&self.batcher.clone().next_indices());
+        self.exec.golden_step(&self.state, &x, Some(&y))
+    }
+
+    /// [`Trainer::step_with_upset`] starting from `golden` ([`Trainer::golden_step`] in this
+    /// very state: else an error) where the upset does: the same record, bit for bit, without
+    /// recomputing what comes before it.
+    pub fn step_with_upset_from(&mut self, upset: &[StepFault], golden: Option<&GoldenStep>) -> Result<StepRecord> {
         if let Some(f) = upset.iter().find(|f| f.step != self.state.step + 1) {
             return Err(TrainError::Config(format!(
                 "fault `{f}` strikes step {}, but the coming step is {}",
@@ -375,7 +391,7 @@ impl Trainer {
         let idx = self.batcher.next_indices();
         let (x, y) = self.data.train.gather(&idx);
         let (out, injection) = inject::run_upset(&self.exec, &self.schedule, upset, |inj| {
-            self.exec.step_with_fault(&mut self.state, &x, &y, inj)
+            self.exec.step_with_fault_from(&mut self.state, &x, &y, inj, golden)
         })?;
         let step = self.state.step;
         let every = self.options.eval_every;

@@ -67,15 +67,18 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(8))]
 
     /// Hybrid == cycle-level with a fault: one random fault of every site class (DRAM words
-    /// included), struck at a random cycle of a step, gives the same loss, output, state and
-    /// reported effect whether only the instruction it hits runs at cycle level (inside a
-    /// functional step) or every instruction does, on tiled programs too.
+    /// included), struck at a random cycle of a step (a flip, or a stuck-at that may outlast
+    /// an instruction), gives the same loss, output, state, cycles and reported effect whether
+    /// only the instruction it hits runs at cycle level (inside a functional step), every
+    /// instruction does, or the hybrid step starts from the golden step where the fault does
+    /// (and a masked register fault ends after its instructions), on tiled programs too.
     #[test]
     fn a_faulty_hybrid_step_equals_a_faulty_cycle_level_step(
         idx in proptest::prelude::any::<u64>(),
         cycle in proptest::prelude::any::<u64>(),
         model in 0usize..3,
         tight in proptest::prelude::any::<bool>(),
+        stuck in proptest::prelude::prop_oneof![proptest::prelude::Just(0u64), 1u64..400],
     ) {
         let (model, config) = (MODELS[model], "tpu-8x8");
         // 16 KiB SRAMs make placement cut cnn-small's and transformer-tiny's instructions into
@@ -93,28 +96,32 @@ proptest::proptest! {
         let (f, cyc) = (make(ExecMode::Functional), make(ExecMode::CycleLevel));
         let (x, y) = f.data.train.gather(&f.batcher.clone().next_indices());
         let hw = &f.exec.hw;
+        let golden = f.exec.golden_step(&f.state, &x, Some(&y)).unwrap();
         for class in faultline_hw::SiteClass::all(hw) {
             let site = class.site_at(hw, idx % class.bit_count(hw)).unwrap();
+            let (kind, duration) =
+                if stuck == 0 { (faultline_num::BitFault::Flip, 1) } else { (faultline_num::BitFault::StuckAt1, stuck) };
             let fault = faultline_train::StepFault {
-                kind: faultline_num::BitFault::Flip,
+                kind,
                 site,
                 step: 1,
                 cycle: cycle % f.schedule.total_cycles,
-                duration: 1,
+                duration,
             };
-            let run = |t: &Trainer| {
+            let run = |t: &Trainer, from: Option<&faultline_train::GoldenStep>| {
                 let (inj, rep) = faultline_train::inject::resolve(&t.exec, &t.schedule, &fault).unwrap();
                 let mut s = t.state.clone();
-                let o = t.exec.step_with_fault(&mut s, &x, &y, inj.as_ref()).unwrap();
+                let o = t.exec.step_with_fault_from(&mut s, &x, &y, inj.as_ref(), from).unwrap();
                 let out: Vec<u32> = o.output.iter().map(|v| v.to_bits()).collect();
                 // Bits, not floats: a fault may leave NaNs, which compare unequal to themselves.
                 let state: Vec<(String, Vec<u32>)> =
                     s.tensors.iter().map(|(k, t)| (k.clone(), t.data.iter().map(|v| v.to_bits()).collect())).collect();
                 let rep = faultline_train::inject::complete(rep, o.effect.as_ref()).to_string();
-                (o.loss.to_bits(), out, state, s.step, rep)
+                (o.loss.to_bits(), out, state, s.step, rep, o.cycles, o.phase_cycles, o.unit_cycles)
             };
-            let (h, c) = (run(&f), run(&cyc));
+            let (h, c, late) = (run(&f, None), run(&cyc, None), run(&f, Some(&golden)));
             proptest::prop_assert!(h == c, "{} on {}: {} differs: {} vs {}", model, config, fault, h.4, c.4);
+            proptest::prop_assert!(h == late, "{} on {}: {} from the golden step differs: {} vs {}", model, config, fault, h.4, late.4);
         }
     }
 }

@@ -21,9 +21,10 @@
 //!
 //! A unified-buffer word flip in a training campaign, from the trial to its outcome:
 //! `Campaign::trial` → `Campaign::upset` (`Space::anchor`, `FaultModel::upset`) →
-//! `Campaign::judge` → [`crate::Trainer::step_with_upset`] → [`run_upset`] → [`resolve_upset`] →
+//! `Campaign::judge` → [`crate::Trainer::step_with_upset_from`] → [`run_upset`] → [`resolve_upset`] →
 //! [`resolve`] → `resolve_memory` → [`memory::hits`] → [`Injection::Words`] →
-//! [`crate::Executor::step_with_fault`] → `exec::run` (the changed words applied as each
+//! [`crate::Executor::step_with_fault_from`] (from the first instruction that reads a changed
+//! word, the golden step's buffers before it: [`crate::golden`]) → `exec::run` (the changed words applied as each
 //! instruction reads them, [`memory::compose`]; a GEMM reading one fold by fold through
 //! [`gemm_fold::run`]) → [`complete_on`] → (a protected word: the code's decoder,
 //! `campaign::decode_upset`) → `Thresholds::classify`. A register fault takes
