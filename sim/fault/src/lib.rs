@@ -36,7 +36,7 @@ pub mod spec;
 pub mod stats;
 pub mod store;
 
-pub use campaign::{Campaign, Progress, RunOptions, Shard, TrialMode};
+pub use campaign::{Campaign, Progress, RunOptions, Shard, TrialMode, TrialTime};
 pub use error::{FaultError, Result};
 pub use outcome::{Outcome, Thresholds};
 pub use record::{Summary, TrialRecord};

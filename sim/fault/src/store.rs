@@ -84,7 +84,7 @@ struct Head<'a> {
     trial: u64,
 }
 
-/// The trial id of a timing line (`{"trial":T,"wall_us":U}`), `None` if it is not one.
+/// The trial id of a timing line (`{"trial":T,"wall_us":U,...}`), `None` if it is not one.
 fn timing_trial(line: &str) -> Option<u64> {
     #[derive(Deserialize)]
     struct Timing {

@@ -122,6 +122,45 @@ fn hybrid_trials_record_what_cycle_level_trials_record() {
     assert_eq!(read(&h, "records.jsonl"), read(&cy, "records.jsonl"));
 }
 
+/// Hybrid trials start from their injection step kept whole as far as the memory limit allows
+/// (a quarter of it): a limit that keeps some of the steps, or none, records the same bytes; the
+/// host bytes a run needs count the steps kept; each timing line splits the trial's time.
+#[test]
+fn injection_steps_kept_whole_within_the_memory_limit() {
+    let d = tempfile::tempdir().unwrap();
+    let f = spec_file(
+        d.path(),
+        "kept",
+        "golden_steps: 10, inject_steps: Range(first: 3, last: 6), sites: [\"mxu.pe[*][*].psum\", \"vpu.lane[*].out\", \
+         \"ub.*\", \"dma.*\"], fault: Flip, sampling: Stratified(per_class: 10), follow_up: 3, seed: 2",
+    );
+    let all = prepare(&f);
+    let per = all.trainer().exec.golden_step_bytes();
+    let all_dir = d.path().join("all");
+    all.run(&all_dir, opts(2, Shard::ALL), |_| {}).unwrap();
+    // Limits keeping 0..=3 of the 4 steps, where the golden run itself fits.
+    let mut fewer = 0;
+    for kept in 0..4u64 {
+        let mem = HostMemory::new(4 * (kept * per + per / 2), "--max-memory");
+        let Ok(c) = Campaign::prepare(CampaignSpec::load(&f).unwrap(), &f, &mem) else { continue };
+        assert_eq!(all.host_bytes(1).unwrap() - c.host_bytes(1).unwrap(), (4 - kept) * per);
+        let dir = d.path().join(format!("kept-{kept}"));
+        c.run(&dir, opts(2, Shard::ALL), |_| {}).unwrap();
+        assert_eq!(read(&all_dir, "records.jsonl"), read(&dir, "records.jsonl"), "{kept} steps kept");
+        fewer += 1;
+    }
+    assert!(fewer > 0, "some limit keeps fewer steps");
+    let timing = String::from_utf8(read(&d.path().join("all"), "timing.jsonl")).unwrap();
+    let mut followed = 0;
+    for line in timing.lines() {
+        let t: serde_json::Value = serde_json::from_str(line).unwrap();
+        let us = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{k} in {line}"));
+        assert!(us("follow_us") + us("eval_us") <= us("wall_us"), "{line}");
+        followed += usize::from(us("eval_us") > 0);
+    }
+    assert!(followed > 0, "some trial was followed and evaluated");
+}
+
 /// Stuck-ats lasting a whole step, or permanent from the injection step on (every follow-up
 /// step struck again): hybrid and cycle-level trials record the same, no cycle is sampled,
 /// and a stuck DMA address bit, which misdirects every transfer, breaks training every time.

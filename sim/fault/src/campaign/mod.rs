@@ -24,14 +24,14 @@ use faultline_hw::protect::ecc::Decoded;
 use faultline_hw::{ExecMode, FaultSite, HwConfig};
 use faultline_num::BitFault;
 use faultline_train::{
-    inject, Executor, InitWeights, InjectionReport, ModelState, MxuFormat, StepFault, TrainOptions, TrainSetup,
-    TrainState, Trainer,
+    inject, Executor, GoldenStep, InitWeights, InjectionReport, ModelState, MxuFormat, StepFault, TrainOptions,
+    TrainSetup, TrainState, Trainer,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use workers::{run_ordered, Writer, WINDOW_PER_THREAD};
 
 mod workers;
@@ -115,7 +115,24 @@ struct GoldenStates {
     after: BTreeMap<u64, TrainState>,
     /// State at the end of each injection step's follow-up window.
     window_end: BTreeMap<u64, TrainState>,
+    /// Each injection step kept whole, for hybrid trials to start where their faults do (the
+    /// first steps whose buffers fit [`GOLDEN_STEP_BYTES`]).
+    steps: BTreeMap<u64, GoldenStep>,
 }
+
+/// Where a trial's time went, apart from its injection step (`timing.jsonl`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TrialTime {
+    /// The follow-up window's training steps.
+    pub follow: Duration,
+    /// The test-set evaluation at the window's end.
+    pub eval: Duration,
+}
+
+/// Host bytes a campaign may spend on keeping its injection steps whole ([`GoldenStep`]), at
+/// most a quarter of the memory limit: trials at a step past it recompute the fault-free
+/// instructions before their fault.
+pub const GOLDEN_STEP_BYTES: u64 = 1 << 30;
 
 /// What an inference campaign's trials run: the forward program, the trained model, and the
 /// test batches faults strike with their fault-free outputs.
@@ -129,6 +146,11 @@ struct Inference {
     /// Each injection batch: inputs, samples that count (the last batch is padded), golden
     /// outputs.
     batches: BTreeMap<u64, (Vec<f32>, usize, Vec<f32>)>,
+    /// The forward pass of each injection batch kept whole (the first ones that fit
+    /// [`GOLDEN_STEP_BYTES`]), for hybrid trials to start where their faults do.
+    passes: BTreeMap<u64, GoldenStep>,
+    /// Host bytes `passes` hold.
+    pass_bytes: u64,
 }
 
 /// A prepared campaign: spec, machine, golden run and sampled space.
@@ -144,6 +166,8 @@ pub struct Campaign {
     inference: Option<Inference>,
     /// Host bytes one worker's step needs ([`faultline_train::exec::host_bytes`]).
     step_bytes: Option<u64>,
+    /// Host bytes of the injection steps kept whole (`golden.steps`).
+    golden_step_bytes: u64,
     /// Faults trial `t` injects instead of a draw from `space` ([`Campaign::with_faults`]).
     faults: Option<Vec<(Anchor, Vec<StepFault>)>>,
     /// [`CampaignInfo::identity`] of `info`, which every record carries.
@@ -187,10 +211,18 @@ impl Inference {
     /// The inference trials of `trainer`'s model as the golden run left it: executor `exec`
     /// (schedule `sched`), and test batches `batches` (1-based) with their golden outputs.
     /// `batches` must be checked first ([`Inference::check_batches`]).
-    fn new(exec: Executor, sched: StepSchedule, trainer: &Trainer, batches: &[u64]) -> Result<Inference> {
+    fn new(
+        exec: Executor,
+        sched: StepSchedule,
+        trainer: &Trainer,
+        batches: &[u64],
+        mem: &HostMemory,
+    ) -> Result<Inference> {
         let (b, test) = (exec.batch(), &trainer.data.test);
         let state = trainer.state.clone();
-        let mut out = BTreeMap::new();
+        let per_pass = exec.golden_step_bytes().max(1);
+        let whole = (GOLDEN_STEP_BYTES.min(mem.limit / 4) / per_pass) as usize;
+        let (mut out, mut passes) = (BTreeMap::new(), BTreeMap::new());
         for &k in batches {
             let start = (k as usize - 1) * b;
             let real = (test.len() - start).min(b);
@@ -198,11 +230,15 @@ impl Inference {
             let idx: Vec<usize> = (0..b).map(|i| if i < real { start + i } else { 0 }).collect();
             let (x, _) = test.gather(&idx);
             let golden = exec.infer_with_fault(&state, &x, None)?.output;
+            if passes.len() < whole {
+                passes.insert(k, exec.golden_step(&state, &x, None)?);
+            }
             out.insert(k, (x, real, golden));
         }
         let mut cycle = exec.clone();
         cycle.mode = ExecMode::CycleLevel;
-        Ok(Inference { exec: [exec, cycle], sched, state, batches: out })
+        let pass_bytes = passes.len() as u64 * per_pass;
+        Ok(Inference { exec: [exec, cycle], sched, state, batches: out, passes, pass_bytes })
     }
 }
 
@@ -258,16 +294,19 @@ struct GoldenRun {
 /// Runs the golden run of `spec` on `trainer` from its state (`protection` calibrated on it
 /// after), calling `golden_step` after each step; keeps the states around each injection
 /// step. A run whose loss or state stops being finite is an error naming `file`.
+/// Keeps the first `whole` injection steps whole ([`GoldenStep`]).
 fn golden_run(
     trainer: &mut Trainer,
     spec: &CampaignSpec,
     file: &Path,
     protection: Option<&protect::Applied>,
+    whole: usize,
     mut golden_step: impl FnMut(u64),
 ) -> Result<GoldenRun> {
     let steps = spec.inject_steps.steps();
     let training = spec.mode == Mode::Training;
     let (mut before, mut after, mut window_end) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+    let mut kept = BTreeMap::new();
     let (mut losses, mut window_accuracy) = (vec![], vec![]);
     // A plan's checks are calibrated on the golden run: residuals, and ABFT's bound.
     let (mut residuals, mut bounds) = (vec![], vec![]);
@@ -277,6 +316,9 @@ fn golden_run(
         let inject = training && steps.binary_search(&step).is_ok();
         if inject {
             before.insert(step, trainer.snapshot());
+            if kept.len() < whole {
+                kept.insert(step, trainer.golden_step()?);
+            }
         }
         if abft {
             let (x, y) = trainer.data.train.gather(&trainer.batcher.clone().next_indices());
@@ -303,7 +345,8 @@ fn golden_run(
             window_end.insert(step - spec.follow_up, trainer.snapshot());
         }
     }
-    Ok(GoldenRun { states: GoldenStates { before, after, window_end }, losses, window_accuracy, residuals, bounds })
+    let states = GoldenStates { before, after, window_end, steps: kept };
+    Ok(GoldenRun { states, losses, window_accuracy, residuals, bounds })
 }
 
 /// What `campaign.json` says of each of `space`'s classes on machine `hw`.
@@ -367,7 +410,14 @@ impl Campaign {
         let (cycles_per_step, instructions_per_step) = (sched.total_cycles, exec.program().instrs.len());
 
         let start = trainer.snapshot();
-        let golden = golden_run(&mut trainer, &spec, file, protection.as_ref().map(|(p, _)| p), golden_step)?;
+        // Hybrid trials start from their injection step kept whole, as many as fit.
+        let per_step = trainer.exec.golden_step_bytes().max(1);
+        let whole = match spec.mode {
+            Mode::Training => (GOLDEN_STEP_BYTES.min(mem.limit / 4) / per_step).min(steps.len() as u64) as usize,
+            Mode::Inference => 0,
+        };
+        let plan = protection.as_ref().map(|(p, _)| p);
+        let golden = golden_run(&mut trainer, &spec, file, plan, whole, golden_step)?;
         if let Some((p, f)) = &mut protection {
             protect::calibrate(p, &golden.residuals, &golden.bounds, f)?;
         }
@@ -384,7 +434,7 @@ impl Campaign {
         }
         let test_accuracy = trainer.evaluate(&trainer.data.test)?;
         let inference = match inference_exec {
-            Some(e) => Some(Inference::new(e, sched, &trainer, &steps)?),
+            Some(e) => Some(Inference::new(e, sched, &trainer, &steps, mem)?),
             None => None,
         };
         trainer.restore_snapshot(&start);
@@ -415,6 +465,7 @@ impl Campaign {
             golden: golden.states,
             inference,
             step_bytes,
+            golden_step_bytes: whole as u64 * per_step,
             faults: None,
         })
     }
@@ -473,7 +524,8 @@ impl Campaign {
 
     /// Host bytes `threads` workers need (`None` past 2^64): check it before [`Campaign::run`].
     pub fn host_bytes(&self, threads: usize) -> Option<u64> {
-        self.step_bytes?.checked_mul(threads as u64)
+        let kept = self.golden_step_bytes + self.inference.as_ref().map_or(0, |i| i.pass_bytes);
+        self.step_bytes?.checked_mul(threads as u64)?.checked_add(kept)
     }
 
     /// The model's name.
@@ -489,6 +541,12 @@ impl Campaign {
     /// A trainer to run trials on (each worker owns one).
     pub fn trainer(&self) -> Trainer {
         self.trainer.clone()
+    }
+
+    /// Injection step `s` kept whole, for a hybrid trial on `tr` to start from (`None` if it was
+    /// not kept, or `tr` runs everything at cycle level).
+    fn golden_step(&self, tr: &Trainer, s: u64) -> Option<&GoldenStep> {
+        self.golden.steps.get(&s).filter(|_| tr.exec.mode == ExecMode::Functional)
     }
 
     /// The golden run's state before injection step `step` (`None` for a step faults do not
@@ -555,18 +613,25 @@ impl Campaign {
     /// `verify_dead_every`-th) or `tr` runs at cycle level ([`TrialMode::CycleLevel`] runs
     /// everything, to check and to time hybrid trials against).
     pub fn trial(&self, tr: &mut Trainer, t: u64) -> Result<TrialRecord> {
+        Ok(self.trial_timed(tr, t)?.0)
+    }
+
+    /// [`Campaign::trial`], with the time its follow-up window took apart
+    /// (`timing.jsonl`'s `follow_us` and `eval_us`).
+    pub fn trial_timed(&self, tr: &mut Trainer, t: u64) -> Result<(TrialRecord, TrialTime)> {
         let spec = self.spec();
+        let mut time = TrialTime::default();
         let (a, upset) = self.upset(t);
         let dead = spec.skip_dead && self.space.dead(&tr.exec.hw, &upset);
         let verify = dead && spec.verify_dead_every > 0 && t.is_multiple_of(spec.verify_dead_every);
         let skip = dead && !verify;
         if skip && tr.exec.mode == ExecMode::CycleLevel {
             // The reference runs it too (and checks it is masked), but records what hybrid does.
-            self.judge(tr, t, &a, &upset, true)?;
+            self.judge_timed(tr, t, &a, &upset, true, &mut time)?;
         }
-        let mut rec = self.judge(tr, t, &a, &upset, !skip)?;
+        let mut rec = self.judge_timed(tr, t, &a, &upset, !skip, &mut time)?;
         rec.verified_dead = verify;
-        Ok(rec)
+        Ok((rec, time))
     }
 
     /// Injects `upset` (anchored at `a`) on `tr` from the golden state before its step and
@@ -574,6 +639,19 @@ impl Campaign {
     /// dead upset). A dead upset that runs must come out `HwMasked`, else the liveness analysis
     /// is wrong: an error.
     pub fn judge(&self, tr: &mut Trainer, t: u64, a: &Anchor, upset: &[StepFault], run: bool) -> Result<TrialRecord> {
+        self.judge_timed(tr, t, a, upset, run, &mut TrialTime::default())
+    }
+
+    /// [`Campaign::judge`], adding what its follow-up window took to `time`.
+    fn judge_timed(
+        &self,
+        tr: &mut Trainer,
+        t: u64,
+        a: &Anchor,
+        upset: &[StepFault],
+        run: bool,
+        time: &mut TrialTime,
+    ) -> Result<TrialRecord> {
         let spec = self.spec();
         let mut rec = TrialRecord {
             schema: SCHEMA,
@@ -603,7 +681,7 @@ impl Campaign {
         if let Some(inf) = &self.inference {
             self.infer(inf, tr.exec.mode, &mut rec, a, upset)?;
         } else {
-            self.train(tr, &mut rec, a, upset)?;
+            self.train(tr, &mut rec, a, upset, time)?;
         }
         if dead && rec.outcome != Outcome::HwMasked {
             return Err(FaultError::Inconsistent(format!(
@@ -625,8 +703,9 @@ impl Campaign {
     ) -> Result<()> {
         let exec = &inf.exec[(mode == ExecMode::CycleLevel) as usize];
         let (x, real, golden) = &inf.batches[&a.step];
+        let pass = inf.passes.get(&a.step).filter(|_| mode == ExecMode::Functional);
         let (out, report) =
-            inject::run_upset(exec, &inf.sched, upset, |inj| exec.infer_with_fault(&inf.state, x, inj))?;
+            inject::run_upset(exec, &inf.sched, upset, |inj| exec.infer_with_fault_from(&inf.state, x, inj, pass))?;
         let report =
             report.ok_or_else(|| FaultError::Inconsistent(format!("trial {}: no injection report", rec.trial)))?;
         rec.register_level_cycles = register_cycles(&inf.sched, a, upset, &report);
@@ -667,7 +746,14 @@ impl Campaign {
     /// words' top data bit, at the same time) to learn whether a word is read while wrong, and
     /// the code then judges the actual error pattern. A permanent fault in check bits is
     /// judged by the injection step's reads.
-    fn train(&self, tr: &mut Trainer, rec: &mut TrialRecord, a: &Anchor, upset: &[StepFault]) -> Result<()> {
+    fn train(
+        &self,
+        tr: &mut Trainer,
+        rec: &mut TrialRecord,
+        a: &Anchor,
+        upset: &[StepFault],
+        time: &mut TrialTime,
+    ) -> Result<()> {
         let t = rec.trial;
         let s = a.step;
         let golden = &self.info.golden;
@@ -680,7 +766,7 @@ impl Campaign {
             data.clone()
         };
         tr.restore_snapshot(&self.golden.before[&s]);
-        let mut r = tr.step_with_upset(&run)?;
+        let mut r = tr.step_with_upset_from(&run, self.golden_step(tr, s))?;
         let report =
             r.injection.clone().ok_or_else(|| FaultError::Inconsistent(format!("trial {t}: no injection report")))?;
         rec.register_level_cycles = register_cycles(&tr.schedule, a, upset, &report);
@@ -695,7 +781,7 @@ impl Campaign {
             )));
         }
         let Some(p) = &self.info.protection else {
-            rec.outcome = self.follow(tr, rec, upset, r.loss, same, &mut corrupted)?;
+            rec.outcome = self.follow(tr, rec, upset, (r.loss, same, &mut corrupted), time)?;
             return Ok(());
         };
         let code = p.code_of(&a.class.pattern());
@@ -723,7 +809,7 @@ impl Campaign {
                     if rest != run {
                         // Miscorrected or partly corrected: the data error the decoder passes on.
                         tr.restore_snapshot(&self.golden.before[&s]);
-                        r = tr.step_with_upset(&rest)?;
+                        r = tr.step_with_upset_from(&rest, self.golden_step(tr, s))?;
                         corrupted = r.injection.as_ref().is_some_and(|i| !i.masked());
                         same = same_bits(&tr.state, &self.golden.after[&s].model);
                         data = rest;
@@ -736,7 +822,7 @@ impl Campaign {
             rec.outcome = self.recover(tr, rec, upset, &data, p, None)?;
             return Ok(());
         }
-        rec.outcome = self.follow(tr, rec, &data, r.loss, same, &mut corrupted)?;
+        rec.outcome = self.follow(tr, rec, &data, (r.loss, same, &mut corrupted), time)?;
         Ok(())
     }
 
@@ -760,7 +846,7 @@ impl Campaign {
         }
         for _ in 0..p.plan.recovery.attempts() {
             tr.restore_snapshot(&self.golden.before[&s]);
-            let r = if permanent { tr.step_with_upset(data)? } else { tr.step()? };
+            let r = if permanent { tr.step_with_upset_from(data, self.golden_step(tr, s))? } else { tr.step()? };
             if p.detect(r.loss, &r.checks).is_some() {
                 continue;
             }
@@ -779,17 +865,32 @@ impl Campaign {
         Ok(Outcome::Detected)
     }
 
-    /// The outcome of a trial whose injection step (loss `loss`, state `same` as golden's or
-    /// not, the faulted instructions' outputs `corrupted` or not) has run on `tr`: judged
+    /// The outcome of a trial whose injection step (loss, state the same as golden's or not,
+    /// the faulted instructions' outputs corrupted or not: `injection`) has run on `tr`: judged
     /// there, or after the follow-up window, which a permanent fault strikes in every step.
+    /// Adds the window's steps and its evaluation to `time`.
     fn follow(
         &self,
         tr: &mut Trainer,
         rec: &mut TrialRecord,
         upset: &[StepFault],
-        loss: f64,
-        same: bool,
-        corrupted: &mut bool,
+        injection: (f64, bool, &mut bool),
+        time: &mut TrialTime,
+    ) -> Result<Outcome> {
+        let (clock, eval) = (Instant::now(), time.eval);
+        let outcome = self.window(tr, rec, upset, injection, &mut time.eval);
+        time.follow += clock.elapsed().saturating_sub(time.eval - eval);
+        outcome
+    }
+
+    /// [`Campaign::follow`], adding the test-set evaluation's time to `eval`.
+    fn window(
+        &self,
+        tr: &mut Trainer,
+        rec: &mut TrialRecord,
+        upset: &[StepFault],
+        (loss, same, corrupted): (f64, bool, &mut bool),
+        eval: &mut Duration,
     ) -> Result<Outcome> {
         let (spec, golden, s) = (self.spec(), &self.info.golden, rec.step);
         let permanent = spec.fault.permanent();
@@ -842,7 +943,9 @@ impl Campaign {
                 rec.trial, rec.fault
             )));
         }
+        let clock = Instant::now();
         let acc = tr.evaluate(&tr.data.test)?;
+        *eval += clock.elapsed();
         let g_acc = golden.window_accuracy.iter().find(|(st, _)| *st == s).map(|x| x.1).expect("golden window");
         rec.test_accuracy_delta = Some(acc - g_acc);
         Ok(spec.thresholds.classify(&losses, window, acc, g_acc))
@@ -873,10 +976,10 @@ impl Campaign {
         };
         let trial = |tr: &mut Trainer, i: usize| {
             let clock = Instant::now();
-            let rec = self.trial(tr, todo[i])?;
-            let secs = clock.elapsed().as_secs_f64();
+            let (rec, time) = self.trial_timed(tr, todo[i])?;
+            let wall = clock.elapsed();
             progress(Progress::Trial(&rec));
-            Ok((rec, secs))
+            Ok((rec, wall, time))
         };
         let window = WINDOW_PER_THREAD * pool.current_num_threads();
         let ran = run_ordered(&pool, todo.len(), window, trainer, trial, |batch| writer.add(&batch));

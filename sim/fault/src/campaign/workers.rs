@@ -1,6 +1,7 @@
 //! Campaign workers: trials on every thread with no barrier, their results written in trial
 //! order by whichever worker completes a contiguous run, in buffered appends.
 
+use super::TrialTime;
 use crate::error::{FaultError, Result};
 use crate::record::TrialRecord;
 use std::collections::BTreeMap;
@@ -8,7 +9,7 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Jobs a worker may start ahead of the first one not yet written, per thread: enough to keep
 /// every thread busy past a long trial, and a bound on the results held in memory.
@@ -227,14 +228,16 @@ impl Writer {
         Ok(Writer { records, records_path, timing, timing_path, lines, times, written, synced, broken: false })
     }
 
-    /// The next trials' records and wall times (in seconds), appended with those before them
-    /// once there are [`WRITE_BYTES`] or [`WRITE_SECS`] have passed.
-    pub(super) fn add(&mut self, batch: &[(TrialRecord, f64)]) -> Result<()> {
-        for (rec, secs) in batch {
+    /// The next trials' records, wall times and where they went, appended with those before
+    /// them once there are [`WRITE_BYTES`] or [`WRITE_SECS`] have passed.
+    pub(super) fn add(&mut self, batch: &[(TrialRecord, Duration, TrialTime)]) -> Result<()> {
+        for (rec, wall, time) in batch {
             self.lines.push_str(&serde_json::to_string(rec).expect("records serialise"));
             self.lines.push('\n');
-            let us = (secs * 1e6).round() as u64;
-            self.times.push_str(&format!("{{\"trial\":{},\"wall_us\":{us}}}\n", rec.trial));
+            let us = |d: &Duration| d.as_micros();
+            let (w, f, e) = (us(wall), us(&time.follow), us(&time.eval));
+            let line = format!("{{\"trial\":{},\"wall_us\":{w},\"follow_us\":{f},\"eval_us\":{e}}}\n", rec.trial);
+            self.times.push_str(&line);
         }
         if self.lines.len() >= WRITE_BYTES || self.written.elapsed().as_secs_f64() >= WRITE_SECS {
             self.flush()?;
