@@ -4,12 +4,14 @@
 //! Throughput is reported in elements/s: PE-cycles for the cycle-level model (target >= 200 M
 //! per core), MACs for the functional twin (target >= 1 G per core). Also a faulty GEMM of a
 //! training step (mlp-digits' first, 32x64x64 on a 32x32 WS array, one psum flip), which steps
-//! only the cycles the fault matters in, next to the same GEMM functional and stepped whole.
+//! only the cycles the fault matters in, next to the same GEMM functional and stepped whole; and
+//! ResNet-20's first weight gradient (144x32768x16, its `A` the im2col matrix held transposed)
+//! in place, fp32, on a 128x128 array: what a training step runs.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use faultline_hw::fault::{FaultEvent, FaultSchedule};
 use faultline_hw::fault::{FaultSite, Register};
-use faultline_hw::mxu::{gemm, gemm_timing};
+use faultline_hw::mxu::{functional_in_place, gemm, gemm_timing, Raw};
 use faultline_hw::{Dataflow, ExecMode, HwConfig, Matrix};
 use faultline_num::{NumFormat, Precision};
 use rand::{Rng, SeedableRng};
@@ -63,6 +65,19 @@ fn bench(c: &mut Criterion) {
             b.iter(|| gemm(&cfg, black_box(&a), black_box(&w), mode, &faults).unwrap())
         });
     }
+    // A weight gradient: A (144x32768) held transposed, as the im2col matrix lies in memory.
+    let cfg = HwConfig::test_config(128, 128, Dataflow::WeightStationary, Precision::Fp32Fp32);
+    let (m, k, n) = (144, 32768, 16);
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let mut words = |len: usize| -> Vec<u32> { (0..len).map(|_| rng.gen_range(-1.0..1.0f32).to_bits()).collect() };
+    let (at, dy, mut out) = (words(m * k), words(k * n), vec![0u32; m * n]);
+    g.throughput(Throughput::Elements((m * k * n) as u64));
+    g.bench_function("functional_fp32_transposed_a_128x128_144x32768x16_macs", |b| {
+        b.iter(|| {
+            let (a, w) = (Raw { words: &at, transposed: true }, Raw { words: &dy, transposed: false });
+            functional_in_place(&cfg, a, w, (m, k, n), black_box(&mut out), false).unwrap()
+        })
+    });
     g.finish();
 }
 

@@ -603,11 +603,11 @@ proptest! {
     /// rounded by the input converters as they are decoded; the result written over the
     /// accumulators or over whatever the output held) gives the bits of converting the
     /// operands first ([`faultline_hw::isa::to_input`]) and running [`mxu::gemm_into`], in
-    /// every dataflow and precision, past the threads' threshold too.
+    /// every dataflow and precision, past the threads' threshold too, on 1 and 3 threads.
     #[test]
     fn the_in_place_functional_gemm_equals_converting_first(
         rows in 1usize..=16, cols in 1usize..=16,
-        m in 1usize..=140, k in 1usize..=140, n in 1usize..=140,
+        m in 1usize..=140, k in 1usize..=300, n in 1usize..=140,
         at in any::<bool>(), wt in any::<bool>(), acc in any::<bool>(),
         df in dataflows(), prec in precisions(), seed in any::<u64>(),
     ) {
@@ -624,17 +624,21 @@ proptest! {
         let (a, w) = (logical(&araw, m, k, at), logical(&wraw, k, n, wt));
         let accs = Matrix { rows: m, cols: n, data: start.clone() };
         let want = mxu::gemm_into(&cfg, &a, &w, acc.then_some(&accs), ExecMode::Functional, &FaultSchedule::none()).unwrap();
-        let mut out = start;
-        let stats = mxu::functional_in_place(
-            &cfg,
-            mxu::Raw { words: &araw, transposed: at },
-            mxu::Raw { words: &wraw, transposed: wt },
-            (m, k, n),
-            &mut out,
-            acc,
-        )
-        .unwrap();
-        prop_assert_eq!(out, want.out.data);
-        prop_assert_eq!(stats, want.stats);
+        // A transposed A runs its own kernel (outer products along K): any thread count too.
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let mut out = start.clone();
+            let stats = pool.install(|| mxu::functional_in_place(
+                &cfg,
+                mxu::Raw { words: &araw, transposed: at },
+                mxu::Raw { words: &wraw, transposed: wt },
+                (m, k, n),
+                &mut out,
+                acc,
+            ))
+            .unwrap();
+            prop_assert_eq!(&out, &want.out.data, "{} threads", threads);
+            prop_assert_eq!(stats, want.stats);
+        }
     }
 }

@@ -30,7 +30,7 @@ const PAR_MACS: usize = 1 << 21;
 /// MACs from which a GEMM uses fused multiply-adds where they are exact: below, the operands'
 /// range scan and the short register blocks' longer dependency chains cost more than fusing
 /// saves (mlp-digits' 32x64x64 GEMMs: 3.5% of a bf16 step; a 512^3 GEMM gains 10%).
-const FUSED_MACS: usize = PAR_MACS;
+pub(super) const FUSED_MACS: usize = PAR_MACS;
 
 /// Functional twin of any schedule (WS, OS, and IS, whose products and K chunks are WS's on the
 /// same operands: see [`super`]): `out = [acc +] a * w` as accumulator bits.
@@ -58,10 +58,14 @@ pub(super) fn functional_raw<F: MacFormat>(
     s: &Schedule,
     a: Raw<'_>,
     w: Raw<'_>,
-    input: impl Fn(u32) -> u32 + Copy,
+    input: impl Fn(u32) -> u32 + Copy + Sync,
     out: &mut [u32],
     acc: bool,
 ) {
+    if a.transposed && s.k >= super::outer::MIN_K {
+        // Read where it lies, vectorised along M: no transposed copy of A.
+        return super::outer::functional_transposed_a::<F>(s, a, w, input, out, acc);
+    }
     let (m, k, n) = (s.m, s.k, s.n);
     // WS and IS reduce K in chunks of R (one per fold), OS in one piece.
     let chunk = match s.dataflow {
@@ -87,7 +91,7 @@ pub(super) fn functional_raw<F: MacFormat>(
 
 /// Whether the host has a fused multiply-add in hardware (else `mul_add` is a slow library
 /// call: still exact, so this decides speed only).
-fn fma_available() -> bool {
+pub(super) fn fma_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     return std::arch::is_x86_feature_detected!("fma");
     #[cfg(target_arch = "aarch64")]

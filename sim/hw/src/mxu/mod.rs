@@ -2,7 +2,8 @@
 //! bit-exact functional twin.
 //!
 //! One model per file: `schedule.rs` (the fold [`Schedule`] and its closed-form counts),
-//! `functional.rs` (the functional twin), `cycle.rs` (the stepped array, [`PeArrayState`]) and
+//! `functional.rs` (the functional twin), `outer.rs` (the twin for an `A` that memory holds
+//! transposed, read in place), `cycle.rs` (the stepped array, [`PeArrayState`]) and
 //! `gemm.rs` (the checked entry points, [`gemm`], that pick one by [`ExecMode`](crate::ExecMode)).
 //!
 //! # Dataflows and the tile schedule
@@ -145,6 +146,7 @@ pub mod access;
 mod cycle;
 mod functional;
 mod gemm;
+mod outer;
 mod schedule;
 
 pub use cycle::{cycle_level, cycle_level_observed, CycleReport, PeArrayState};
