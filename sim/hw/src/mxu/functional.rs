@@ -11,7 +11,6 @@
 //! thread count gives the same bits).
 
 use super::Schedule;
-use crate::config::Dataflow;
 use crate::matrix::Matrix;
 use faultline_num::MacFormat;
 use rayon::prelude::*;
@@ -19,8 +18,9 @@ use rayon::prelude::*;
 /// Output columns per register block (two 8-lane AVX2 vectors).
 pub(super) const NR: usize = 16;
 /// Output rows per register block (with `NR`: 12 AVX2 accumulators, enough independent adds to
-/// hide their latency, and each weight load serves `MR` rows).
+/// hide their latency, and each weight load serves `MR` rows); [`super::ragged`]'s full extent.
 pub(super) const MR: usize = 6;
+const _: () = assert!(MR == 6, "super::ragged unrolls blocks of up to 6 rows");
 /// Packed weight bytes a row block sweeps before the next row block starts: the panels of one
 /// column block stay in the L2 cache while every row block of `A` passes them.
 const W_BLOCK_BYTES: usize = 256 << 10;
@@ -68,13 +68,7 @@ pub(super) fn functional_raw<F: MacFormat>(
     }
     let (m, k, n) = (s.m, s.k, s.n);
     // WS and IS reduce K in chunks of R (one per fold), OS in one piece.
-    let chunk = match s.dataflow {
-        Dataflow::WeightStationary | Dataflow::InputStationary => s.rows,
-        Dataflow::OutputStationary => k,
-    }
-    .max(1);
-    // Whether the first K fold overwrites the accumulators (else every fold adds).
-    let overwrite = s.folds.first().is_some_and(|f| f.overwrite);
+    let (chunk, overwrite) = s.k_chunks();
     let ap = decode_a::<F>(a, m, k, input);
     let wp = pack_w::<F>(w, k, n, input);
     let fused = m * k * n >= FUSED_MACS && F::products_exact(&ap, &wp) && fma_available();
@@ -176,14 +170,7 @@ impl<V: Copy + Default> Packed<'_, V> {
                 let a = &self.ap[(m0 + r0) * k..];
                 let out = &mut out[r0 * n..];
                 for p in p0..(p0 + per_block).min(panels) {
-                    match rows - r0 {
-                        1 => self.tile::<F, FUSED, 1>(a, p, out),
-                        2 => self.tile::<F, FUSED, 2>(a, p, out),
-                        3 => self.tile::<F, FUSED, 3>(a, p, out),
-                        4 => self.tile::<F, FUSED, 4>(a, p, out),
-                        5 => self.tile::<F, FUSED, 5>(a, p, out),
-                        _ => self.tile::<F, FUSED, MR>(a, p, out),
-                    }
+                    super::ragged!(rows - r0, |R| self.tile::<F, FUSED, R>(a, p, out));
                 }
             }
         }

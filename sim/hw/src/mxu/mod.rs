@@ -142,6 +142,40 @@ macro_rules! with_input_converter {
 }
 pub(crate) use with_input_converter;
 
+/// `$call` with `$c` the const generic for a register block's extent: `$left` (the rows or
+/// columns left) when fewer than 6, else 6 (`MR` and `NT`), so that every block is unrolled.
+macro_rules! ragged {
+    ($left:expr, |$c:ident| $call:expr) => {
+        match $left {
+            1 => {
+                const $c: usize = 1;
+                $call
+            }
+            2 => {
+                const $c: usize = 2;
+                $call
+            }
+            3 => {
+                const $c: usize = 3;
+                $call
+            }
+            4 => {
+                const $c: usize = 4;
+                $call
+            }
+            5 => {
+                const $c: usize = 5;
+                $call
+            }
+            _ => {
+                const $c: usize = 6;
+                $call
+            }
+        }
+    };
+}
+pub(crate) use ragged;
+
 pub mod access;
 mod cycle;
 mod functional;

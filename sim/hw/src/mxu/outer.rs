@@ -15,14 +15,15 @@
 
 use super::functional::{fma_available, Raw, FUSED_MACS};
 use super::Schedule;
-use crate::config::Dataflow;
 use faultline_num::MacFormat;
 use rayon::prelude::*;
 
 /// Outputs along `M` per register block (two 8-lane AVX2 vectors).
 const MT: usize = 16;
-/// Output columns per register block (with `MT`: 12 AVX2 accumulators).
+/// Output columns per register block (with `MT`: 12 AVX2 accumulators); [`super::ragged`]'s
+/// full extent.
 const NT: usize = 6;
+const _: () = assert!(NT == 6, "super::ragged unrolls blocks of up to 6 columns");
 /// `K` rows decoded at a time: a slice of `A^T` (`SLICE x MT` words per block of `M`) stays in
 /// the first-level cache while every column block passes it.
 const SLICE: usize = 128;
@@ -47,12 +48,7 @@ pub(super) fn functional_transposed_a<F: MacFormat>(
 ) {
     debug_assert!(a.transposed);
     let (m, n) = (s.m, s.n);
-    let chunk = match s.dataflow {
-        Dataflow::WeightStationary | Dataflow::InputStationary => s.rows,
-        Dataflow::OutputStationary => s.k,
-    }
-    .max(1);
-    let overwrite = s.folds.first().is_some_and(|f| f.overwrite);
+    let (chunk, overwrite) = s.k_chunks();
     // Fusing pays only on large GEMMs (as in `super::functional`); it never changes a bit.
     let fuse = m * s.k * n >= FUSED_MACS;
     let g = Outer { a, w, k: s.k, m, n, chunk, overwrite, acc, fuse };
@@ -182,14 +178,7 @@ impl<V: Copy + Default> Slice<'_, V> {
     fn run<F: MacFormat<Value = V>, const FUSED: bool>(&self, psum: &mut [V]) {
         for b in 0..self.width / MT {
             for n0 in (0..self.n).step_by(NT) {
-                match self.n - n0 {
-                    1 => self.block::<F, FUSED, 1>(b, n0, psum),
-                    2 => self.block::<F, FUSED, 2>(b, n0, psum),
-                    3 => self.block::<F, FUSED, 3>(b, n0, psum),
-                    4 => self.block::<F, FUSED, 4>(b, n0, psum),
-                    5 => self.block::<F, FUSED, 5>(b, n0, psum),
-                    _ => self.block::<F, FUSED, NT>(b, n0, psum),
-                }
+                super::ragged!(self.n - n0, |C| self.block::<F, FUSED, C>(b, n0, psum));
             }
         }
     }

@@ -181,6 +181,17 @@ impl Schedule {
         Schedule { dataflow: Dataflow::WeightStationary, m: self.n, n: self.m, folds, ..self.clone() }
     }
 
+    /// The `K` rows each partial sum of an output runs over before it joins the accumulator
+    /// (WS and IS: one fold's array rows; OS: all of `K`), and whether the first of them
+    /// overwrites the accumulator (else every one adds): what the functional twins reproduce.
+    pub(super) fn k_chunks(&self) -> (usize, bool) {
+        let chunk = match self.dataflow {
+            Dataflow::WeightStationary | Dataflow::InputStationary => self.rows,
+            Dataflow::OutputStationary => self.k,
+        };
+        (chunk.max(1), self.folds.first().is_some_and(|f| f.overwrite))
+    }
+
     /// The schedule of a GEMM that adds its result to what the accumulators hold (`out +=
     /// A * W`, a later K tile of a GEMM cut along K): no fold overwrites.
     pub fn accumulating(mut self) -> Schedule {
