@@ -367,7 +367,10 @@ fn explore_campaign<P: Fn(ExploreProgress) + Sync>(
         let c = Campaign::prepare(cspec, cfile, mem)?;
         let pname = c.info.protection.as_ref().map_or("none".to_string(), |p| p.plan.name.clone());
         (ctx.progress)(ExploreProgress::Plan { campaign: &base.name, plan: &pname });
-        mem.check(&format!("campaign `{}` on {threads} threads", base.name), c.host_bytes(threads))?;
+        // The baseline campaign stays alive beside each plan's, with what it keeps whole.
+        let alive = baseline.as_ref().map_or(0, Campaign::kept_bytes);
+        let need = c.host_bytes(threads).and_then(|b| b.checked_add(alive));
+        mem.check(&format!("campaign `{}` on {threads} threads", base.name), need)?;
         let (c, pairing) = pair_with_baseline(c, baseline.as_ref(), base, &pname, mem)?;
         let dir = ctx.out.join(&base.name).join(&pname);
         fs::create_dir_all(&dir).map_err(FaultError::io(&dir))?;

@@ -522,10 +522,16 @@ impl Campaign {
         Ok((setup.trainer(tg, data)?, protection, step_bytes))
     }
 
-    /// Host bytes `threads` workers need (`None` past 2^64): check it before [`Campaign::run`].
+    /// Host bytes `threads` workers need (`None` past 2^64), the injection steps it keeps whole
+    /// included ([`Campaign::kept_bytes`]): check it before [`Campaign::run`].
     pub fn host_bytes(&self, threads: usize) -> Option<u64> {
-        let kept = self.golden_step_bytes + self.inference.as_ref().map_or(0, |i| i.pass_bytes);
-        self.step_bytes?.checked_mul(threads as u64)?.checked_add(kept)
+        self.step_bytes?.checked_mul(threads as u64)?.checked_add(self.kept_bytes())
+    }
+
+    /// Host bytes of the injection steps (an inference campaign's forward passes) this campaign
+    /// keeps whole for its hybrid trials to start from: held as long as it is.
+    pub fn kept_bytes(&self) -> u64 {
+        self.golden_step_bytes + self.inference.as_ref().map_or(0, |i| i.pass_bytes)
     }
 
     /// The model's name.
