@@ -661,9 +661,10 @@ fn interpret(
     }
     let none = FaultSchedule::none();
     let mut effect = None;
+    let first = start.as_ref().map_or(0, |s| s.at);
     let mut durations = Vec::with_capacity(p.instrs.len());
     // The golden step's cycles for the instructions a late start skips.
-    durations.extend_from_slice(start.as_ref().map_or(&[][..], |s| &s.golden.durations[..s.at]));
+    durations.extend_from_slice(start.as_ref().map_or(&[][..], |s| &s.golden.durations[..first]));
     let words = fault.map_or(&[][..], |f| f.hits());
     let groups = if groups.is_empty() { vec![(0, None)] } else { groups.iter().map(|&(k, i)| (k, Some(i))).collect() };
     let mut mem = words.first().map(|_| {
@@ -673,7 +674,6 @@ fn interpret(
         }
         WordEffect { hw, p, words, effects: vec![None; groups.len()], groups, by_instr }
     });
-    let first = durations.len();
     for (i, ins) in p.instrs.iter().enumerate().skip(first) {
         size_dests(p, ins, bufs);
         let restore = mem.as_mut().map(|m| m.apply(bufs, Some(i), false)).unwrap_or_default();

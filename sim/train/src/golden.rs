@@ -84,9 +84,10 @@ impl GoldenStep {
         GoldenStep { bufs, durations, restart, first_write, last_read }
     }
 
-    /// Host bytes it holds.
-    pub fn bytes(&self) -> u64 {
-        self.bufs.iter().map(|b| b.len() as u64 * 4).sum::<u64>() + self.durations.len() as u64 * 8
+    /// Every buffer of the program as the fault-free run left it (what
+    /// [`crate::Executor::step_buffers`] returns for the same state and batch).
+    pub fn buffers(&self) -> &[Vec<u32>] {
+        &self.bufs
     }
 
     /// Where a run of `p` (the program this was made from) with `fault` starts, with `bufs` (as

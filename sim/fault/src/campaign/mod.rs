@@ -321,8 +321,14 @@ fn golden_run(
             }
         }
         if abft {
-            let (x, y) = trainer.data.train.gather(&trainer.batcher.clone().next_indices());
-            let bufs = trainer.exec.step_buffers(&trainer.state, &x, &y)?;
+            // A step kept whole already holds every buffer the bounds read.
+            let bufs = match kept.get(&step) {
+                Some(g) => std::borrow::Cow::Borrowed(g.buffers()),
+                None => {
+                    let (x, y) = trainer.data.train.gather(&trainer.batcher.clone().next_indices());
+                    std::borrow::Cow::Owned(trainer.exec.step_buffers(&trainer.state, &x, &y)?)
+                }
+            };
             bounds.push(protect::step_bounds(&trainer.exec.tg, trainer.exec.program(), &bufs, input_unit));
         }
         let r = trainer.step()?;

@@ -73,13 +73,24 @@ pub(super) fn functional_raw<F: MacFormat>(
     let wp = pack_w::<F>(w, k, n, input);
     let fused = m * k * n >= FUSED_MACS && F::products_exact(&ap, &wp) && fma_available();
     let g = Packed { ap: &ap, wp: &wp, acc, k, n, chunk, overwrite };
-    let out = &mut out[..m * n];
+    by_row_blocks((m, k, n), MR, &mut out[..m * n], |m0, out| g.rows_dispatch::<F>(fused, m0, out));
+}
+
+/// Runs `run(m0, rows)` over the output rows (`out`, `m x n`) of an `m x k x n` GEMM: on the
+/// calling thread below [`PAR_MACS`], else in tasks of whole blocks of `block` rows spread over
+/// rayon's threads, so that each output is one thread's work and any thread count gives the
+/// same bits.
+pub(super) fn by_row_blocks(
+    (m, k, n): (usize, usize, usize),
+    block: usize,
+    out: &mut [u32],
+    run: impl Fn(usize, &mut [u32]) + Sync,
+) {
     if m * k * n < PAR_MACS || rayon::current_num_threads() == 1 {
-        g.rows_dispatch::<F>(fused, 0, out);
+        run(0, out);
     } else {
-        // Whole row blocks per task, so each output is one thread's work.
-        let rows = (m.div_ceil(MR) / (4 * rayon::current_num_threads())).max(1) * MR;
-        out.par_chunks_mut(rows * n).enumerate().for_each(|(t, out)| g.rows_dispatch::<F>(fused, t * rows, out));
+        let rows = (m.div_ceil(block) / (4 * rayon::current_num_threads())).max(1) * block;
+        out.par_chunks_mut(rows * n).enumerate().for_each(|(t, out)| run(t * rows, out));
     }
 }
 

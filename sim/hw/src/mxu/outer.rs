@@ -13,10 +13,9 @@
 //! [`SLICE`], never across a chunk's end) into buffers that stay in cache; a partial sum that
 //! continues into the next slice is kept in memory between them, which changes no bit.
 
-use super::functional::{fma_available, Raw, FUSED_MACS};
+use super::functional::{by_row_blocks, fma_available, Raw, FUSED_MACS};
 use super::Schedule;
 use faultline_num::MacFormat;
-use rayon::prelude::*;
 
 /// Outputs along `M` per register block (two 8-lane AVX2 vectors).
 const MT: usize = 16;
@@ -29,11 +28,10 @@ const _: () = assert!(NT == 6, "super::ragged unrolls blocks of up to 6 columns"
 const SLICE: usize = 128;
 /// The shortest `K` this kernel takes a transposed `A` for: below, transposing `A` is cheap and
 /// [`super::functional`]'s blocks, which write their outputs straight away, are faster (a
-/// 784x32x256 weight gradient took 1.4x the time here; every shape with `K` >= 1024 measured
-/// 0.07-0.67x, ResNet-20's and the 16-32-64 CNN's weight gradients 0.07-0.31x).
+/// 784x32x256 weight gradient took 1.3-1.4x the time of even a plain transpose followed by the
+/// row kernel; ResNet-20's first weight gradient, `K` 32768, took 0.29-0.36x the time of the
+/// blocked transpose and row kernel it replaces).
 pub(super) const MIN_K: usize = 64;
-/// MACs below which a GEMM runs on the calling thread.
-const PAR_MACS: usize = 1 << 21;
 
 /// `out = [acc +] a * w` with `a` transposed in memory, for schedule `s`; see the module docs.
 /// `input` converts a raw word to input-format bits; `out` (`m x n`) holds the accumulators'
@@ -52,15 +50,7 @@ pub(super) fn functional_transposed_a<F: MacFormat>(
     // Fusing pays only on large GEMMs (as in `super::functional`); it never changes a bit.
     let fuse = m * s.k * n >= FUSED_MACS;
     let g = Outer { a, w, k: s.k, m, n, chunk, overwrite, acc, fuse };
-    let out = &mut out[..m * n];
-    let blocks = m.div_ceil(MT);
-    if m * s.k * n < PAR_MACS || rayon::current_num_threads() == 1 || blocks == 1 {
-        g.rows::<F>(0, out, input);
-    } else {
-        // Whole blocks of `M` per task: each output is one thread's work.
-        let per = blocks.div_ceil(4 * rayon::current_num_threads()).max(1) * MT;
-        out.par_chunks_mut(per * n).enumerate().for_each(|(t, out)| g.rows::<F>(t * per, out, input));
-    }
+    by_row_blocks((m, s.k, n), MT, &mut out[..m * n], |m0, out| g.rows::<F>(m0, out, input));
 }
 
 /// A GEMM with a transposed `A`, as memory holds it.
