@@ -78,6 +78,17 @@ fn bench(c: &mut Criterion) {
             functional_in_place(&cfg, a, w, (m, k, n), black_box(&mut out), false).unwrap()
         })
     });
+    // A batch of 32 through an MNIST-sized dense layer, forward (fp32: operands read in place).
+    let (m, k, n) = (32, 784, 256);
+    let (x, wt) = (words(m * k), words(k * n));
+    let mut out = vec![0u32; m * n];
+    g.throughput(Throughput::Elements((m * k * n) as u64));
+    g.bench_function("functional_fp32_dense_128x128_32x784x256_macs", |b| {
+        b.iter(|| {
+            let (a, w) = (Raw { words: &x, transposed: false }, Raw { words: &wt, transposed: false });
+            functional_in_place(&cfg, a, w, (m, k, n), black_box(&mut out), false).unwrap()
+        })
+    });
     g.finish();
 }
 

@@ -10,7 +10,11 @@ pub trait MacFormat: Copy + Send + Sync + 'static {
     /// The runtime tag of this pair.
     const PRECISION: Precision;
     /// Value the arithmetic works in once decoded (exact for inputs and accumulators).
-    type Value: Copy + Send + Sync + Default + PartialEq + std::fmt::Debug;
+    type Value: Copy + Send + Sync + Default + PartialEq + std::fmt::Debug + 'static;
+    /// Whether the values are `f32`, [`MacFormat::mac_value`] is `acc + a * w` (one rounding
+    /// each), [`MacFormat::add_value`] `acc + x` and [`MacFormat::mac_fused`] `a.mul_add(w, acc)`:
+    /// then vector code doing those operations gives the same bits.
+    const F32_MUL_ADD: bool = false;
 
     /// Decodes input-register bits (exact).
     fn decode_in(bits: u32) -> Self::Value;
@@ -71,6 +75,7 @@ macro_rules! fp32_accumulate {
         impl MacFormat for $ty {
             const PRECISION: Precision = $prec;
             type Value = f32;
+            const F32_MUL_ADD: bool = true;
             #[inline(always)]
             fn decode_in(bits: u32) -> f32 {
                 $decode_in(bits)

@@ -121,7 +121,7 @@ pub fn functional_in_place(
     }
     let out = &mut out[..m * n];
     with_precision!(cfg.mxu.precision(), F => super::with_input_converter!(cfg.mxu.input_format, convert => {
-        functional_raw::<F>(&sched, a, w, convert, out, acc)
+        functional_raw::<F>(&sched, a, w, (convert, cfg.mxu.input_format == faultline_num::NumFormat::Fp32), out, acc)
     }));
     Ok(sched.stats())
 }

@@ -180,6 +180,7 @@ pub mod access;
 mod cycle;
 mod functional;
 mod gemm;
+mod microkernel;
 mod outer;
 mod schedule;
 

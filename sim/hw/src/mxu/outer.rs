@@ -14,6 +14,7 @@
 //! continues into the next slice is kept in memory between them, which changes no bit.
 
 use super::functional::{by_row_blocks, fma_available, Raw, FUSED_MACS};
+use super::microkernel::{block_f32, Kernel, Strided};
 use super::Schedule;
 use faultline_num::MacFormat;
 
@@ -22,6 +23,7 @@ const MT: usize = 16;
 /// Output columns per register block (with `MT`: 12 AVX2 accumulators); [`super::ragged`]'s
 /// full extent.
 const NT: usize = 6;
+const _: () = assert!(MT == super::functional::NR, "the f32 kernels are 16 lanes wide");
 const _: () = assert!(NT == 6, "super::ragged unrolls blocks of up to 6 columns");
 /// `K` rows decoded at a time: a slice of `A^T` (`SLICE x MT` words per block of `M`) stays in
 /// the first-level cache while every column block passes it.
@@ -49,7 +51,7 @@ pub(super) fn functional_transposed_a<F: MacFormat>(
     let (chunk, overwrite) = s.k_chunks();
     // Fusing pays only on large GEMMs (as in `super::functional`); it never changes a bit.
     let fuse = m * s.k * n >= FUSED_MACS;
-    let g = Outer { a, w, k: s.k, m, n, chunk, overwrite, acc, fuse };
+    let g = Outer { a, w, k: s.k, m, n, chunk, overwrite, acc, fuse, kernel: Kernel::for_format::<F>() };
     by_row_blocks((m, s.k, n), MT, &mut out[..m * n], |m0, out| g.rows::<F>(m0, out, input));
 }
 
@@ -68,6 +70,8 @@ struct Outer<'a> {
     acc: bool,
     /// Use fused multiply-adds where every product of a slice is exact.
     fuse: bool,
+    /// Who computes the register blocks.
+    kernel: Kernel,
 }
 
 impl Outer<'_> {
@@ -117,7 +121,7 @@ impl Outer<'_> {
             }
             let (at, wk) = (&at[..kr * width], &wk[..kr * n]);
             let fused = self.fuse && F::products_exact(at, wk) && fma_available();
-            let slice = Slice { at, wk, width, n, fresh: k0 % self.chunk == 0 };
+            let slice = Slice { at, wk, width, n, fresh: k0 % self.chunk == 0, kernel: self.kernel };
             slice_dispatch::<F>(fused, &slice, &mut psum);
             if k1 == chunk_end || k1 == k {
                 // The chunk's partial sums join the accumulators, in fold order.
@@ -144,6 +148,7 @@ struct Slice<'a, V> {
     width: usize,
     n: usize,
     fresh: bool,
+    kernel: Kernel,
 }
 
 /// [`Slice::run`], compiled for AVX2 with and without FMA as well as the baseline and picked at
@@ -162,7 +167,7 @@ fn slice_dispatch<F: MacFormat>(fused: bool, s: &Slice<'_, F::Value>, psum: &mut
     }
 }
 
-impl<V: Copy + Default> Slice<'_, V> {
+impl<V: Copy + Default + 'static> Slice<'_, V> {
     /// Continues (or, `fresh`, starts) the partial sums `psum` (`n x width`) over this slice.
     #[inline(always)]
     fn run<F: MacFormat<Value = V>, const FUSED: bool>(&self, psum: &mut [V]) {
@@ -183,6 +188,33 @@ impl<V: Copy + Default> Slice<'_, V> {
                 *pc = psum[(n0 + c) * width + m0..][..MT].try_into().expect("MT outputs");
             }
         }
+        if self.kernel != Kernel::Generic {
+            let o = Strided {
+                vecs: &self.at[m0..],
+                vec_step: width,
+                scalars: &self.wk[n0..],
+                scalar_step: n,
+                row_step: 1,
+                len: self.wk.len() / n,
+            };
+            p = block_f32::<F, FUSED, C>(self.kernel, &o, &p).expect("f32 values");
+        } else {
+            self.generic::<F, FUSED, C>(m0, n0, &mut p);
+        }
+        for (c, pc) in p.iter().enumerate() {
+            psum[(n0 + c) * width + m0..][..MT].copy_from_slice(pc);
+        }
+    }
+
+    /// [`Slice::block`]'s sums for any format, left to LLVM.
+    #[inline(always)]
+    fn generic<F: MacFormat<Value = V>, const FUSED: bool, const C: usize>(
+        &self,
+        m0: usize,
+        n0: usize,
+        p: &mut [[V; MT]; C],
+    ) {
+        let n = self.n;
         // Indexed loops of constant length: LLVM keeps `p` in registers and vectorises along `t`.
         for ki in 0..self.wk.len() / n {
             let a: &[V; MT] = self.at[ki * self.width + m0..][..MT].try_into().expect("MT outputs");
@@ -193,9 +225,6 @@ impl<V: Copy + Default> Slice<'_, V> {
                     p[c][t] = if FUSED { F::mac_fused(p[c][t], a[t], x) } else { F::mac_value(p[c][t], a[t], x) };
                 }
             }
-        }
-        for (c, pc) in p.iter().enumerate() {
-            psum[(n0 + c) * width + m0..][..MT].copy_from_slice(pc);
         }
     }
 }
