@@ -286,6 +286,32 @@ fn segments(start: usize, out: &mut [u32], unit: usize, mut fill: impl FnMut(usi
     }
 }
 
+/// Covers `0..len` (below 8) with at most two pieces of one width (4, 2 or 1) that may
+/// overlap: `$part` with `$at` and `$w` bound to each piece's start and width. A loop over the
+/// words would be compiled into a library `memcpy`/`memset` call (LeNet's 1- and 6-channel
+/// pixels spent a quarter of a step in such calls); constant widths are a few moves. A macro,
+/// as LLVM would not inline a closure called twice.
+macro_rules! short_tail {
+    ($len:expr, |$at:ident, $w:ident| $part:expr) => {{
+        let len: usize = $len;
+        debug_assert!(len < 8);
+        let $w = match len {
+            0 => 0,
+            1 => 1,
+            2 | 3 => 2,
+            _ => 4,
+        };
+        if $w > 0 {
+            let $at = 0;
+            $part;
+            if len > $w {
+                let $at = len - $w;
+                $part;
+            }
+        }
+    }};
+}
+
 /// `dst.copy_from_slice(src)` for the few channels of one pixel, in eight-word pieces the
 /// compiler keeps in registers: a library `memcpy` call per pixel cost more than its copy (a
 /// sixth of a ResNet-20 step went to calls copying 64 bytes).
@@ -296,9 +322,12 @@ fn copy_short(dst: &mut [u32], src: &[u32]) {
         let piece: [u32; 8] = s.try_into().expect("eight words");
         d.copy_from_slice(&piece);
     }
-    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
-        *d = *s;
-    }
+    let (d, s) = (d.into_remainder(), s.remainder());
+    short_tail!(d.len(), |at, w| match w {
+        4 => piece::<4>(&mut d[at..], &s[at..]),
+        2 => piece::<2>(&mut d[at..], &s[at..]),
+        _ => d[at] = s[at],
+    });
 }
 
 /// `out.fill(0)` for one pixel's channels, as [`copy_short`] copies them.
@@ -308,7 +337,19 @@ fn fill_short(out: &mut [u32]) {
     for d in &mut d {
         d.copy_from_slice(&[0; 8]);
     }
-    d.into_remainder().iter_mut().for_each(|x| *x = 0);
+    let d = d.into_remainder();
+    short_tail!(d.len(), |at, w| match w {
+        4 => piece::<4>(&mut d[at..], &[0; 4]),
+        2 => piece::<2>(&mut d[at..], &[0; 2]),
+        _ => d[at] = 0,
+    });
+}
+
+/// The first `W` words of `src` over those of `dst`, a constant-length copy (a few moves).
+#[inline(always)]
+fn piece<const W: usize>(dst: &mut [u32], src: &[u32]) {
+    let x: [u32; W] = src[..W].try_into().expect("W words");
+    dst[..W].copy_from_slice(&x);
 }
 
 /// Fills `out` with `period` repeated from its first word: one copy, then the filled part
