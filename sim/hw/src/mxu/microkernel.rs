@@ -33,20 +33,26 @@ pub(super) enum Kernel {
 impl Kernel {
     /// The best kernel for format `F` on this host.
     pub(super) fn for_format<F: MacFormat>() -> Kernel {
+        *Kernel::available::<F>().last().expect("the generic kernel")
+    }
+
+    /// Every kernel this host can run for format `F`, best last (the tests run them all).
+    pub(super) fn available<F: MacFormat>() -> Vec<Kernel> {
+        let mut all = vec![Kernel::Generic];
         if !F::F32_MUL_ADD || TypeId::of::<F::Value>() != TypeId::of::<f32>() {
-            return Kernel::Generic;
+            return all;
         }
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::is_x86_feature_detected as has;
-            if has!("avx512f") && has!("avx512vl") && has!("fma") {
-                return Kernel::Avx512;
-            }
             if has!("avx2") && has!("fma") {
-                return Kernel::Avx2;
+                all.push(Kernel::Avx2);
+                if has!("avx512f") && has!("avx512vl") {
+                    all.push(Kernel::Avx512);
+                }
             }
         }
-        Kernel::Generic
+        all
     }
 }
 
@@ -157,4 +163,77 @@ mod x86 {
     }
     block!(block_avx2, "avx2,fma");
     block!(block_avx512, "avx2,fma,avx512f,avx512vl");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faultline_num::{Bf16Fp32, Fp32Fp32};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// An `f32` from a pool with specials (signed zeros, infinities, NaNs with payloads,
+    /// subnormals, huge values) or an ordinary one.
+    fn value(rng: &mut ChaCha8Rng) -> f32 {
+        let specials = [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::from_bits(0x7fc0_1234), 1e-40, -3e38, 2e38];
+        if rng.gen_bool(0.1) {
+            specials[rng.gen_range(0..specials.len())]
+        } else {
+            rng.gen_range(-4.0..4.0)
+        }
+    }
+
+    /// Every hand-written block this host runs equals, bit for bit (NaNs as NaNs), the scalar
+    /// sequence `acc + s * v` (fused: `s.mul_add(v, acc)`) from the given start, for every row
+    /// count, both operand layouts' strides, empty runs, and specials.
+    fn blocks_equal_scalar<const R: usize>(rng: &mut ChaCha8Rng) {
+        for kernel in Kernel::available::<Fp32Fp32>().into_iter().filter(|&k| k != Kernel::Generic) {
+            for (vec_step, scalar_step, row_step, len) in
+                [(NR, 1, 37, 37), (40, 6, 1, 20), (NR, 1, 5, 0), (NR, 1, 3, 1)]
+            {
+                let vecs: Vec<f32> = (0..len * vec_step + NR).map(|_| value(rng)).collect();
+                let scalars: Vec<f32> = (0..len * scalar_step + R * row_step + 1).map(|_| value(rng)).collect();
+                let init: [[f32; NR]; R] = std::array::from_fn(|_| std::array::from_fn(|_| value(rng)));
+                let o = Strided { vecs: &vecs, vec_step, scalars: &scalars, scalar_step, row_step, len };
+                for fused in [false, true] {
+                    let got = if fused {
+                        block_f32::<Fp32Fp32, true, R>(kernel, &o, &init)
+                    } else {
+                        block_f32::<Fp32Fp32, false, R>(kernel, &o, &init)
+                    };
+                    let got = got.expect("f32 values");
+                    for r in 0..R {
+                        for t in 0..NR {
+                            let mut want = init[r][t];
+                            for i in 0..len {
+                                let (x, w) = (scalars[i * scalar_step + r * row_step], vecs[i * vec_step + t]);
+                                want = if fused { x.mul_add(w, want) } else { want + x * w };
+                            }
+                            let same = got[r][t].to_bits() == want.to_bits() || (got[r][t].is_nan() && want.is_nan());
+                            assert!(same, "{kernel:?} fused {fused} R {R} row {r} lane {t}: {} vs {want}", got[r][t]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hand_written_blocks_equal_the_scalar_sequence() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for _ in 0..4 {
+            blocks_equal_scalar::<1>(&mut rng);
+            blocks_equal_scalar::<2>(&mut rng);
+            blocks_equal_scalar::<3>(&mut rng);
+            blocks_equal_scalar::<6>(&mut rng);
+        }
+    }
+
+    /// Formats whose values are not `f32` (or whose MAC is not a plain multiply and add) get
+    /// the generic block only.
+    #[test]
+    fn only_f32_multiply_add_formats_get_hand_written_blocks() {
+        assert_eq!(Kernel::available::<faultline_num::Int8Int32>(), vec![Kernel::Generic]);
+        assert_eq!(Kernel::available::<Bf16Fp32>(), Kernel::available::<Fp32Fp32>());
+    }
 }
