@@ -20,39 +20,55 @@ const _: () = assert!(NR == 16, "the kernels below are two 8-lane vectors wide")
 pub(super) enum Kernel {
     /// The generic block (any format, any host).
     Generic,
-    /// AVX2 and FMA: 16 vector registers, so with 6 rows the weights are reloaded per row.
+    /// AVX2 and FMA: 16 vector registers, which six rows' 12 sums, the two weight vectors and
+    /// a broadcast all but fill.
     #[cfg(target_arch = "x86_64")]
     Avx2,
-    /// The same 256-bit code with AVX-512VL's 32 registers: weights and all 12 sums stay in
-    /// registers (Zen 4 and other cores whose 512-bit units are two 256-bit halves gain nothing
-    /// from wider vectors, so the blocks stay 256 bits wide).
+    /// The same 256-bit code with AVX-512VL's 32 registers (Zen 4 and other cores whose 512-bit
+    /// units are two 256-bit halves gain nothing from wider vectors, so the blocks stay 256 bits
+    /// wide).
     #[cfg(target_arch = "x86_64")]
     Avx512,
 }
 
 impl Kernel {
-    /// The best kernel for format `F` on this host.
+    /// The best kernel for format `F` on this host (picked per GEMM: no allocation, the host's
+    /// kernels found once).
     pub(super) fn for_format<F: MacFormat>() -> Kernel {
-        *Kernel::available::<F>().last().expect("the generic kernel")
+        match Kernel::hand_written::<F>().last() {
+            Some(&best) => best,
+            None => Kernel::Generic,
+        }
     }
 
     /// Every kernel this host can run for format `F`, best last (the tests run them all).
+    #[cfg(test)]
     pub(super) fn available<F: MacFormat>() -> Vec<Kernel> {
-        let mut all = vec![Kernel::Generic];
+        std::iter::once(Kernel::Generic).chain(Kernel::hand_written::<F>().iter().copied()).collect()
+    }
+
+    /// The hand-written kernels this host runs for format `F`, best last: none unless its
+    /// values are `f32` multiplied and added.
+    fn hand_written<F: MacFormat>() -> &'static [Kernel] {
         if !F::F32_MUL_ADD || TypeId::of::<F::Value>() != TypeId::of::<f32>() {
-            return all;
+            return &[];
         }
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx2") && has!("fma") {
-                all.push(Kernel::Avx2);
-                if has!("avx512f") && has!("avx512vl") {
-                    all.push(Kernel::Avx512);
+        static HOST: std::sync::OnceLock<Vec<Kernel>> = std::sync::OnceLock::new();
+        HOST.get_or_init(|| {
+            #[allow(unused_mut)]
+            let mut all = Vec::new();
+            #[cfg(target_arch = "x86_64")]
+            {
+                use std::arch::is_x86_feature_detected as has;
+                if has!("avx2") && has!("fma") {
+                    all.push(Kernel::Avx2);
+                    if has!("avx512f") && has!("avx512vl") {
+                        all.push(Kernel::Avx512);
+                    }
                 }
             }
-        }
-        all
+            all
+        })
     }
 }
 
