@@ -2,7 +2,7 @@
 //! digits, or generated sequences/spirals/blobs), or a directory of `.npy` arrays or MNIST IDX files.
 
 use super::dataset::{Dataset, Split};
-use super::{digits, idx, npy, synth};
+use super::{digits, idx, mnist, npy, synth};
 use crate::error::{shape_str, Result, TrainError};
 use faultline_graph::ModelSpec;
 use faultline_hw::budget::{product, HostMemory};
@@ -22,6 +22,7 @@ pub const TEST_FRACTION: f64 = 0.2;
 
 /// The shipped dataset that fits `spec`'s input and outputs, split seeded by `seed`:
 /// * 64 input values and 10 outputs: the real 8x8 handwritten digits ([`digits`]), reshaped to the input shape;
+/// * 784 input values and 10 outputs: 5,000 real 28x28 MNIST digits ([`mnist`]), likewise;
 /// * input `[T, V]` with `V >= outputs`: majority-token sequences, one-hot rows ([`synth`]);
 /// * input `[2]`: spirals with `outputs` arms; any other `[D]`: `outputs` blobs.
 pub fn shipped(spec: &ModelSpec, seed: u64, mem: &HostMemory) -> Result<Split> {
@@ -37,6 +38,8 @@ pub fn shipped(spec: &ModelSpec, seed: u64, mem: &HostMemory) -> Result<Split> {
         return Err(TrainError::Data(format!("model `{}` has an empty input shape {}", spec.name, shape_str(inp))));
     } else if numel == 64 && c == 10 {
         digits::digits()
+    } else if numel == mnist::SIDE * mnist::SIDE && c == 10 {
+        mnist::mnist5k()
     } else if inp.len() == 2 && inp[1] >= c && c >= 2 && inp[0] >= 3 {
         fits(2000)?;
         synth::one_hot_tokens(&synth::majority_tokens(2000, inp[1], c, inp[0], seed), inp[1])
