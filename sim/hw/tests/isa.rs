@@ -104,16 +104,17 @@ proptest! {
 /// col2im taps that a two-input op reads through.
 fn view_for(kind: u8, n: usize) -> (View, usize) {
     use faultline_hw::isa::Window;
-    match kind % 5 {
+    match kind % 6 {
         0 => (View::Whole, n),
         1 => (View::PerRow { cols: 9 }, n),
         2 => (View::Cycle { len: 13 }, n),
         3 => (View::RepeatRows { d: 6, t: 5 }, n - n % 30),
+        4 => (View::Transpose { a: 11, b: 9, c: 5 }, n),
         _ => {
             // An image [b, 9, 11, 5] whose col2im tap 4 of a 3x3 window, stride 2, padded.
             let image = [n / (9 * 11 * 5), 9, 11, 5];
             let window = Window { kh: 3, kw: 3, stride: 2, padding: 1 };
-            (View::Col2ImTap { window, image, tap: kind as usize / 5 % 9 }, image.iter().product())
+            (View::Col2ImTap { window, image, tap: kind as usize / 6 % 9 }, image.iter().product())
         }
     }
 }

@@ -46,6 +46,18 @@ pub enum View {
         /// Kernel offset `kh_i * KW + kw_j`.
         tap: usize,
     },
+    /// The buffer holds groups of a row-major `[A, B, C]` block; the view reads each as
+    /// `[B, A, C]` (its first two axes swapped): element `(b, a, c)` of group `g` is word
+    /// `g*A*B*C + (a*B + b)*C + c`. Attention's heads (`[T, H, D] <-> [H, T, D]`) and pooling's
+    /// kernel taps (`[P, KK, C] <-> [KK, P, C]`) are such swaps; a `Copy` through it transposes.
+    Transpose {
+        /// `A`, the buffer's outer axis (the view's middle one).
+        a: usize,
+        /// `B`, the buffer's middle axis (the view's outer one).
+        b: usize,
+        /// `C`, the contiguous run both keep.
+        c: usize,
+    },
 }
 
 impl View {
@@ -61,6 +73,7 @@ impl View {
                 let (oh, ow) = window.output_hw(image[1], image[2]).unwrap_or((0, 0));
                 image[0] * oh * ow * window.kh * window.kw * image[3]
             }
+            View::Transpose { .. } => n,
         }
     }
 
@@ -72,6 +85,7 @@ impl View {
             View::PerRow { cols } => Some(cols),
             View::Cycle { len } => Some(len),
             View::RepeatRows { d, t } => Some(d * t),
+            View::Transpose { a, b, c } => Some(a * b * c),
             // One sample's im2col rows (or image).
             View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => {
                 (image[0] > 0 && n.is_multiple_of(image[0])).then(|| n / image[0])
@@ -95,6 +109,7 @@ impl View {
             View::PerRow { cols } => *offset += e0 / *cols,
             View::Cycle { .. } => {}
             View::RepeatRows { t, .. } => *offset += e0 / *t,
+            View::Transpose { .. } => *offset += e0,
             View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => {
                 *offset += e0 / per_sample * words;
                 image[0] = len / per_sample;
@@ -114,6 +129,11 @@ impl View {
             View::RepeatRows { d, t } => {
                 let (r, c) = (x / d.max(1), x % d.max(1));
                 (0..t).map(|k| (r * t + k) * d + c).filter(|&e| e < n).collect()
+            }
+            View::Transpose { a, b, c } => {
+                let (g, r) = (x / (a * b * c), x % (a * b * c));
+                let (ai, bi, ci) = (r / (b * c), r / c % b, r % c);
+                vec![g * a * b * c + (bi * a + ai) * c + ci].into_iter().filter(|&e| e < n).collect()
             }
             View::Im2Col { .. } | View::Col2ImTap { .. } => {
                 // Word i gathered as i + 1, so that the zeros the view reads no word for
@@ -153,7 +173,7 @@ impl View {
                 }
                 Cow::Owned(out)
             }
-            View::Im2Col { .. } | View::Col2ImTap { .. } => {
+            View::Im2Col { .. } | View::Col2ImTap { .. } | View::Transpose { .. } => {
                 let mut out = vec![0u32; n];
                 self.gather_into(src, n, &mut out);
                 Cow::Owned(out)
@@ -207,6 +227,12 @@ impl View {
                 let first = (d - off % d).min(o.len());
                 o[..first].copy_from_slice(&src[off % d..off % d + first]);
                 repeat(&mut o[first..], src);
+            }),
+            // A segment is one run of `C`: run `(b, a)` of group `g` is the buffer's `(a, b)`.
+            View::Transpose { a, b, c } => segments(start, out, c, |seg, off, o| {
+                let (g, r) = (seg / (a * b), seg % (a * b));
+                let at = (g * a * b + (r % a) * b + r / a) * c + off;
+                copy_short(o, &src[at..at + o.len()]);
             }),
             View::Im2Col { window, image } => {
                 let [_, h, w, c] = image;
@@ -387,6 +413,9 @@ mod tests {
             (View::Col2ImTap { window: Window { kh: 3, kw: 3, stride: 2, padding: 1 }, image, tap: 5 }, 150),
             (View::Cycle { len: 1 }, 9),
             (View::PerRow { cols: 1 }, 6),
+            (View::Transpose { a: 3, b: 4, c: 5 }, 120),
+            (View::Transpose { a: 2, b: 3, c: 1 }, 12),
+            (View::Transpose { a: 4, b: 1, c: 2 }, 16),
         ];
         for (view, n) in views {
             let span = view.span(n);

@@ -71,7 +71,9 @@ mod tests {
         };
         let ok = test
             .iter()
-            .filter(|&&i| (0..10).min_by(|&a, &b| dist(i, &cent[a]).total_cmp(&dist(i, &cent[b]))) == Some(d.y[i] as usize))
+            .filter(|&&i| {
+                (0..10).min_by(|&a, &b| dist(i, &cent[a]).total_cmp(&dist(i, &cent[b]))) == Some(d.y[i] as usize)
+            })
             .count();
         assert!(ok * 100 >= test.len() * 75, "nearest centroid got {ok}/{}", test.len());
     }
