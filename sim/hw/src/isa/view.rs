@@ -46,6 +46,28 @@ pub enum View {
         /// Kernel offset `kh_i * KW + kw_j`.
         tap: usize,
     },
+    /// One kernel offset's columns of the im2col matrix of an NHWC image: `[N*OH*OW, C]`, row
+    /// `(n*OH + oh)*OW + ow` holding the pixel that offset `tap` of that window covers (zero in
+    /// the padding). Pooling reads a window tap by tap without building the whole matrix.
+    Im2ColTap {
+        /// Kernel window.
+        window: Window,
+        /// Image shape `[N, H, W, C]`.
+        image: [usize; 4],
+        /// Kernel offset `kh_i * KW + kw_j`.
+        tap: usize,
+    },
+    /// [`View::Col2ImTap`] for a buffer holding only kernel offset `tap`'s columns (`[N*OH*OW,
+    /// C]`, as [`View::Im2ColTap`] reads them): image-shaped, each pixel the entry of the window
+    /// whose offset `tap` covered it, zero where none did. The adjoint of `Im2ColTap`.
+    TapToImage {
+        /// Kernel window.
+        window: Window,
+        /// Image shape `[N, H, W, C]`.
+        image: [usize; 4],
+        /// Kernel offset `kh_i * KW + kw_j`.
+        tap: usize,
+    },
     /// The buffer holds groups of a row-major `[A, B, C]` block; the view reads each as
     /// `[B, A, C]` (its first two axes swapped): element `(b, a, c)` of group `g` is word
     /// `g*A*B*C + (a*B + b)*C + c`. Attention's heads (`[T, H, D] <-> [H, T, D]`) and pooling's
@@ -68,10 +90,14 @@ impl View {
             View::PerRow { cols } => n.div_ceil(cols.max(1)),
             View::Cycle { len } => len.min(n),
             View::RepeatRows { t, .. } => n / t.max(1),
-            View::Im2Col { image, .. } => image.iter().product(),
+            View::Im2Col { image, .. } | View::Im2ColTap { image, .. } => image.iter().product(),
             View::Col2ImTap { window, image, .. } => {
                 let (oh, ow) = window.output_hw(image[1], image[2]).unwrap_or((0, 0));
                 image[0] * oh * ow * window.kh * window.kw * image[3]
+            }
+            View::TapToImage { window, image, .. } => {
+                let (oh, ow) = window.output_hw(image[1], image[2]).unwrap_or((0, 0));
+                image[0] * oh * ow * image[3]
             }
             View::Transpose { .. } => n,
         }
@@ -87,9 +113,10 @@ impl View {
             View::RepeatRows { d, t } => Some(d * t),
             View::Transpose { a, b, c } => Some(a * b * c),
             // One sample's im2col rows (or image).
-            View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => {
-                (image[0] > 0 && n.is_multiple_of(image[0])).then(|| n / image[0])
-            }
+            View::Im2Col { image, .. }
+            | View::Col2ImTap { image, .. }
+            | View::Im2ColTap { image, .. }
+            | View::TapToImage { image, .. } => (image[0] > 0 && n.is_multiple_of(image[0])).then(|| n / image[0]),
         }
     }
 
@@ -98,7 +125,10 @@ impl View {
     pub(super) fn skip(&mut self, offset: &mut usize, e0: usize, len: usize, n: usize) {
         // An image view's operand elements and buffer words per sample.
         let (per_sample, words) = match *self {
-            View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => {
+            View::Im2Col { image, .. }
+            | View::Col2ImTap { image, .. }
+            | View::Im2ColTap { image, .. }
+            | View::TapToImage { image, .. } => {
                 let samples = image[0].max(1);
                 (n / samples, self.span(n) / samples)
             }
@@ -110,7 +140,10 @@ impl View {
             View::Cycle { .. } => {}
             View::RepeatRows { t, .. } => *offset += e0 / *t,
             View::Transpose { .. } => *offset += e0,
-            View::Im2Col { image, .. } | View::Col2ImTap { image, .. } => {
+            View::Im2Col { image, .. }
+            | View::Col2ImTap { image, .. }
+            | View::Im2ColTap { image, .. }
+            | View::TapToImage { image, .. } => {
                 *offset += e0 / per_sample * words;
                 image[0] = len / per_sample;
             }
@@ -135,7 +168,7 @@ impl View {
                 let (ai, bi, ci) = (r / (b * c), r / c % b, r % c);
                 vec![g * a * b * c + (bi * a + ai) * c + ci].into_iter().filter(|&e| e < n).collect()
             }
-            View::Im2Col { .. } | View::Col2ImTap { .. } => {
+            View::Im2Col { .. } | View::Col2ImTap { .. } | View::Im2ColTap { .. } | View::TapToImage { .. } => {
                 // Word i gathered as i + 1, so that the zeros the view reads no word for
                 // (padding, taps that copied nothing) are told apart.
                 let idx: Vec<u32> = (1..=self.span(n) as u32).collect();
@@ -173,7 +206,11 @@ impl View {
                 }
                 Cow::Owned(out)
             }
-            View::Im2Col { .. } | View::Col2ImTap { .. } | View::Transpose { .. } => {
+            View::Im2Col { .. }
+            | View::Col2ImTap { .. }
+            | View::Im2ColTap { .. }
+            | View::TapToImage { .. }
+            | View::Transpose { .. } => {
                 let mut out = vec![0u32; n];
                 self.gather_into(src, n, &mut out);
                 Cow::Owned(out)
@@ -234,13 +271,17 @@ impl View {
                 let at = (g * a * b + (r % a) * b + r / a) * c + off;
                 copy_short(o, &src[at..at + o.len()]);
             }),
-            View::Im2Col { window, image } => {
+            View::Im2Col { window, image } | View::Im2ColTap { window, image, .. } => {
                 let [_, h, w, c] = image;
                 let Some((oh, ow)) = window.output_hw(h, w) else { return out.fill(0) };
-                let taps = window.kh * window.kw;
+                // Kernel offsets per row: all of them, or the one a tap view reads.
+                let (taps, only) = match *self {
+                    View::Im2ColTap { tap, .. } => (1, Some(tap)),
+                    _ => (window.kh * window.kw, None),
+                };
                 // A segment is one (row, kernel offset) pair's channels.
                 segments(start, out, c, |seg, ch, o| {
-                    let (row, tap) = (seg / taps, seg % taps);
+                    let (row, tap) = (seg / taps, only.unwrap_or(seg % taps));
                     let (i, j) = (tap / window.kw, tap % window.kw);
                     let (b, y0, x0) = (row / (oh * ow), row / ow % oh, row % ow);
                     let y = (y0 * window.stride + i).checked_sub(window.padding).filter(|&y| y < h);
@@ -254,10 +295,15 @@ impl View {
                     }
                 });
             }
-            View::Col2ImTap { window, image, tap } => {
+            View::Col2ImTap { window, image, tap } | View::TapToImage { window, image, tap } => {
                 let [_, h, w, c] = image;
                 let Some((oh, ow)) = window.output_hw(h, w) else { return out.fill(0) };
-                let (cols, s) = (window.kh * window.kw * c, window.stride);
+                // A row of the buffer read, and where in it this offset's channels start.
+                let (cols, first) = match *self {
+                    View::TapToImage { .. } => (c, 0),
+                    _ => (window.kh * window.kw * c, tap * c),
+                };
+                let s = window.stride;
                 let (i, j) = (tap / window.kw, tap % window.kw);
                 // The output coordinate whose window put tap (i, j) on image coordinate `y`.
                 let from = |y: usize, k: usize, o: usize| {
@@ -277,7 +323,7 @@ impl View {
                     let o = &mut out[e - start..stop - start];
                     match (y0, x0s[x]) {
                         (Some(y0), Some(x0)) => {
-                            let at = ((b * oh + y0) * ow + x0) * cols + tap * c + skip;
+                            let at = ((b * oh + y0) * ow + x0) * cols + first + skip;
                             copy_short(o, &src[at..at + o.len()]);
                         }
                         _ => fill_short(o),
@@ -413,6 +459,10 @@ mod tests {
             (View::Col2ImTap { window: Window { kh: 3, kw: 3, stride: 2, padding: 1 }, image, tap: 5 }, 150),
             (View::Cycle { len: 1 }, 9),
             (View::PerRow { cols: 1 }, 6),
+            (View::Im2ColTap { window: Window { kh: 2, kw: 2, stride: 2, padding: 0 }, image, tap: 3 }, 2 * 2 * 2 * 3),
+            (View::Im2ColTap { window: Window { kh: 3, kw: 3, stride: 2, padding: 1 }, image, tap: 0 }, 2 * 3 * 3 * 3),
+            (View::TapToImage { window: Window { kh: 2, kw: 2, stride: 2, padding: 0 }, image, tap: 1 }, 150),
+            (View::TapToImage { window: Window { kh: 3, kw: 3, stride: 1, padding: 1 }, image, tap: 7 }, 150),
             (View::Transpose { a: 3, b: 4, c: 5 }, 120),
             (View::Transpose { a: 2, b: 3, c: 1 }, 12),
             (View::Transpose { a: 4, b: 1, c: 2 }, 16),
@@ -437,6 +487,33 @@ mod tests {
             for x in 0..span + 3 {
                 let readers: Vec<usize> = (0..n).filter(|&e| read[e] == x as u32 + 1).collect();
                 assert_eq!(view.readers(x, n), readers, "{view:?}, word {x}");
+            }
+        }
+    }
+
+    /// A tap view is its column block of the full im2col matrix, and the adjoint tap view reads
+    /// a packed block as `Col2ImTap` reads that block of a full `cols` buffer.
+    #[test]
+    fn tap_views_are_the_full_views_column_blocks() {
+        let image = [2, 5, 4, 3];
+        for window in [
+            Window { kh: 2, kw: 2, stride: 2, padding: 0 },
+            Window { kh: 3, kw: 2, stride: 1, padding: 1 },
+            Window { kh: 3, kw: 3, stride: 2, padding: 1 },
+        ] {
+            let (oh, ow) = window.output_hw(5, 4).unwrap();
+            let (p, c, taps) = (2 * oh * ow, 3, window.kh * window.kw);
+            let img: Vec<u32> = (1..=image.iter().product::<usize>() as u32).collect();
+            let full = View::Im2Col { window, image }.gather(&img, p * taps * c).into_owned();
+            let cols: Vec<u32> = (1..=(p * taps * c) as u32).collect();
+            for tap in 0..taps {
+                let one = View::Im2ColTap { window, image, tap }.gather(&img, p * c).into_owned();
+                let block: Vec<u32> = full.chunks(taps * c).flat_map(|r| r[tap * c..(tap + 1) * c].to_vec()).collect();
+                assert_eq!(one, block, "{window:?} tap {tap}");
+                let packed: Vec<u32> = cols.chunks(taps * c).flat_map(|r| r[tap * c..(tap + 1) * c].to_vec()).collect();
+                let n = image.iter().product();
+                let want = View::Col2ImTap { window, image, tap }.gather(&cols, n).into_owned();
+                assert_eq!(View::TapToImage { window, image, tap }.gather(&packed, n).into_owned(), want);
             }
         }
     }
