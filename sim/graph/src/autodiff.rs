@@ -135,6 +135,8 @@ fn rule(g: &mut OpGraph, y: NodeIndex, dy: Option<NodeIndex>, slot: usize) -> Re
         Op::Softmax => add(g, Op::SoftmaxGrad, "x", &[y, dy]),
         Op::LayerNorm { eps } => add(g, Op::LayerNormGrad { eps: *eps }, "x", &[x, dy]),
         Op::MeanPool => add(g, Op::MeanPoolGrad { len: xs[1] }, "x", &[dy]),
+        Op::MaxPool { window } => add(g, Op::MaxPoolGrad { window: *window }, "x", &[x, y, dy]),
+        Op::AvgPool { window } => add(g, Op::AvgPoolGrad { window: *window, image: xs }, "x", &[dy]),
         op => Err(not_diff(&format!("op `{}` has no gradient rule (only forward ops and the loss do)", op.name()))),
     }
 }

@@ -59,6 +59,28 @@ impl Builder<'_> {
         GraphError::Invalid { file: self.file(), node: self.layer.name.clone(), message }
     }
 
+    /// A pooling layer's window over an NHWC input `xs`, checked.
+    fn pool_window(
+        &self,
+        size: usize,
+        stride: Option<usize>,
+        padding: usize,
+        xs: &[usize],
+    ) -> Result<Window, GraphError> {
+        let stride = stride.unwrap_or(size);
+        if size == 0 || stride == 0 {
+            return Err(self.invalid(format!("`size` ({size}) and `stride` ({stride}) must be >= 1")));
+        }
+        if xs.len() != 4 {
+            return Err(self.shape_err("input [B, H, W, C] (NHWC)".into(), xs));
+        }
+        let window = Window { kh: size, kw: size, stride, padding };
+        if window.output_hw(xs[1], xs[2]).is_none() {
+            return Err(self.shape_err(format!("H, W >= {size} - 2*{padding}"), xs));
+        }
+        Ok(window)
+    }
+
     /// Forward nodes of the layer; returns its output node.
     fn layer(&mut self, ins: &[NodeIndex]) -> Result<NodeIndex, GraphError> {
         let x = ins[0];
@@ -92,7 +114,7 @@ impl Builder<'_> {
                 }
                 Ok(y)
             }
-            LayerOp::Conv2d { filters, kernel, stride, padding } => {
+            LayerOp::Conv2d { filters, kernel, stride, padding, bias } => {
                 if filters == 0 || kernel == 0 || stride == 0 {
                     return Err(self.invalid("Conv2d `filters`, `kernel` and `stride` must be >= 1".into()));
                 }
@@ -108,8 +130,26 @@ impl Builder<'_> {
                 let cols = self.op(Op::Im2Col { window }, "im2col", &[x])?;
                 let mm = self.op(Op::MatMul { trans_a: false, trans_b: false }, "matmul", &[cols, w])?;
                 let y = self.op(Op::Reshape { shape: vec![xs[0], oh, ow, filters] }, "unflatten", &[mm])?;
+                if !bias {
+                    return Ok(y);
+                }
                 let b = self.param("bias", vec![filters], Init::Zeros)?;
                 self.op(Op::BiasAdd, "bias_add", &[y, b])
+            }
+            LayerOp::MaxPool { size, stride } => {
+                let window = self.pool_window(size, stride, 0, &xs)?;
+                self.op(Op::MaxPool { window }, "max_pool", &[x])
+            }
+            LayerOp::AvgPool { size, stride, padding } => {
+                let window = self.pool_window(size, stride, padding, &xs)?;
+                self.op(Op::AvgPool { window }, "avg_pool", &[x])
+            }
+            LayerOp::GlobalAvgPool => {
+                if xs.len() != 4 {
+                    return Err(self.shape_err("input [B, H, W, C] (NHWC)".into(), &xs));
+                }
+                let pixels = self.op(Op::Reshape { shape: vec![xs[0], xs[1] * xs[2], xs[3]] }, "pixels", &[x])?;
+                self.op(Op::MeanPool, "mean", &[pixels])
             }
             LayerOp::Relu => self.op(Op::Relu, "relu", &[x]),
             LayerOp::Gelu => self.op(Op::Gelu, "gelu", &[x]),
@@ -175,6 +215,9 @@ fn layer_kind(op: &LayerOp) -> &'static str {
         LayerOp::Positional => "Positional",
         LayerOp::Attention => "Attention",
         LayerOp::MeanPool => "MeanPool",
+        LayerOp::MaxPool { .. } => "MaxPool",
+        LayerOp::AvgPool { .. } => "AvgPool",
+        LayerOp::GlobalAvgPool => "GlobalAvgPool",
     }
 }
 

@@ -150,6 +150,32 @@ pub enum Op {
         /// `T`.
         len: usize,
     },
+    /// Max pooling of an NHWC image, `x [N, H, W, C] -> [N, OH, OW, C]`: the largest element of
+    /// each kernel window per channel (NaN if any is NaN). No padding. Input `x`.
+    MaxPool {
+        /// Kernel window (`padding` 0).
+        window: Window,
+    },
+    /// `dx [N, H, W, C]`: each window's `dy` goes to the first element, in kernel-offset order,
+    /// that equals the window's maximum `y` (PyTorch's and JAX's choice among ties), summed
+    /// where windows overlap; none if no element equals `y`. Inputs `x`, `y`, `dy`.
+    MaxPoolGrad {
+        /// Kernel window, as in the forward op.
+        window: Window,
+    },
+    /// Average pooling, `x [N, H, W, C] -> [N, OH, OW, C]`: each window's sum over `KH*KW`,
+    /// padding counted as zeros (PyTorch's `count_include_pad`). Input `x`.
+    AvgPool {
+        /// Kernel window.
+        window: Window,
+    },
+    /// `dx [N, H, W, C]`: `dy / (KH*KW)` added to every element of its window. Input `dy`.
+    AvgPoolGrad {
+        /// Kernel window, as in the forward op.
+        window: Window,
+        /// Shape of `x`, `[N, H, W, C]`.
+        image: Vec<usize>,
+    },
 
     // ---- losses (scalar `[1]`) ----
     /// `L = -(1/N) sum_n sum_c y[n][c] * log_softmax(z)[n][c]`. Inputs `z [N, C]`, `y [N, C]`.
@@ -243,6 +269,20 @@ fn is_suffix(short: &[usize], long: &[usize]) -> bool {
     short.len() <= long.len() && long[long.len() - short.len()..] == *short
 }
 
+/// The output shape of pooling `x` over `window` (max pooling takes no padding).
+fn pooled(window: &Window, x: &[usize], op: &Op) -> Result<Vec<usize>, ShapeMismatch> {
+    if matches!(op, Op::MaxPool { .. }) && window.padding != 0 {
+        return Err(mismatch("max pooling without padding", format!("padding {}", window.padding)));
+    }
+    if x.len() != 4 {
+        return Err(mismatch("x: [N, H, W, C]", format!("x: {x:?}")));
+    }
+    let (oh, ow) = window.output_hw(x[1], x[2]).ok_or_else(|| {
+        mismatch(format!("x: H, W >= window {}x{} after padding", window.kh, window.kw), format!("x: {x:?}"))
+    })?;
+    Ok(vec![x[0], oh, ow, x[3]])
+}
+
 impl Op {
     /// Short lower-case name used in reports and errors, e.g. `matmul`, `relu_grad`.
     pub fn name(&self) -> &'static str {
@@ -272,6 +312,10 @@ impl Op {
             Op::LayerNormGrad { .. } => "layer_norm_grad",
             Op::MeanPool => "mean_pool",
             Op::MeanPoolGrad { .. } => "mean_pool_grad",
+            Op::MaxPool { .. } => "max_pool",
+            Op::MaxPoolGrad { .. } => "max_pool_grad",
+            Op::AvgPool { .. } => "avg_pool",
+            Op::AvgPoolGrad { .. } => "avg_pool_grad",
             Op::SoftmaxCrossEntropy => "softmax_cross_entropy",
             Op::SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad",
             Op::Mse => "mse",
@@ -308,10 +352,14 @@ impl Op {
             | Op::LayerNorm { .. }
             | Op::MeanPool
             | Op::MeanPoolGrad { .. }
+            | Op::MaxPool { .. }
+            | Op::AvgPool { .. }
+            | Op::AvgPoolGrad { .. }
             | Op::TileSum { .. }
             | Op::MaxAbs
             | Op::Clamp { .. } => 1,
             Op::AdamUpdate { .. } => 4,
+            Op::MaxPoolGrad { .. } => 3,
             _ => 2,
         }
     }
@@ -429,6 +477,18 @@ impl Op {
                     return Err(mismatch("dy: [N, D]", format!("dy: {d:?}")));
                 }
                 Ok(vec![d[0], *len, d[1]])
+            }
+            Op::MaxPool { window } | Op::AvgPool { window } => pooled(window, ins[0], self),
+            Op::MaxPoolGrad { window } => {
+                let y = pooled(window, ins[0], &Op::MaxPool { window: *window })?;
+                same(&y, ins[1], "y")?;
+                same(&y, ins[2], "dy")?;
+                Ok(ins[0].to_vec())
+            }
+            Op::AvgPoolGrad { window, image } => {
+                let y = pooled(window, image, &Op::AvgPool { window: *window })?;
+                same(&y, ins[0], "dy")?;
+                Ok(image.clone())
             }
             Op::SoftmaxCrossEntropy | Op::SoftmaxCrossEntropyGrad => {
                 let (z, y) = (ins[0], ins[1]);

@@ -31,7 +31,7 @@ pub use crate::residency::Home;
 use crate::train_graph::TrainGraph;
 use crate::{NodeIndex, OpGraph};
 use faultline_hw::isa::{self, BufId, Dest, ExecUnit, Instr, MatOperand, Operand, View};
-use faultline_hw::vpu::{Axis, VpuOp};
+use faultline_hw::vpu::{Axis, Cmp, VpuOp};
 use faultline_hw::HwConfig;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -384,6 +384,11 @@ fn per_row(b: BufId, cols: usize) -> Operand {
     Operand::view(b, View::PerRow { cols })
 }
 
+/// A pooling window's kernel offsets and its pooled output's elements (`pooled` its shape).
+fn pool_sizes(window: &Window, pooled: &[usize]) -> (usize, usize) {
+    (window.kh * window.kw, pooled.iter().product())
+}
+
 fn image4(s: &[usize]) -> [usize; 4] {
     [s[0], s[1], s[2], s[3]]
 }
@@ -635,6 +640,40 @@ impl Builder<'_> {
                 let v = self.muls(x, 1.0 / *len as f64, nx);
                 self.vpu(VpuOp::Copy, vec![Operand::view(v, View::RepeatRows { d: xs[1], t: *len })], numel)
             }
+            Op::MaxPool { window } => {
+                let (taps, n) = pool_sizes(window, &node.shape);
+                let tap = |t: usize| Operand::view(x, View::Im2ColTap { window: *window, image: image4(xs), tap: t });
+                self.fold(VpuOp::Max, taps, n, tap)
+            }
+            Op::MaxPoolGrad { window } => {
+                // Offset by offset: the elements equal to the window's max take what `dy` the
+                // earlier offsets left (`rem`), and leave none of it to later ones.
+                let (taps, n) = pool_sizes(window, shape(1));
+                let image = image4(xs);
+                let mut rem = ins[2];
+                let mut parts = Vec::with_capacity(taps);
+                for t in 0..taps {
+                    let tap = Operand::view(x, View::Im2ColTap { window: *window, image, tap: t });
+                    let eq = self.bin(VpuOp::Compare(Cmp::Eq), tap.clone(), w(y), n);
+                    parts.push(self.bin(VpuOp::ReluGrad, w(eq), w(rem), n));
+                    if t + 1 < taps {
+                        let ne = self.bin(VpuOp::Compare(Cmp::Ne), tap, w(y), n);
+                        rem = self.bin(VpuOp::ReluGrad, w(ne), w(rem), n);
+                    }
+                }
+                self.tap_sum(*window, image, |t| parts[t])
+            }
+            Op::AvgPool { window } => {
+                let (taps, n) = pool_sizes(window, &node.shape);
+                let tap = |t: usize| Operand::view(x, View::Im2ColTap { window: *window, image: image4(xs), tap: t });
+                let sum = self.fold(VpuOp::Add, taps, n, tap);
+                self.muls(sum, 1.0 / taps as f64, n)
+            }
+            Op::AvgPoolGrad { window, image } => {
+                let (taps, n) = pool_sizes(window, xs);
+                let s = self.muls(x, 1.0 / taps as f64, n);
+                self.tap_sum(*window, image4(image), |_| s)
+            }
             Op::SoftmaxCrossEntropy => {
                 // -(1/N) sum y * (z - max - ln(sum exp(z - max)))
                 let (z, c) = (x, last);
@@ -739,19 +778,30 @@ impl Builder<'_> {
         c
     }
 
-    /// col2im: the image-shaped contributions of each kernel offset, summed in offset order.
-    fn col2im(&mut self, cols: BufId, window: Window, image: [usize; 4]) -> BufId {
-        let n: usize = image.iter().product();
-        let tap = |t: usize| Operand::view(cols, View::Col2ImTap { window, image, tap: t });
-        let taps = window.kh * window.kw;
-        if taps == 1 {
-            return self.vpu(VpuOp::Copy, vec![tap(0)], n);
+    /// `part(0) op part(1) op ...` over `parts` operands of `n` elements, left to right (a copy
+    /// of `part(0)` if it is the only one): kernel offsets summed or maxed in offset order.
+    fn fold(&mut self, op: VpuOp, parts: usize, n: usize, part: impl Fn(usize) -> Operand) -> BufId {
+        if parts == 1 {
+            return self.vpu(VpuOp::Copy, vec![part(0)], n);
         }
-        let mut acc = self.bin(VpuOp::Add, tap(0), tap(1), n);
-        for t in 2..taps {
-            acc = self.bin(VpuOp::Add, w(acc), tap(t), n);
+        let mut acc = self.bin(op, part(0), part(1), n);
+        for t in 2..parts {
+            acc = self.bin(op, w(acc), part(t), n);
         }
         acc
+    }
+
+    /// The image-shaped sum over kernel offsets `t` of `part(t)`, a buffer of offset `t`'s
+    /// entries per window (`[N*OH*OW, C]`, [`View::TapToImage`]).
+    fn tap_sum(&mut self, window: Window, image: [usize; 4], part: impl Fn(usize) -> BufId) -> BufId {
+        let tap = |t: usize| Operand::view(part(t), View::TapToImage { window, image, tap: t });
+        self.fold(VpuOp::Add, window.kh * window.kw, image.iter().product(), tap)
+    }
+
+    /// col2im: the image-shaped contributions of each kernel offset, summed in offset order.
+    fn col2im(&mut self, cols: BufId, window: Window, image: [usize; 4]) -> BufId {
+        let tap = |t: usize| Operand::view(cols, View::Col2ImTap { window, image, tap: t });
+        self.fold(VpuOp::Add, window.kh * window.kw, image.iter().product(), tap)
     }
 }
 

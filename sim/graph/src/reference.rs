@@ -254,6 +254,55 @@ pub fn apply(op: &Op, ins: &[&Tensor], out_shape: &[usize]) -> Vec<f64> {
             let d = ins[0].shape[1];
             (0..n_out).map(|e| x[(e / (len * d)) * d + e % d] / *len as f64).collect()
         }
+        Op::MaxPool { window } => {
+            let c = ins[0].shape[3];
+            let mut out = vec![f64::NEG_INFINITY; n_out];
+            window.for_each_im2col_pixel(&ins[0].shape, |row, _, src| {
+                for (o, &v) in out[row * c..(row + 1) * c].iter_mut().zip(&x[src..src + c]) {
+                    *o = if o.is_nan() || v.is_nan() { f64::NAN } else { o.max(v) };
+                }
+            });
+            out
+        }
+        Op::MaxPoolGrad { window } => {
+            let c = ins[0].shape[3];
+            let (y, dy) = (&ins[1].data, &ins[2].data);
+            let mut out = vec![0.0; n_out];
+            // Whether each window's channel has found its maximum (offsets come in order).
+            let mut taken = vec![false; y.len()];
+            window.for_each_im2col_pixel(&ins[0].shape, |row, _, src| {
+                for ch in 0..c {
+                    let o = row * c + ch;
+                    if !taken[o] && x[src + ch] == y[o] {
+                        taken[o] = true;
+                        out[src + ch] += dy[o];
+                    }
+                }
+            });
+            out
+        }
+        Op::AvgPool { window } => {
+            let c = ins[0].shape[3];
+            let taps = (window.kh * window.kw) as f64;
+            let mut out = vec![0.0; n_out];
+            window.for_each_im2col_pixel(&ins[0].shape, |row, _, src| {
+                for (o, &v) in out[row * c..(row + 1) * c].iter_mut().zip(&x[src..src + c]) {
+                    *o += v / taps;
+                }
+            });
+            out
+        }
+        Op::AvgPoolGrad { window, image } => {
+            let c = image[3];
+            let taps = (window.kh * window.kw) as f64;
+            let mut out = vec![0.0; n_out];
+            window.for_each_im2col_pixel(image, |row, _, src| {
+                for (o, &v) in out[src..src + c].iter_mut().zip(&x[row * c..(row + 1) * c]) {
+                    *o += v / taps;
+                }
+            });
+            out
+        }
         Op::SoftmaxCrossEntropy => {
             let (n, c) = (ins[0].shape[0], ins[0].shape[1]);
             let mut loss = 0.0;

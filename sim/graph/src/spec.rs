@@ -99,7 +99,8 @@ pub enum LayerOp {
         bias: bool,
     },
     /// NHWC convolution `[B, H, W, C] -> [B, OH, OW, filters]` via im2col; `weight` is
-    /// `[kernel*kernel*C, filters]` (row `(i*kernel + j)*C + c`), `bias` is `[filters]`.
+    /// `[kernel*kernel*C, filters]` (row `(i*kernel + j)*C + c`), `bias` is `[filters]` (none
+    /// with `bias: false`, as before a BatchNorm).
     Conv2d {
         /// Output channels, at least 1.
         filters: usize,
@@ -112,7 +113,33 @@ pub enum LayerOp {
         /// Zero padding on each side, pixels.
         #[serde(default)]
         padding: usize,
+        /// Whether to add a bias.
+        #[serde(default = "true_")]
+        bias: bool,
     },
+    /// Max pooling `[B, H, W, C] -> [B, OH, OW, C]`: the largest value of each `size x size`
+    /// window per channel, no padding.
+    MaxPool {
+        /// Window side, pixels; at least 1 and at most the input's height and width.
+        size: usize,
+        /// Stride, pixels (default: `size`, windows side by side).
+        #[serde(default)]
+        stride: Option<usize>,
+    },
+    /// Average pooling `[B, H, W, C] -> [B, OH, OW, C]`: each `size x size` window's mean,
+    /// zero padding counted in it.
+    AvgPool {
+        /// Window side, pixels; at least 1.
+        size: usize,
+        /// Stride, pixels (default: `size`).
+        #[serde(default)]
+        stride: Option<usize>,
+        /// Zero padding on each side, pixels.
+        #[serde(default)]
+        padding: usize,
+    },
+    /// Global average pooling `[B, H, W, C] -> [B, C]`: each channel's mean over the image.
+    GlobalAvgPool,
     /// Elementwise ReLU.
     Relu,
     /// Elementwise GELU (tanh form).

@@ -153,6 +153,20 @@ fn shape_and_broadcast_ops() {
 }
 
 #[test]
+fn pooling() {
+    // Side by side, overlapping, and (average) padded windows; random inputs have no ties.
+    for (window, seed) in [
+        (Window { kh: 2, kw: 2, stride: 2, padding: 0 }, 30),
+        (Window { kh: 3, kw: 3, stride: 1, padding: 0 }, 31),
+        (Window { kh: 2, kw: 3, stride: 2, padding: 0 }, 32),
+    ] {
+        check_op(Op::MaxPool { window }, &[&[2, 5, 6, 3]], seed);
+        check_op(Op::AvgPool { window }, &[&[2, 5, 6, 3]], seed + 10);
+    }
+    check_op(Op::AvgPool { window: Window { kh: 3, kw: 3, stride: 2, padding: 1 } }, &[&[2, 5, 6, 3]], 43);
+}
+
+#[test]
 fn activations_and_normalisation() {
     check_op(Op::Relu, &[&[4, 6]], 17);
     check_op(Op::Gelu, &[&[4, 6]], 18);

@@ -46,6 +46,19 @@ fn every_op_lowering_matches_the_reference_in_both_modes() {
     };
     let onehot: Vec<f32> = (0..12).map(|i| if i % 4 == i / 4 { 1.0 } else { 0.0 }).collect();
     let mm = |ta, tb| Op::MatMul { trans_a: ta, trans_b: tb };
+    // Side-by-side 2x2 windows, and overlapping 3x3 ones of stride 1 (pixels in several windows).
+    let pool2 = Window { kh: 2, kw: 2, stride: 2, padding: 0 };
+    let pool3 = Window { kh: 3, kw: 3, stride: 1, padding: 0 };
+    // Inputs after a ReLU (windows of zeros tie), the forward's max, and an upstream gradient.
+    let max_pool_grad = |window: Window, image: [usize; 4]| {
+        let x: Vec<f32> = vals(image.iter().product(), 3).iter().map(|v| v.max(0.0)).collect();
+        let xt = Tensor::new(&image, x.iter().map(|&v| v as f64).collect()).unwrap();
+        let pooled = Op::MaxPool { window }.output_shape(&[&image]).unwrap();
+        let y: Vec<f32> =
+            reference::apply(&Op::MaxPool { window }, &[&xt], &pooled).iter().map(|&v| v as f32).collect();
+        let dy = vals(y.len(), 5);
+        (Op::MaxPoolGrad { window }, vec![(x, image.to_vec()), (y, pooled.clone()), (dy, pooled)])
+    };
     let cases: Vec<(Op, Args)> = vec![
         (mm(false, false), vec![(vals(15, 0), vec![3, 5]), (vals(10, 1), vec![5, 2])]),
         (mm(true, false), vec![(vals(15, 0), vec![5, 3]), (vals(10, 1), vec![5, 2])]),
@@ -88,6 +101,13 @@ fn every_op_lowering_matches_the_reference_in_both_modes() {
             Op::Col2Im { window: Window { kh: 1, kw: 1, stride: 1, padding: 0 }, image: vec![1, 2, 2, 2] },
             vec![(vals(8, 0), vec![4, 2])],
         ),
+        (Op::MaxPool { window: pool2 }, vec![(vals(2 * 4 * 5 * 3, 0), vec![2, 4, 5, 3])]),
+        (Op::MaxPool { window: pool3 }, vec![(vals(2 * 4 * 5 * 3, 1), vec![2, 4, 5, 3])]),
+        (Op::AvgPool { window: pool2 }, vec![(vals(2 * 4 * 5 * 3, 0), vec![2, 4, 5, 3])]),
+        (Op::AvgPool { window: win }, vec![(vals(2 * 4 * 5 * 3, 2), vec![2, 4, 5, 3])]),
+        (Op::AvgPoolGrad { window: win, image: vec![2, 4, 5, 3] }, vec![(vals(2 * 5 * 6 * 3, 2), vec![2, 5, 6, 3])]),
+        max_pool_grad(pool2, [2, 4, 5, 3]),
+        max_pool_grad(pool3, [2, 4, 5, 3]),
     ];
     for (op, ins) in cases {
         let shapes: Vec<&[usize]> = ins.iter().map(|(_, s)| s.as_slice()).collect();
