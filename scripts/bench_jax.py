@@ -50,6 +50,7 @@ MODELS = [
     ("mlp-digits", "mlp-digits", "models/mlp-digits.ron", "tpu-32x32", None, None),
     ("cnn-small", "cnn-small", "models/cnn-small.ron", "tpu-32x32", None, None),
     ("transformer-tiny", "transformer-tiny", "models/transformer-tiny.ron", "tpu-32x32", None, None),
+    ("lenet-mnist", "lenet-mnist (LeNet-5, MNIST)", "models/lenet-mnist.ron", "tpu-128x128", None, 0.1),
     ("mlp-784", "MLP 784-256-128-10", "scripts/bench/models/mlp-784.ron", "tpu-128x128", "uniform", 0.05),
     ("lenet", "LeNet-like, stride-2 convs, 28x28x1", "scripts/bench/models/lenet.ron", "tpu-32x32", "uniform", 0.05),
     ("cnn-16-32-64", "CNN 16-32-64 channels, 28x28x1", "scripts/bench/models/cnn-16-32-64.ron", "tpu-32x32", "uniform", 0.05),
@@ -197,8 +198,15 @@ def build_jax(spec, seed):
             f, k, s, p = op["filters"], op["kernel"], op.get("stride", 1), op.get("padding", 0)
             _, h, w, c = xs
             params[name + ".weight"] = glorot((k, k, c, f), k * k * c, f)
-            params[name + ".bias"] = np.zeros(f, np.float32)
+            if op.get("bias", True):
+                params[name + ".bias"] = np.zeros(f, np.float32)
             out = [xs[0], (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1, f]
+        elif kind in ("MaxPool", "AvgPool"):
+            k, p = op["size"], op.get("padding", 0)
+            s = op.get("stride") or k
+            out = [xs[0], (xs[1] + 2 * p - k) // s + 1, (xs[2] + 2 * p - k) // s + 1, xs[3]]
+        elif kind == "GlobalAvgPool":
+            out = [xs[0], xs[3]]
         elif kind in ("Relu", "Gelu", "Softmax", "Add", "Attention"):
             out = list(xs)
         elif kind == "LayerNorm":
@@ -239,7 +247,18 @@ def build_jax(spec, seed):
                 y = jax.lax.conv_general_dilated(
                     a, pr[name + ".weight"], (s, s), [(p, p), (p, p)], dimension_numbers=("NHWC", "HWIO", "NHWC")
                 )
-                y = y + pr[name + ".bias"]
+                if name + ".bias" in pr:
+                    y = y + pr[name + ".bias"]
+            elif kind in ("MaxPool", "AvgPool"):
+                k, p = op["size"], op.get("padding", 0)
+                s = op.get("stride") or k
+                pads = [(0, 0), (p, p), (p, p), (0, 0)]
+                if kind == "MaxPool":
+                    y = jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, (1, k, k, 1), (1, s, s, 1), pads)
+                else:
+                    y = jax.lax.reduce_window(a, 0.0, jax.lax.add, (1, k, k, 1), (1, s, s, 1), pads) / (k * k)
+            elif kind == "GlobalAvgPool":
+                y = a.mean(axis=(1, 2))
             elif kind == "Relu":
                 y = jax.nn.relu(a)
             elif kind == "Gelu":

@@ -120,9 +120,11 @@ pub struct RonError {
     pub message: String,
 }
 
-/// Parses RON text; `file` names it in errors.
+/// Parses RON text; `file` names it in errors. An optional field takes its value bare
+/// (`stride: 2`) as well as `Some(2)`.
 pub fn parse_ron<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T, RonError> {
-    ron::from_str(text).map_err(|e| RonError {
+    let options = ron::Options::default().with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME);
+    options.from_str(text).map_err(|e| RonError {
         file: file.to_path_buf(),
         line: e.span.start.line,
         col: e.span.start.col,
