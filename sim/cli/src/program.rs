@@ -77,6 +77,13 @@ struct Report {
     per_phase: BTreeMap<String, BTreeMap<String, UnitCycles>>,
     /// Busy and stall cycles per layer and unit.
     per_layer: BTreeMap<String, BTreeMap<String, UnitCycles>>,
+    /// Multiply-accumulates of each phase's GEMMs.
+    per_phase_macs: BTreeMap<String, u64>,
+    /// Multiply-accumulates of each layer's GEMMs.
+    per_layer_macs: BTreeMap<String, u64>,
+    /// The MXU's processing elements (rows x cols): a layer's MACs over its MXU busy cycles
+    /// times this is the share of the array its GEMMs keep busy.
+    mxu_pes: u64,
     instructions: Vec<Row>,
     injection_space: Vec<space::ClassSummary>,
 }
@@ -103,6 +110,14 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
     let sched = exec.schedule();
     let (p, s, g) = (exec.program(), &sched, &exec.tg.graph);
     let rows = rows(p, s, g);
+    let (mut per_phase_macs, mut per_layer_macs) = (BTreeMap::new(), BTreeMap::new());
+    for (ins, tag) in p.instrs.iter().zip(&p.tags) {
+        if let faultline_hw::isa::Instr::Gemm { m, k, n, .. } = *ins {
+            let macs = (m * k * n) as u64;
+            *per_phase_macs.entry(tag.phase.name().to_string()).or_insert(0) += macs;
+            *per_layer_macs.entry(tag.layer.clone()).or_insert(0) += macs;
+        }
+    }
     let report = Report {
         model: spec.name.clone(),
         hw: hw.name.clone(),
@@ -115,6 +130,9 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
         dma_busy_cycles: s.dma_cycles,
         per_phase: s.per_phase_unit.iter().map(|(p, u)| (p.name().to_string(), u.clone())).collect(),
         per_layer: s.per_layer_unit.clone(),
+        per_phase_macs,
+        per_layer_macs,
+        mxu_pes: (hw.mxu.rows * hw.mxu.cols) as u64,
         instructions: rows,
         injection_space: space::space(&exec, s),
     };
@@ -142,15 +160,26 @@ pub fn run(a: ProgramArgs, mem: &HostMemory) -> Result<()> {
         report.dma_busy_cycles,
         pct(report.dma_busy_cycles)
     );
+    // `pe use`: the share of the array's multiply-accumulators the GEMMs use while the MXU
+    // runs them (a narrow layer leaves columns idle; fills and drains leave rows idle).
     println!(
-        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "phase/layer", "mxu busy", "mxu stall", "vpu busy", "vpu stall", "dma busy", "dma stall"
+        "{:<12} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9}",
+        "phase/layer", "mxu busy", "mxu stall", "pe use", "vpu busy", "vpu stall", "dma busy", "dma stall"
     );
     let phases = faultline_graph::Phase::ALL.iter().filter_map(|p| report.per_phase.get_key_value(p.name()));
     for (name, units) in phases.chain(&report.per_layer) {
         let u = |k: &str| units.get(k).copied().unwrap_or_default();
         let (m, v, d) = (u("mxu"), u("vpu"), u("dma"));
-        println!("{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}", name, m.busy, m.stall, v.busy, v.stall, d.busy, d.stall);
+        let macs = report.per_phase_macs.get(name).or(report.per_layer_macs.get(name)).copied().unwrap_or(0);
+        let pe = if m.busy == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1}%", 100.0 * macs as f64 / (m.busy * report.mxu_pes) as f64)
+        };
+        println!(
+            "{:<12} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9}",
+            name, m.busy, m.stall, pe, v.busy, v.stall, d.busy, d.stall
+        );
     }
     println!("injection space of one step (bit x cycle pairs; dead pairs are masked without running):");
     println!("{:<26} {:>8} {:>12} {:>16} {:>16}", "class", "bits", "busy cycles", "live bit-cycles", "dead bit-cycles");

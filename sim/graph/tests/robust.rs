@@ -9,12 +9,16 @@ use proptest::prelude::*;
 fn layer_op() -> impl Strategy<Value = LayerOp> {
     prop_oneof![
         (0usize..5, any::<bool>()).prop_map(|(units, bias)| LayerOp::Dense { units, bias }),
-        (0usize..3, 0usize..4, 0usize..3, 0usize..2).prop_map(|(filters, kernel, stride, padding)| LayerOp::Conv2d {
-            filters,
-            kernel,
+        (0usize..3, 0usize..4, 0usize..3, 0usize..2, any::<bool>()).prop_map(
+            |(filters, kernel, stride, padding, bias)| LayerOp::Conv2d { filters, kernel, stride, padding, bias }
+        ),
+        (0usize..4, prop::option::of(0usize..3)).prop_map(|(size, stride)| LayerOp::MaxPool { size, stride }),
+        (0usize..4, prop::option::of(0usize..3), 0usize..2).prop_map(|(size, stride, padding)| LayerOp::AvgPool {
+            size,
             stride,
             padding
         }),
+        Just(LayerOp::GlobalAvgPool),
         Just(LayerOp::Relu),
         Just(LayerOp::Gelu),
         Just(LayerOp::Softmax),
