@@ -51,6 +51,7 @@ MODELS = [
     ("cnn-small", "cnn-small", "models/cnn-small.ron", "tpu-32x32", None, None),
     ("transformer-tiny", "transformer-tiny", "models/transformer-tiny.ron", "tpu-32x32", None, None),
     ("lenet-mnist", "lenet-mnist (LeNet-5, MNIST)", "models/lenet-mnist.ron", "tpu-128x128", None, 0.1),
+    ("resnet-mini", "resnet-mini (ResNet-8 with BatchNorm, MNIST)", "models/resnet-mini.ron", "tpu-128x128", None, 0.1),
     ("mlp-784", "MLP 784-256-128-10", "scripts/bench/models/mlp-784.ron", "tpu-128x128", "uniform", 0.05),
     ("lenet", "LeNet-like, stride-2 convs, 28x28x1", "scripts/bench/models/lenet.ron", "tpu-32x32", "uniform", 0.05),
     ("cnn-16-32-64", "CNN 16-32-64 channels, 28x28x1", "scripts/bench/models/cnn-16-32-64.ron", "tpu-32x32", "uniform", 0.05),
@@ -209,7 +210,7 @@ def build_jax(spec, seed):
             out = [xs[0], xs[3]]
         elif kind in ("Relu", "Gelu", "Softmax", "Add", "Attention"):
             out = list(xs)
-        elif kind == "LayerNorm":
+        elif kind in ("LayerNorm", "BatchNorm"):
             params[name + ".gamma"] = np.ones(xs[-1], np.float32)
             params[name + ".beta"] = np.zeros(xs[-1], np.float32)
             out = list(xs)
@@ -268,6 +269,13 @@ def build_jax(spec, seed):
             elif kind == "LayerNorm":
                 mean = a.mean(-1, keepdims=True)
                 var = ((a - mean) ** 2).mean(-1, keepdims=True)
+                y = (a - mean) * jax.lax.rsqrt(var + op.get("eps", 1e-5)) * pr[name + ".gamma"] + pr[name + ".beta"]
+            elif kind == "BatchNorm":
+                # Training mode: the batch's statistics over every axis but the channels (the
+                # running estimates' update, a few [C] vectors, is left out of the timing).
+                axes = tuple(range(a.ndim - 1))
+                mean = a.mean(axes)
+                var = ((a - mean) ** 2).mean(axes)
                 y = (a - mean) * jax.lax.rsqrt(var + op.get("eps", 1e-5)) * pr[name + ".gamma"] + pr[name + ".beta"]
             elif kind in ("Flatten", "Reshape"):
                 y = a.reshape(shapes[name])

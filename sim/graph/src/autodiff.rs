@@ -41,8 +41,9 @@ pub fn backward(g: &mut OpGraph, loss: NodeIndex, wrt: &[NodeIndex]) -> Result<V
             if !needs[x.index()] {
                 continue;
             }
-            let d = rule(g, y, dy, slot)?;
-            contribs.entry(x).or_default().push(d);
+            if let Some(d) = rule(g, y, dy, slot)? {
+                contribs.entry(x).or_default().push(d);
+            }
         }
     }
     wrt.iter()
@@ -70,8 +71,43 @@ fn sum(g: &mut OpGraph, x: NodeIndex, c: Vec<NodeIndex>) -> Result<NodeIndex, Gr
     Ok(acc)
 }
 
-/// The contribution to `d loss / d input[slot]` of node `y`, given `dy` (None for the loss).
-fn rule(g: &mut OpGraph, y: NodeIndex, dy: Option<NodeIndex>, slot: usize) -> Result<NodeIndex, GraphError> {
+/// The contribution to `d loss / d input[slot]` of node `y`, given `dy` (None for the loss);
+/// `None` where the op passes no gradient to that input (batch statistics, whose effect the
+/// gradient of batch normalisation with respect to `x` includes).
+fn rule(g: &mut OpGraph, y: NodeIndex, dy: Option<NodeIndex>, slot: usize) -> Result<Option<NodeIndex>, GraphError> {
+    match (&g.node(y).op, slot) {
+        (Op::BatchNorm { .. }, 1..=4) | (Op::BatchMean | Op::BatchVar | Op::ColSum, _) => Ok(None),
+        (Op::BatchNorm { eps }, _) => {
+            let eps = *eps;
+            let dy = dy.expect("BatchNorm is not a loss");
+            let ins = g.node(y).inputs.clone();
+            // `dgamma` and `dbeta` hold the two column sums `dx` needs: made once, read by all.
+            let [dgamma, dbeta] = ["gamma", "beta"].map(|what| format!("d/{}:{what}", g.node(y).name));
+            let (phase, layer) = (Phase::Backward, g.node(y).layer.clone());
+            let dgamma = match g.find(&dgamma) {
+                Some(d) => d,
+                None => g.add(Op::BatchNormGammaGrad { eps }, &dgamma, &layer, phase, &[ins[0], ins[1], ins[2], dy])?,
+            };
+            let dbeta = match g.find(&dbeta) {
+                Some(d) => d,
+                None => g.add(Op::ColSum, &dbeta, &layer, phase, &[dy])?,
+            };
+            Ok(Some(match slot {
+                5 => dgamma,
+                6 => dbeta,
+                _ => {
+                    let name = g.fresh_name(&format!("d/{}:x", g.node(y).name));
+                    let grad_ins = [ins[0], ins[1], ins[2], ins[5], dy, dgamma, dbeta];
+                    g.add(Op::BatchNormGrad { eps }, &name, &layer, phase, &grad_ins)?
+                }
+            }))
+        }
+        _ => contribution(g, y, dy, slot).map(Some),
+    }
+}
+
+/// [`rule`] for an input that receives a gradient.
+fn contribution(g: &mut OpGraph, y: NodeIndex, dy: Option<NodeIndex>, slot: usize) -> Result<NodeIndex, GraphError> {
     let node = g.node(y).clone();
     let ins = node.inputs.clone();
     let x = ins[slot];

@@ -22,6 +22,20 @@ struct Builder<'a> {
     g: OpGraph,
     layer: &'a LayerSpec,
     params: &'a mut Vec<Param>,
+    running: &'a mut Vec<Running>,
+}
+
+/// A BatchNorm layer's running statistic: its placeholder, the batch statistic it follows and
+/// how (`scale` turns the batch's population variance into the unbiased one).
+struct Running {
+    name: String,
+    layer: String,
+    shape: Vec<usize>,
+    init: Init,
+    node: NodeIndex,
+    batch: NodeIndex,
+    scale: f64,
+    momentum: f64,
 }
 
 impl Builder<'_> {
@@ -38,6 +52,23 @@ impl Builder<'_> {
         let name = format!("{}.{role}", self.layer.name);
         let node = self.g.placeholder(Op::Param, &name, &self.layer.name, Phase::Forward, shape.clone())?;
         self.params.push(Param { name, layer: self.layer.name.clone(), shape, init, node });
+        Ok(node)
+    }
+
+    /// A running statistic `<layer>.<role>` of `[c]` that follows `batch` times `scale`.
+    fn running(
+        &mut self,
+        role: &str,
+        c: usize,
+        init: Init,
+        batch: NodeIndex,
+        scale: f64,
+        momentum: f64,
+    ) -> Result<NodeIndex, GraphError> {
+        let name = format!("{}.{role}", self.layer.name);
+        let node = self.g.placeholder(Op::OptState, &name, &self.layer.name, Phase::Forward, vec![c])?;
+        let layer = self.layer.name.clone();
+        self.running.push(Running { name, layer, shape: vec![c], init, node, batch, scale, momentum });
         Ok(node)
     }
 
@@ -165,6 +196,32 @@ impl Builder<'_> {
                 let s = self.op(Op::RowScale, "scale", &[n, gamma])?;
                 self.op(Op::BiasAdd, "shift", &[s, beta])
             }
+            LayerOp::BatchNorm { eps, momentum } => {
+                if !(eps.is_finite() && eps > 0.0) {
+                    return Err(self.invalid(format!("BatchNorm `eps` = {eps}: must be a positive number")));
+                }
+                if !(momentum > 0.0 && momentum <= 1.0) {
+                    return Err(self.invalid(format!("BatchNorm `momentum` = {momentum}: must be in (0, 1]")));
+                }
+                if xs.len() < 2 {
+                    return Err(self.shape_err("input [B, .., C]".into(), &xs));
+                }
+                let c = xs[xs.len() - 1];
+                let rows: usize = xs[..xs.len() - 1].iter().product();
+                if rows < 2 {
+                    return Err(self.shape_err("at least 2 values per channel in a batch".into(), &xs));
+                }
+                let flat = self.op(Op::Reshape { shape: vec![rows, c] }, "rows", &[x])?;
+                let mean = self.op(Op::BatchMean, "mean", &[flat])?;
+                let var = self.op(Op::BatchVar, "var", &[flat, mean])?;
+                let rm = self.running("running_mean", c, Init::Zeros, mean, 1.0, momentum)?;
+                let unbiased = rows as f64 / (rows - 1) as f64;
+                let rv = self.running("running_var", c, Init::Ones, var, unbiased, momentum)?;
+                let gamma = self.param("gamma", vec![c], Init::Ones)?;
+                let beta = self.param("beta", vec![c], Init::Zeros)?;
+                let n = self.op(Op::BatchNorm { eps }, "normalize", &[flat, mean, var, rm, rv, gamma, beta])?;
+                self.op(Op::Reshape { shape: xs.clone() }, "unflatten", &[n])
+            }
             LayerOp::Flatten => {
                 let rest: usize = xs[1..].iter().product();
                 self.op(Op::Reshape { shape: vec![xs[0], rest] }, "flatten", &[x])
@@ -218,6 +275,7 @@ fn layer_kind(op: &LayerOp) -> &'static str {
         LayerOp::MaxPool { .. } => "MaxPool",
         LayerOp::AvgPool { .. } => "AvgPool",
         LayerOp::GlobalAvgPool => "GlobalAvgPool",
+        LayerOp::BatchNorm { .. } => "BatchNorm",
     }
 }
 
@@ -267,6 +325,7 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
     let input = g.placeholder(Op::Input, "input", "input", Phase::Forward, shape)?;
     let mut env: BTreeMap<String, NodeIndex> = BTreeMap::from([("input".to_string(), input)]);
     let mut params = Vec::new();
+    let mut running = Vec::new();
     let mut prev = input;
     // Names appear in errors, listings and traces: refuse what would print as more than one
     // token (shown escaped, so the error itself stays one line).
@@ -310,7 +369,7 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
                 format!("{} takes {want} input(s), found {}", layer_kind(&layer.op), ins.len()),
             ));
         }
-        let mut b = Builder { g, layer, params: &mut params };
+        let mut b = Builder { g, layer, params: &mut params, running: &mut running };
         let out = b.layer(&ins);
         g = b.g;
         prev = out?;
@@ -356,7 +415,14 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
             OptimizerSpec::Momentum { lr, momentum } => {
                 let (name, v) = state(&mut g, "momentum")?;
                 let v2 = upd(&mut g, Op::MomentumVelocity { momentum }, &format!("{name}.next"), &[v, grad])?;
-                opt_state.push(OptStateInfo { name, param: p.name.clone(), shape: p.shape.clone(), node: v, next: v2 });
+                opt_state.push(OptStateInfo {
+                    name,
+                    param: p.name.clone(),
+                    shape: p.shape.clone(),
+                    init: Init::Zeros,
+                    node: v,
+                    next: v2,
+                });
                 upd(&mut g, Op::SgdUpdate { lr }, &next_name, &[p.node, v2])?
             }
             OptimizerSpec::Adam { lr, beta1, beta2, eps } => {
@@ -368,6 +434,7 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
                     name: mname,
                     param: p.name.clone(),
                     shape: p.shape.clone(),
+                    init: Init::Zeros,
                     node: m,
                     next: m2,
                 });
@@ -375,6 +442,7 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
                     name: vname,
                     param: p.name.clone(),
                     shape: p.shape.clone(),
+                    init: Init::Zeros,
                     node: v,
                     next: v2,
                 });
@@ -391,6 +459,20 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
             grad,
             next,
         });
+    }
+    // Running statistics move towards the batch's: `r' = (1 - momentum) r + momentum b`, the
+    // exponential average Adam's first moment is.
+    for r in running {
+        let upd =
+            |g: &mut OpGraph, op: Op, name: &str, ins: &[NodeIndex]| g.add(op, name, &r.layer, Phase::Update, ins);
+        let batch = if r.scale == 1.0 {
+            r.batch
+        } else {
+            upd(&mut g, Op::Scale { factor: r.scale }, &format!("{}.unbiased", r.name), &[r.batch])?
+        };
+        let next =
+            upd(&mut g, Op::AdamMoment { beta: 1.0 - r.momentum }, &format!("{}.next", r.name), &[r.node, batch])?;
+        opt_state.push(OptStateInfo { name: r.name, param: r.layer, shape: r.shape, init: r.init, node: r.node, next });
     }
     Ok(TrainGraph {
         model: spec.name.clone(),

@@ -50,7 +50,7 @@ pub mod train_graph;
 
 pub use error::GraphError;
 pub use graph::{Node, OpGraph};
-pub use op::{Op, Phase, Window};
+pub use op::{Mode, Op, Phase, Window};
 pub use petgraph::graph::NodeIndex;
 pub use program::{Program, StepSchedule};
 pub use spec::{LayerOp, LayerSpec, LossSpec, ModelSpec};

@@ -48,6 +48,19 @@ impl fmt::Display for Phase {
 
 pub use faultline_hw::isa::Window;
 
+/// What a program or an evaluation of the graph runs: a training step, or inference (the test
+/// metric, inference campaigns). One op behaves differently: [`Op::BatchNorm`] normalises with
+/// the batch's statistics in training and the running ones in inference, as PyTorch's
+/// `train()` and `eval()` do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Mode {
+    /// A training step.
+    #[default]
+    Train,
+    /// Inference.
+    Eval,
+}
+
 /// One operation. Inputs are listed in order in each variant's doc (`x`, `dy`, ...).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Op {
@@ -176,6 +189,39 @@ pub enum Op {
         /// Shape of `x`, `[N, H, W, C]`.
         image: Vec<usize>,
     },
+
+    /// Each column's mean over the rows, `x [R, C] -> [C]`: a batch statistic. Not
+    /// differentiated (the gradient of [`Op::BatchNorm`] accounts for it). Input `x`.
+    BatchMean,
+    /// Each column's population variance over the rows, `mean((x - mean)^2)`, `[C]`. Not
+    /// differentiated, like [`Op::BatchMean`]. Inputs `x [R, C]`, `mean [C]`.
+    BatchVar,
+    /// Batch normalisation of the columns of `x [R, C]` with its affine parameters:
+    /// `gamma * (x - m) / sqrt(v + eps) + beta`, with `m`, `v` the batch's `mean` and `var` in
+    /// [`Mode::Train`] and the running estimates in [`Mode::Eval`]. Inputs `x`, `mean [C]`,
+    /// `var [C]`, `running_mean [C]`, `running_var [C]`, `gamma [C]`, `beta [C]`.
+    BatchNorm {
+        /// Added to the variance.
+        eps: f64,
+    },
+    /// The training-mode gradient with respect to `x`, through the batch statistics too:
+    /// `dx = gamma / sqrt(var + eps) * (dy - dbeta / R - y * dgamma / R)`, `y` the normalised
+    /// `x` (before `gamma`, `beta`), `dgamma` and `dbeta` the parameters' gradients (which hold
+    /// the two column sums the formula needs). Inputs `x`, `mean`, `var`, `gamma`, `dy`,
+    /// `dgamma`, `dbeta`.
+    BatchNormGrad {
+        /// Same as the forward op.
+        eps: f64,
+    },
+    /// `dgamma [C]`: each column's sum of `dy * y`, `y` the normalised `x`. Inputs `x`,
+    /// `mean`, `var`, `dy`.
+    BatchNormGammaGrad {
+        /// Same as the forward op.
+        eps: f64,
+    },
+    /// Each column's sum over the rows, `x [R, C] -> [C]` (BatchNorm's `dbeta`). Not
+    /// differentiated. Input `x`.
+    ColSum,
 
     // ---- losses (scalar `[1]`) ----
     /// `L = -(1/N) sum_n sum_c y[n][c] * log_softmax(z)[n][c]`. Inputs `z [N, C]`, `y [N, C]`.
@@ -316,6 +362,12 @@ impl Op {
             Op::MaxPoolGrad { .. } => "max_pool_grad",
             Op::AvgPool { .. } => "avg_pool",
             Op::AvgPoolGrad { .. } => "avg_pool_grad",
+            Op::BatchMean => "batch_mean",
+            Op::BatchVar => "batch_var",
+            Op::BatchNorm { .. } => "batch_norm",
+            Op::BatchNormGrad { .. } => "batch_norm_grad",
+            Op::BatchNormGammaGrad { .. } => "batch_norm_gamma_grad",
+            Op::ColSum => "col_sum",
             Op::SoftmaxCrossEntropy => "softmax_cross_entropy",
             Op::SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad",
             Op::Mse => "mse",
@@ -329,6 +381,17 @@ impl Op {
             Op::MaxAbs => "max_abs",
             Op::MaxAbsDiff => "max_abs_diff",
             Op::Clamp { .. } => "clamp",
+        }
+    }
+
+    /// The inputs (by position) the op reads in `mode`: all of them, except that batch
+    /// normalisation reads the batch's statistics in training and the running ones in
+    /// inference.
+    pub fn reads(&self, mode: Mode) -> Vec<usize> {
+        match (self, mode) {
+            (Op::BatchNorm { .. }, Mode::Train) => vec![0, 1, 2, 5, 6],
+            (Op::BatchNorm { .. }, Mode::Eval) => vec![0, 3, 4, 5, 6],
+            _ => (0..self.arity()).collect(),
         }
     }
 
@@ -355,11 +418,15 @@ impl Op {
             | Op::MaxPool { .. }
             | Op::AvgPool { .. }
             | Op::AvgPoolGrad { .. }
+            | Op::BatchMean
+            | Op::ColSum
             | Op::TileSum { .. }
             | Op::MaxAbs
             | Op::Clamp { .. } => 1,
             Op::AdamUpdate { .. } => 4,
             Op::MaxPoolGrad { .. } => 3,
+            Op::BatchNormGammaGrad { .. } => 4,
+            Op::BatchNorm { .. } | Op::BatchNormGrad { .. } => 7,
             _ => 2,
         }
     }
@@ -489,6 +556,34 @@ impl Op {
                 let y = pooled(window, image, &Op::AvgPool { window: *window })?;
                 same(&y, ins[0], "dy")?;
                 Ok(image.clone())
+            }
+            Op::BatchMean
+            | Op::BatchVar
+            | Op::BatchNorm { .. }
+            | Op::BatchNormGrad { .. }
+            | Op::BatchNormGammaGrad { .. }
+            | Op::ColSum => {
+                let x = ins[0];
+                if x.len() != 2 {
+                    return Err(mismatch("x: [R, C]", format!("x: {x:?}")));
+                }
+                let c = [x[1]];
+                // Which inputs are `dy` (shaped like `x`); every other one is a `[C]` vector.
+                let dy = match self {
+                    Op::BatchNormGrad { .. } => Some(4),
+                    Op::BatchNormGammaGrad { .. } => Some(3),
+                    _ => None,
+                };
+                for (k, s) in ins.iter().enumerate().skip(1) {
+                    let want: &[usize] = if Some(k) == dy { x } else { &c };
+                    if *s != want {
+                        return Err(mismatch(format!("input {k}: {want:?}"), format!("{s:?}")));
+                    }
+                }
+                Ok(match self {
+                    Op::BatchNorm { .. } | Op::BatchNormGrad { .. } => x.to_vec(),
+                    _ => c.to_vec(),
+                })
             }
             Op::SoftmaxCrossEntropy | Op::SoftmaxCrossEntropyGrad => {
                 let (z, y) = (ins[0], ins[1]);

@@ -26,7 +26,7 @@
 //! a sum.
 
 use crate::error::GraphError;
-use crate::op::{Op, Phase, Window};
+use crate::op::{Mode, Op, Phase, Window};
 pub use crate::residency::Home;
 use crate::train_graph::TrainGraph;
 use crate::{NodeIndex, OpGraph};
@@ -161,8 +161,15 @@ impl Program {
     /// values of `keep` stay available after the last instruction; every other buffer is
     /// released after its last reader.
     pub fn lower(g: &OpGraph, nodes: &[NodeIndex], keep: &[NodeIndex]) -> Program {
+        Program::lower_in(g, nodes, keep, Mode::Train)
+    }
+
+    /// [`Program::lower`] in `mode`: [`Mode::Eval`] lowers batch normalisation with the
+    /// running statistics ([`Op::BatchNorm`]).
+    pub fn lower_in(g: &OpGraph, nodes: &[NodeIndex], keep: &[NodeIndex], mode: Mode) -> Program {
         let mut b = Builder {
             g,
+            mode,
             p: Program {
                 instrs: Vec::new(),
                 tags: Vec::new(),
@@ -210,8 +217,9 @@ impl Program {
         Program::lower(&tg.graph, &tg.execution_order(), &keep)
     }
 
-    /// The forward pass of `tg` (unplaced): only the nodes the model output depends on (clamps
-    /// included), in execution order, keeping the output.
+    /// The forward pass of `tg` for inference (unplaced, [`Mode::Eval`]): only the nodes the
+    /// model output depends on in inference (clamps included), in execution order, keeping the
+    /// output.
     pub fn forward(tg: &TrainGraph) -> Program {
         let g = &tg.graph;
         let order = tg.execution_order();
@@ -219,13 +227,14 @@ impl Program {
         needed[tg.output.index()] = true;
         for &i in order.iter().rev() {
             if needed[i.index()] {
-                for j in &g.node(i).inputs {
-                    needed[j.index()] = true;
+                let node = g.node(i);
+                for k in node.op.reads(Mode::Eval) {
+                    needed[node.inputs[k].index()] = true;
                 }
             }
         }
         let nodes: Vec<NodeIndex> = order.into_iter().filter(|i| needed[i.index()]).collect();
-        Program::lower(g, &nodes, &[tg.output])
+        Program::lower_in(g, &nodes, &[tg.output], Mode::Eval)
     }
 
     /// The buffer holding node `i`'s value, if the program computes or binds it.
@@ -369,6 +378,8 @@ impl Program {
 /// Emits a node's instructions.
 struct Builder<'g> {
     g: &'g OpGraph,
+    /// Training step or inference (batch normalisation's statistics).
+    mode: Mode,
     p: Program,
     /// The node being lowered.
     node: NodeIndex,
@@ -378,6 +389,14 @@ struct Builder<'g> {
 
 fn w(b: BufId) -> Operand {
     Operand::whole(b)
+}
+
+/// The row width [`Builder::col_sum`] packs narrow columns into: the widest VPU shipped.
+const PACKED_COLS: usize = 128;
+
+/// `b`'s `len` words repeated over the rows: a per-column vector broadcast.
+fn cycle(b: BufId, len: usize) -> Operand {
+    Operand::view(b, View::Cycle { len })
 }
 
 fn per_row(b: BufId, cols: usize) -> Operand {
@@ -519,6 +538,34 @@ impl Builder<'_> {
         (xc, inv)
     }
 
+    /// The column sums of `x [rows, c]`. A column reduction issues one vector per row, so
+    /// narrow rows leave most lanes idle (16 channels use 16 of 128): `k` rows are first summed
+    /// as one row of `k*c` columns (up to 128, `k` dividing `rows`), then the `k` partial sums
+    /// of each column.
+    fn col_sum(&mut self, x: BufId, rows: usize, c: usize) -> BufId {
+        let k = (1..=(PACKED_COLS / c.max(1)).max(1)).rev().find(|k| rows.is_multiple_of(*k)).unwrap_or(1);
+        let s = self.un(VpuOp::ReduceSum { cols: k * c, axis: Axis::Col }, x, rows * c);
+        if k == 1 {
+            return s;
+        }
+        self.un(VpuOp::ReduceSum { cols: c, axis: Axis::Col }, s, k * c)
+    }
+
+    /// `(1 / sqrt(v + eps), (x - m) / sqrt(v + eps))` for the columns of `x [R, C]` (`xs`) and
+    /// per-column statistics `m`, `v`.
+    fn batch_normalize(&mut self, x: BufId, m: BufId, v: BufId, eps: f64, xs: &[usize]) -> (BufId, BufId) {
+        let (c, n) = (xs[1], xs[0] * xs[1]);
+        let xc = self.bin(VpuOp::Sub, w(x), cycle(m, c), n);
+        let inv = self.inv_std(v, eps, c);
+        (inv, self.bin(VpuOp::Mul, w(xc), cycle(inv, c), n))
+    }
+
+    /// `1 / sqrt(v + eps)` for `c` variances.
+    fn inv_std(&mut self, v: BufId, eps: f64, c: usize) -> BufId {
+        let ve = self.adds(v, eps, c);
+        self.un(VpuOp::Rsqrt, ve, c)
+    }
+
     /// `(x^2, sqrt(2/pi) * (x + 0.044715 x^3))` for GELU and its derivative.
     fn gelu_arg(&mut self, x: BufId, n: usize) -> (BufId, BufId) {
         let x2 = self.mul(x, x, n);
@@ -548,8 +595,14 @@ impl Builder<'_> {
             self.p.node_buf[i.index()] = Some(b);
             return;
         }
-        let input =
-            |k: usize| self.p.node_buf[node.inputs[k].index()].expect("inputs are lowered before their consumers");
+        // An input the op does not read in this mode (batch statistics in inference) need not
+        // be lowered; its stand-in is never read.
+        let reads = node.op.reads(self.mode);
+        let input = |k: usize| match self.p.node_buf[node.inputs[k].index()] {
+            Some(b) => b,
+            None if !reads.contains(&k) => BufId(u32::MAX),
+            None => panic!("inputs are lowered before their consumers"),
+        };
         let shape = |k: usize| g.node(node.inputs[k]).shape.as_slice();
         let ins: Vec<BufId> = (0..node.inputs.len()).map(input).collect();
         let (x, y) = (ins.first().copied(), ins.get(1).copied());
@@ -674,6 +727,50 @@ impl Builder<'_> {
                 let s = self.muls(x, 1.0 / taps as f64, n);
                 self.tap_sum(*window, image4(image), |_| s)
             }
+            Op::BatchMean => {
+                let (rows, c) = (xs[0], xs[1]);
+                let s = self.col_sum(x, rows, c);
+                self.muls(s, 1.0 / rows as f64, c)
+            }
+            Op::BatchVar => {
+                let (rows, c) = (xs[0], xs[1]);
+                let xc = self.bin(VpuOp::Sub, w(x), cycle(y, c), nx);
+                let sq = self.mul(xc, xc, nx);
+                let s = self.col_sum(sq, rows, c);
+                self.muls(s, 1.0 / rows as f64, c)
+            }
+            Op::BatchNorm { eps } => {
+                // (x - m) * (gamma / sqrt(v + eps)) + beta
+                let (m, v) = match self.mode {
+                    Mode::Train => (ins[1], ins[2]),
+                    Mode::Eval => (ins[3], ins[4]),
+                };
+                let c = xs[1];
+                let inv = self.inv_std(v, *eps, c);
+                let scale = self.mul(ins[5], inv, c);
+                let xc = self.bin(VpuOp::Sub, w(x), cycle(m, c), nx);
+                let s = self.bin(VpuOp::Mul, w(xc), cycle(scale, c), nx);
+                self.bin(VpuOp::Add, w(s), cycle(ins[6], c), nx)
+            }
+            Op::BatchNormGrad { eps } => {
+                // (dy - dbeta / R - y * dgamma / R) * (gamma / sqrt(var + eps))
+                let (rows, c) = (xs[0], xs[1]);
+                let (gamma, dy, dgamma, dbeta) = (ins[3], ins[4], ins[5], ins[6]);
+                let (inv, yn) = self.batch_normalize(x, y, ins[2], *eps, xs);
+                let mdb = self.muls(dbeta, 1.0 / rows as f64, c);
+                let mdg = self.muls(dgamma, 1.0 / rows as f64, c);
+                let a = self.bin(VpuOp::Sub, w(dy), cycle(mdb, c), nx);
+                let b = self.bin(VpuOp::Mul, w(yn), cycle(mdg, c), nx);
+                let t = self.sub(a, b, nx);
+                let scale = self.mul(gamma, inv, c);
+                self.bin(VpuOp::Mul, w(t), cycle(scale, c), nx)
+            }
+            Op::BatchNormGammaGrad { eps } => {
+                let (_, yn) = self.batch_normalize(x, y, ins[2], *eps, xs);
+                let p = self.mul(ins[3], yn, nx);
+                self.col_sum(p, xs[0], xs[1])
+            }
+            Op::ColSum => self.col_sum(x, xs[0], xs[1]),
             Op::SoftmaxCrossEntropy => {
                 // -(1/N) sum y * (z - max - ln(sum exp(z - max)))
                 let (z, c) = (x, last);

@@ -5,7 +5,7 @@
 
 use crate::error::GraphError;
 use crate::graph::OpGraph;
-use crate::op::Op;
+use crate::op::{Mode, Op};
 use crate::tensor::Tensor;
 use petgraph::graph::NodeIndex;
 use std::collections::BTreeMap;
@@ -40,9 +40,20 @@ pub fn eval(g: &OpGraph, feeds: &BTreeMap<String, Tensor>) -> Result<Values, Gra
 /// placeholders after `last` need no feed. A node that reads a later node (a clamp inserted
 /// after the graph was built, [`crate::checks`]) has that node evaluated first.
 pub fn eval_until(g: &OpGraph, feeds: &BTreeMap<String, Tensor>, last: NodeIndex) -> Result<Values, GraphError> {
+    eval_in(g, feeds, last, Mode::Train)
+}
+
+/// [`eval_until`] in `mode`: [`Mode::Eval`] normalises with the running statistics
+/// ([`Op::BatchNorm`]), as inference does.
+pub fn eval_in(
+    g: &OpGraph,
+    feeds: &BTreeMap<String, Tensor>,
+    last: NodeIndex,
+    mode: Mode,
+) -> Result<Values, GraphError> {
     let mut values: Vec<Option<Tensor>> = vec![None; g.len()];
     for i in g.indices().take_while(|i| i.index() <= last.index()) {
-        eval_node(g, feeds, &mut values, i)?;
+        eval_node(g, feeds, &mut values, i, mode)?;
     }
     Ok(Values { values })
 }
@@ -53,6 +64,7 @@ fn eval_node(
     feeds: &BTreeMap<String, Tensor>,
     values: &mut [Option<Tensor>],
     i: NodeIndex,
+    mode: Mode,
 ) -> Result<(), GraphError> {
     if values[i.index()].is_some() {
         return Ok(());
@@ -81,14 +93,34 @@ fn eval_node(
         t.clone()
     } else {
         for &j in &node.inputs {
-            eval_node(g, feeds, values, j)?;
+            eval_node(g, feeds, values, j, mode)?;
         }
         let ins: Vec<&Tensor> = node.inputs.iter().map(|j| values[j.index()].as_ref().expect("evaluated")).collect();
-        let data = apply(&node.op, &ins, &node.shape);
+        let data = apply_in(&node.op, &ins, &node.shape, mode);
         Tensor { shape: node.shape.clone(), data }
     };
     values[i.index()] = Some(v);
     Ok(())
+}
+
+/// The sum of each of the `c` columns of a row-major `x`.
+fn col_sums(x: &[f64], c: usize) -> Vec<f64> {
+    let mut s = vec![0.0; c];
+    for (e, v) in x.iter().enumerate() {
+        s[e % c] += v;
+    }
+    s
+}
+
+/// The mean of each of the `c` columns of a row-major `x`.
+fn col_means(x: &[f64], c: usize) -> Vec<f64> {
+    let rows = (x.len() / c.max(1)) as f64;
+    col_sums(x, c).iter().map(|v| v / rows).collect()
+}
+
+/// `(x - m) / sqrt(v + eps)` for the columns of a row-major `x` (`m`, `v` one per column).
+fn normalized(x: &[f64], m: &[f64], v: &[f64], eps: f64) -> Vec<f64> {
+    x.iter().enumerate().map(|(e, x)| (x - m[e % m.len()]) / (v[e % v.len()] + eps).sqrt()).collect()
 }
 
 fn last(t: &Tensor) -> usize {
@@ -146,6 +178,11 @@ fn matmul2(a: &[f64], ar: usize, ac: usize, ta: bool, b: &[f64], br: usize, bc: 
 
 /// Computes one op's output data. Shapes were checked when the node was added.
 pub fn apply(op: &Op, ins: &[&Tensor], out_shape: &[usize]) -> Vec<f64> {
+    apply_in(op, ins, out_shape, Mode::Train)
+}
+
+/// [`apply`] in `mode` ([`Op::BatchNorm`] reads the running statistics in [`Mode::Eval`]).
+pub fn apply_in(op: &Op, ins: &[&Tensor], out_shape: &[usize], mode: Mode) -> Vec<f64> {
     let n_out: usize = out_shape.iter().product();
     let x = ins.first().map(|t| t.data.as_slice()).unwrap_or(&[]);
     let zip =
@@ -303,6 +340,40 @@ pub fn apply(op: &Op, ins: &[&Tensor], out_shape: &[usize]) -> Vec<f64> {
             });
             out
         }
+        Op::BatchMean => col_means(x, ins[0].shape[1]),
+        Op::BatchVar => {
+            let m = &ins[1].data;
+            let sq: Vec<f64> = x.iter().enumerate().map(|(e, v)| (v - m[e % m.len()]).powi(2)).collect();
+            col_means(&sq, m.len())
+        }
+        Op::BatchNorm { eps } => {
+            let (m, v) = match mode {
+                Mode::Train => (&ins[1].data, &ins[2].data),
+                Mode::Eval => (&ins[3].data, &ins[4].data),
+            };
+            let (gamma, beta) = (&ins[5].data, &ins[6].data);
+            let y = normalized(x, m, v, *eps);
+            y.iter().enumerate().map(|(e, y)| gamma[e % m.len()] * y + beta[e % m.len()]).collect()
+        }
+        Op::BatchNormGrad { eps } => {
+            let (m, v, gamma, dy) = (&ins[1].data, &ins[2].data, &ins[3].data, &ins[4].data);
+            let (dgamma, dbeta) = (&ins[5].data, &ins[6].data);
+            let c = m.len();
+            let rows = (x.len() / c) as f64;
+            let y = normalized(x, m, v, *eps);
+            (0..n_out)
+                .map(|e| {
+                    let k = e % c;
+                    gamma[k] / (v[k] + eps).sqrt() * (dy[e] - dbeta[k] / rows - y[e] * dgamma[k] / rows)
+                })
+                .collect()
+        }
+        Op::BatchNormGammaGrad { eps } => {
+            let (m, v, dy) = (&ins[1].data, &ins[2].data, &ins[3].data);
+            let dyy: Vec<f64> = normalized(x, m, v, *eps).iter().zip(dy).map(|(a, b)| a * b).collect();
+            col_sums(&dyy, m.len())
+        }
+        Op::ColSum => col_sums(x, ins[0].shape[1]),
         Op::SoftmaxCrossEntropy => {
             let (n, c) = (ins[0].shape[0], ins[0].shape[1]);
             let mut loss = 0.0;

@@ -86,6 +86,10 @@ fn ln_eps() -> f64 {
     1e-5
 }
 
+fn bn_momentum() -> f64 {
+    0.1
+}
+
 /// Layer kinds. Shapes below include the batch dimension `B`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -151,6 +155,20 @@ pub enum LayerOp {
         /// Added to the variance: positive and finite.
         #[serde(default = "ln_eps")]
         eps: f64,
+    },
+    /// Batch normalisation over the last dimension `C` (each channel over the batch and, for
+    /// images, every pixel), as PyTorch's `BatchNorm1d`/`BatchNorm2d` define it: in training
+    /// `(x - mean) / sqrt(var + eps)` with the batch's mean and population variance, times
+    /// `gamma [C]` (ones) plus `beta [C]` (zeros); the running estimates `<layer>.running_mean`
+    /// (zeros) and `<layer>.running_var` (ones) move towards the batch's mean and unbiased
+    /// variance by `momentum` each step, and inference normalises with them.
+    BatchNorm {
+        /// Added to the variance: positive and finite.
+        #[serde(default = "ln_eps")]
+        eps: f64,
+        /// Weight of each batch in the running estimates, in (0, 1].
+        #[serde(default = "bn_momentum")]
+        momentum: f64,
     },
     /// `[B, ...] -> [B, prod(...)]`.
     Flatten,

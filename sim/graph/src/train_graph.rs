@@ -101,15 +101,19 @@ pub struct ParamInfo {
     pub next: NodeIndex,
 }
 
-/// One optimizer-state tensor (zero at step 1).
+/// One state tensor that is not a parameter: an optimizer's (zero at step 1), or a
+/// BatchNorm layer's running statistic (mean zero, variance one at step 1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct OptStateInfo {
-    /// Name, `<param>.momentum`, `<param>.adam_m` or `<param>.adam_v`.
+    /// Name, `<param>.momentum`, `<param>.adam_m`, `<param>.adam_v`, or `<layer>.running_mean`
+    /// and `<layer>.running_var`.
     pub name: String,
-    /// The parameter it belongs to.
+    /// The parameter it belongs to (the layer, for running statistics).
     pub param: String,
-    /// Shape (that of the parameter).
+    /// Shape (that of the parameter; `[C]` for running statistics).
     pub shape: Vec<usize>,
+    /// Its value before the first step: `Zeros`, or `Ones` for a running variance.
+    pub init: Init,
     /// The `Op::OptState` placeholder.
     pub node: NodeIndex,
     /// The node holding the updated value (phase update); write it back after the step.
@@ -189,7 +193,9 @@ impl TrainGraph {
             out.insert(p.name.clone(), Tensor { shape: p.shape.clone(), data });
         }
         for s in &self.opt_state {
-            out.insert(s.name.clone(), Tensor::zeros(&s.shape));
+            let t = Tensor::zeros(&s.shape);
+            let data = if s.init == Init::Ones { vec![1.0; t.data.len()] } else { t.data };
+            out.insert(s.name.clone(), Tensor { data, ..t });
         }
         out
     }

@@ -297,3 +297,72 @@ fn model_kitchen_sink_with_mse() {
     let grads: Vec<NodeIndex> = tg.params().iter().map(|p| p.grad).collect();
     check_grads(&tg.graph, tg.loss, &params, &grads, &feeds, usize::MAX, 41);
 }
+
+/// BatchNorm after a bias-free convolution (per channel over batch and pixels) and after a
+/// dense layer (per feature over the batch), with pooling between: every parameter's gradient
+/// through the batch statistics, which depend on the parameters before them.
+#[test]
+fn model_batchnorm_conv_and_dense() {
+    let text = r#"(
+        name: "bn",
+        input: [6, 6, 2],
+        outputs: 3,
+        loss: SoftmaxCrossEntropy,
+        layers: [
+            (name: "conv", op: Conv2d(filters: 3, kernel: 3, padding: 1, bias: false)),
+            (name: "bn1", op: BatchNorm()),
+            (name: "act", op: Relu),
+            (name: "pool", op: MaxPool(size: 2)),
+            (name: "avg", op: AvgPool(size: 2, stride: 1)),
+            (name: "flat", op: Flatten),
+            (name: "fc", op: Dense(units: 5, bias: false)),
+            (name: "bn2", op: BatchNorm(eps: 1e-3, momentum: 0.5)),
+            (name: "out", op: Dense(units: 3)),
+        ],
+    )"#;
+    let spec = ModelSpec::from_ron(text, "<bn>").unwrap();
+    let tg = TrainGraph::build(&spec, 3, OptimizerSpec::Sgd { lr: 0.1 }).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(43);
+    let mut feeds = tg.initial_state(43);
+    for p in tg.params() {
+        for v in &mut feeds.get_mut(&p.name).unwrap().data {
+            *v += rng.gen_range(-0.1..0.1);
+        }
+    }
+    feeds.insert("input".into(), random(&mut rng, &[3, 6, 6, 2]));
+    feeds.insert("labels".into(), Tensor::one_hot(&[0, 2, 1], 3));
+    let params: Vec<NodeIndex> = tg.params().iter().map(|p| p.node).collect();
+    let grads: Vec<NodeIndex> = tg.params().iter().map(|p| p.grad).collect();
+    check_grads(&tg.graph, tg.loss, &params, &grads, &feeds, usize::MAX, 43);
+}
+
+/// The global average pooling layer is the mean over pixels, and differentiates.
+#[test]
+fn model_global_average_pooling() {
+    let text = r#"(
+        name: "gap",
+        input: [4, 5, 3],
+        outputs: 2,
+        loss: SoftmaxCrossEntropy,
+        layers: [
+            (name: "conv", op: Conv2d(filters: 4, kernel: 3, padding: 1)),
+            (name: "gap", op: GlobalAvgPool),
+            (name: "out", op: Dense(units: 2)),
+        ],
+    )"#;
+    let spec = ModelSpec::from_ron(text, "<gap>").unwrap();
+    let tg = TrainGraph::build(&spec, 2, OptimizerSpec::Sgd { lr: 0.1 }).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(44);
+    let mut feeds = tg.initial_state(44);
+    feeds.insert("input".into(), random(&mut rng, &[2, 4, 5, 3]));
+    feeds.insert("labels".into(), Tensor::one_hot(&[1, 0], 2));
+    let params: Vec<NodeIndex> = tg.params().iter().map(|p| p.node).collect();
+    let grads: Vec<NodeIndex> = tg.params().iter().map(|p| p.grad).collect();
+    check_grads(&tg.graph, tg.loss, &params, &grads, &feeds, usize::MAX, 44);
+    let v = eval(&tg.graph, &feeds).unwrap();
+    let (conv, gap) = (v.by_name(&tg.graph, "conv.bias_add").unwrap(), v.by_name(&tg.graph, "gap.mean").unwrap());
+    for (b, c) in [(0, 0), (1, 3)] {
+        let want: f64 = (0..20).map(|p| conv.data[(b * 20 + p) * 4 + c]).sum::<f64>() / 20.0;
+        assert!((gap.data[b * 4 + c] - want).abs() < 1e-12);
+    }
+}

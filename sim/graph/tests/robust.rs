@@ -19,6 +19,7 @@ fn layer_op() -> impl Strategy<Value = LayerOp> {
             padding
         }),
         Just(LayerOp::GlobalAvgPool),
+        (0.0f64..0.1, 0.0f64..1.2).prop_map(|(eps, momentum)| LayerOp::BatchNorm { eps, momentum }),
         Just(LayerOp::Relu),
         Just(LayerOp::Gelu),
         Just(LayerOp::Softmax),

@@ -71,7 +71,8 @@ impl ModelState {
     }
 
     /// Parameters from `dir/<param name>.npy` (float32 or float64, exactly the parameter's
-    /// shape, C order, finite unless `allow_nonfinite`), zero optimizer state. Errors name the
+    /// shape, C order, finite unless `allow_nonfinite`), optimizer state and running statistics at
+    /// their initial values. Errors name the
     /// file and expected vs found.
     pub fn from_npy_dir(tg: &TrainGraph, dir: &Path, allow_nonfinite: bool) -> Result<ModelState> {
         if !dir.is_dir() {
@@ -88,7 +89,11 @@ impl ModelState {
             tensors.insert(p.name.clone(), Tensor32 { shape: a.shape, data: a.data });
         }
         for s in &tg.opt_state {
-            tensors.insert(s.name.clone(), Tensor32::zeros(&s.shape));
+            let mut t = Tensor32::zeros(&s.shape);
+            if s.init == faultline_graph::Init::Ones {
+                t.data.fill(1.0);
+            }
+            tensors.insert(s.name.clone(), t);
         }
         Ok(ModelState { tensors, step: 0 })
     }

@@ -3,14 +3,14 @@
 //! reference op to fp32 accuracy. Also covers the MXU lowering (transposes, batches).
 
 use faultline_graph::program::Program;
-use faultline_graph::{reference, Op, OpGraph, Phase, Tensor, Window};
+use faultline_graph::{reference, Mode, Op, OpGraph, Phase, Tensor, Window};
 use faultline_hw::{Dataflow, ExecMode, HwConfig};
 use faultline_train::exec::run_program;
 
 type Args = Vec<(Vec<f32>, Vec<usize>)>;
 
-/// Runs `op` on `ins` as a one-node program; returns the output bits.
-fn run(cfg: &HwConfig, op: &Op, ins: &Args, mode: ExecMode) -> Vec<u32> {
+/// Runs `op` on `ins` as a one-node program lowered for `graph_mode`; returns the output bits.
+fn run(cfg: &HwConfig, op: &Op, ins: &Args, mode: ExecMode, graph_mode: Mode) -> Vec<u32> {
     let mut g = OpGraph::new("<test>");
     let mut nodes = Vec::new();
     for (k, (_, shape)) in ins.iter().enumerate() {
@@ -19,7 +19,7 @@ fn run(cfg: &HwConfig, op: &Op, ins: &Args, mode: ExecMode) -> Vec<u32> {
     let out = g.add(op.clone(), "out", "l", Phase::Forward, &nodes).unwrap();
     let mut order = nodes.clone();
     order.push(out);
-    let p = Program::lower(&g, &order, &[out]);
+    let p = Program::lower_in(&g, &order, &[out], graph_mode);
     let mut bufs = vec![Vec::new(); p.buffers.len()];
     for (k, (data, _)) in ins.iter().enumerate() {
         bufs[p.buffer_of(nodes[k]).unwrap().index()] = data.iter().map(|v| v.to_bits()).collect();
@@ -45,6 +45,7 @@ fn every_op_lowering_matches_the_reference_in_both_modes() {
             .collect()
     };
     let onehot: Vec<f32> = (0..12).map(|i| if i % 4 == i / 4 { 1.0 } else { 0.0 }).collect();
+    let positive = |n: usize, s: u32| -> Vec<f32> { vals(n, s).iter().map(|v| v.abs() + 0.25).collect() };
     let mm = |ta, tb| Op::MatMul { trans_a: ta, trans_b: tb };
     // Side-by-side 2x2 windows, and overlapping 3x3 ones of stride 1 (pixels in several windows).
     let pool2 = Window { kh: 2, kw: 2, stride: 2, padding: 0 };
@@ -108,19 +109,58 @@ fn every_op_lowering_matches_the_reference_in_both_modes() {
         (Op::AvgPoolGrad { window: win, image: vec![2, 4, 5, 3] }, vec![(vals(2 * 5 * 6 * 3, 2), vec![2, 5, 6, 3])]),
         max_pool_grad(pool2, [2, 4, 5, 3]),
         max_pool_grad(pool3, [2, 4, 5, 3]),
+        (Op::BatchMean, vec![(vals(24, 0), vec![6, 4])]),
+        (Op::BatchVar, vec![(vals(24, 0), vec![6, 4]), (vals(4, 3), vec![4])]),
+        (Op::ColSum, vec![(vals(24, 0), vec![6, 4])]),
+        (
+            Op::BatchNormGammaGrad { eps: 1e-5 },
+            vec![
+                (vals(24, 0), vec![6, 4]),
+                (vals(4, 3), vec![4]),
+                (positive(4, 1), vec![4]),
+                (vals(24, 5), vec![6, 4]),
+            ],
+        ),
+        (
+            Op::BatchNormGrad { eps: 1e-5 },
+            vec![
+                (vals(24, 0), vec![6, 4]),
+                (vals(4, 3), vec![4]),
+                (positive(4, 1), vec![4]),
+                (vals(4, 6), vec![4]),
+                (vals(24, 5), vec![6, 4]),
+                (vals(4, 8), vec![4]),
+                (vals(4, 9), vec![4]),
+            ],
+        ),
     ];
-    for (op, ins) in cases {
+    // Batch normalisation reads the batch's statistics (inputs 1, 2) in a training step and
+    // the running ones (3, 4) in inference.
+    let bn = |mode| {
+        let ins = vec![
+            (vals(24, 0), vec![6, 4]),
+            (vals(4, 3), vec![4]),
+            (positive(4, 1), vec![4]),
+            (vals(4, 7), vec![4]),
+            (positive(4, 2), vec![4]),
+            (vals(4, 10), vec![4]),
+            (vals(4, 11), vec![4]),
+        ];
+        (Op::BatchNorm { eps: 1e-5 }, ins, mode)
+    };
+    let cases = cases.into_iter().map(|(op, ins)| (op, ins, Mode::Train)).chain([bn(Mode::Train), bn(Mode::Eval)]);
+    for (op, ins, graph_mode) in cases {
         let shapes: Vec<&[usize]> = ins.iter().map(|(_, s)| s.as_slice()).collect();
         let out_shape = op.output_shape(&shapes).unwrap();
         let tens: Vec<Tensor> =
             ins.iter().map(|(d, s)| Tensor::new(s, d.iter().map(|&v| v as f64).collect()).unwrap()).collect();
-        let want = reference::apply(&op, &tens.iter().collect::<Vec<_>>(), &out_shape);
-        let got = run(&cfg, &op, &ins, ExecMode::Functional);
-        assert_eq!(got, run(&cfg, &op, &ins, ExecMode::CycleLevel), "{op:?}: modes differ");
+        let want = reference::apply_in(&op, &tens.iter().collect::<Vec<_>>(), &out_shape, graph_mode);
+        let got = run(&cfg, &op, &ins, ExecMode::Functional, graph_mode);
+        assert_eq!(got, run(&cfg, &op, &ins, ExecMode::CycleLevel, graph_mode), "{op:?}: modes differ");
         assert_eq!(got.len(), want.len(), "{op:?}");
         for (k, (&g, &w)) in got.iter().zip(&want).enumerate() {
             let g = f32::from_bits(g) as f64;
-            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{op:?}[{k}]: {g} vs {w}");
+            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{op:?} ({graph_mode:?})[{k}]: {g} vs {w}");
         }
     }
 }

@@ -84,44 +84,84 @@ proptest::proptest! {
         // 16 KiB SRAMs make placement cut cnn-small's and transformer-tiny's instructions into
         // tiles (mlp-digits' weights do not fit them).
         let tight = tight && model != "mlp-digits";
-        let make = |mode| {
-            edited_trainer(model, config, MxuFormat::Bf16, mode, |hw| {
-                hw.dram.fault_sites = true;
-                if tight {
-                    hw.memory.unified_buffer.bytes = 16 * 1024;
-                    hw.memory.accumulator.bytes = 16 * 1024;
-                }
-            })
+        if let Err(e) = faulty_steps_agree(model, config, tight, idx, cycle, stuck) {
+            proptest::prop_assert!(false, "{}", e);
+        }
+    }
+}
+
+/// One fault of every site class at bit index `idx` (modulo the class) and cycle `cycle` (modulo
+/// the step) of step 1: a flip, or a stuck-at-1 for `stuck` cycles. The hybrid step, the
+/// cycle-level step and the hybrid step started from the golden step all agree, bit for bit.
+fn faulty_steps_agree(model: &str, config: &str, tight: bool, idx: u64, cycle: u64, stuck: u64) -> Result<(), String> {
+    let make = |mode| {
+        edited_trainer(model, config, MxuFormat::Bf16, mode, |hw| {
+            hw.dram.fault_sites = true;
+            if tight {
+                hw.memory.unified_buffer.bytes = 16 * 1024;
+                hw.memory.accumulator.bytes = 16 * 1024;
+            }
+        })
+    };
+    let (f, cyc) = (make(ExecMode::Functional), make(ExecMode::CycleLevel));
+    let (x, y) = f.data.train.gather(&f.batcher.clone().next_indices());
+    let hw = &f.exec.hw;
+    let golden = f.exec.golden_step(&f.state, &x, Some(&y)).unwrap();
+    for class in faultline_hw::SiteClass::all(hw) {
+        let site = class.site_at(hw, idx % class.bit_count(hw)).unwrap();
+        let (kind, duration) =
+            if stuck == 0 { (faultline_num::BitFault::Flip, 1) } else { (faultline_num::BitFault::StuckAt1, stuck) };
+        let fault =
+            faultline_train::StepFault { kind, site, step: 1, cycle: cycle % f.schedule.total_cycles, duration };
+        let run = |t: &Trainer, from: Option<&faultline_train::GoldenStep>| {
+            let (inj, rep) = faultline_train::inject::resolve(&t.exec, &t.schedule, &fault).unwrap();
+            let mut s = t.state.clone();
+            let o = t.exec.step_with_fault_from(&mut s, &x, &y, inj.as_ref(), from).unwrap();
+            let out: Vec<u32> = o.output.iter().map(|v| v.to_bits()).collect();
+            // Bits, not floats: a fault may leave NaNs, which compare unequal to themselves.
+            let state: Vec<(String, Vec<u32>)> =
+                s.tensors.iter().map(|(k, t)| (k.clone(), t.data.iter().map(|v| v.to_bits()).collect())).collect();
+            let rep = faultline_train::inject::complete(rep, o.effect.as_ref()).to_string();
+            (o.loss.to_bits(), out, state, s.step, rep, o.cycles, o.phase_cycles, o.unit_cycles)
         };
-        let (f, cyc) = (make(ExecMode::Functional), make(ExecMode::CycleLevel));
-        let (x, y) = f.data.train.gather(&f.batcher.clone().next_indices());
-        let hw = &f.exec.hw;
-        let golden = f.exec.golden_step(&f.state, &x, Some(&y)).unwrap();
-        for class in faultline_hw::SiteClass::all(hw) {
-            let site = class.site_at(hw, idx % class.bit_count(hw)).unwrap();
-            let (kind, duration) =
-                if stuck == 0 { (faultline_num::BitFault::Flip, 1) } else { (faultline_num::BitFault::StuckAt1, stuck) };
-            let fault = faultline_train::StepFault {
-                kind,
-                site,
-                step: 1,
-                cycle: cycle % f.schedule.total_cycles,
-                duration,
-            };
-            let run = |t: &Trainer, from: Option<&faultline_train::GoldenStep>| {
-                let (inj, rep) = faultline_train::inject::resolve(&t.exec, &t.schedule, &fault).unwrap();
+        let (h, c, late) = (run(&f, None), run(&cyc, None), run(&f, Some(&golden)));
+        if h != c {
+            return Err(format!("{model} on {config}: {fault} differs: {} vs {}", h.4, c.4));
+        }
+        if h != late {
+            return Err(format!("{model} on {config}: {fault} from the golden step differs: {} vs {}", h.4, late.4));
+        }
+    }
+    Ok(())
+}
+
+/// The MNIST models (pooling, BatchNorm, global average pooling, shortcuts) on the machine they
+/// are sized for: fault-free steps bit-identical in every mode and both precisions, hybrid at a
+/// spread of instructions, and faulty hybrid, cycle-level and late-start steps identical for a
+/// fault of every site class at two draws each.
+#[test]
+fn mnist_models_are_bit_identical_in_every_mode_with_and_without_faults() {
+    for model in ["lenet-mnist", "resnet-mini"] {
+        for precision in PRECISIONS {
+            let f = trainer(model, "tpu-128x128", precision, ExecMode::Functional);
+            let cyc = trainer(model, "tpu-128x128", precision, ExecMode::CycleLevel);
+            let (x, y) = f.data.train.gather(&f.batcher.clone().next_indices());
+            let run = |t: &Trainer, inj: Option<&Injection>| {
                 let mut s = t.state.clone();
-                let o = t.exec.step_with_fault_from(&mut s, &x, &y, inj.as_ref(), from).unwrap();
+                let o = t.exec.step_with_fault(&mut s, &x, &y, inj).unwrap();
                 let out: Vec<u32> = o.output.iter().map(|v| v.to_bits()).collect();
-                // Bits, not floats: a fault may leave NaNs, which compare unequal to themselves.
-                let state: Vec<(String, Vec<u32>)> =
-                    s.tensors.iter().map(|(k, t)| (k.clone(), t.data.iter().map(|v| v.to_bits()).collect())).collect();
-                let rep = faultline_train::inject::complete(rep, o.effect.as_ref()).to_string();
-                (o.loss.to_bits(), out, state, s.step, rep, o.cycles, o.phase_cycles, o.unit_cycles)
+                (o.loss.to_bits(), out, s, o.cycles, o.phase_cycles)
             };
-            let (h, c, late) = (run(&f, None), run(&cyc, None), run(&f, Some(&golden)));
-            proptest::prop_assert!(h == c, "{} on {}: {} differs: {} vs {}", model, config, fault, h.4, c.4);
-            proptest::prop_assert!(h == late, "{} on {}: {} from the golden step differs: {} vs {}", model, config, fault, h.4, late.4);
+            let golden = run(&f, None);
+            assert!(golden == run(&cyc, None), "{model} ({precision}): cycle-level differs");
+            let n = f.exec.program().instrs.len();
+            for instr in (0..8).map(|k| k * (n - 1) / 7) {
+                let hybrid = Injection::register(instr, FaultSchedule::none());
+                assert!(golden == run(&f, Some(&hybrid)), "{model} ({precision}): hybrid at {instr} differs");
+            }
+        }
+        for (idx, cycle, stuck) in [(12_345_677, 98_765, 0), (987_654_321, 31_337, 200)] {
+            faulty_steps_agree(model, "tpu-128x128", false, idx, cycle, stuck).unwrap();
         }
     }
 }
