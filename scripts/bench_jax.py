@@ -285,8 +285,14 @@ def build_jax(spec, seed):
                 y = a + pr[name + ".table"]
             elif kind == "Attention":
                 q, k, vv = a, v[ins[1]], v[ins[2]]
-                scores = jnp.einsum("btd,bsd->bts", q, k) * (1.0 / math.sqrt(q.shape[-1]))
-                y = jnp.einsum("bts,bsd->btd", jax.nn.softmax(scores, axis=-1), vv)
+                n, t, d = q.shape
+                h = op.get("heads", 1) if isinstance(op, dict) else 1
+                split = lambda z: z.reshape(n, t, h, d // h)
+                scores = jnp.einsum("bthd,bshd->bhts", split(q), split(k)) * (1.0 / math.sqrt(d // h))
+                if isinstance(op, dict) and op.get("causal", False):
+                    scores = jnp.where(jnp.tril(jnp.ones((t, t), bool)), scores, -jnp.inf)
+                p = jax.nn.softmax(scores, axis=-1)
+                y = jnp.einsum("bhts,bshd->bthd", p, split(vv)).reshape(n, t, d)
             elif kind == "MeanPool":
                 y = a.mean(axis=1)
             v[name] = y

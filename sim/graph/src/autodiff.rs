@@ -156,6 +156,7 @@ fn contribution(g: &mut OpGraph, y: NodeIndex, dy: Option<NodeIndex>, slot: usiz
         Op::Im2Col { window } => add(g, Op::Col2Im { window: *window, image: xs }, "x", &[dy]),
         Op::Col2Im { window, .. } => add(g, Op::Im2Col { window: *window }, "x", &[dy]),
         Op::Reshape { .. } => add(g, Op::Reshape { shape: xs }, "x", &[dy]),
+        Op::SwapAxes => add(g, Op::SwapAxes, "x", &[dy]),
         Op::BiasAdd if slot == 0 => Ok(dy),
         Op::BiasAdd => add(g, Op::SumToShape { shape: xs }, "b", &[dy]),
         Op::RowScale if slot == 0 => add(g, Op::RowScale, "x", &[dy, other(1)]),

@@ -239,7 +239,7 @@ impl Builder<'_> {
                 let table = self.param("table", vec![xs[1], xs[2]], Init::Uniform { limit: 0.1 })?;
                 self.op(Op::BiasAdd, "add", &[x, table])
             }
-            LayerOp::Attention => {
+            LayerOp::Attention { heads, causal } => {
                 let (ks, vs) = (self.shape(ins[1]), self.shape(ins[2]));
                 if xs.len() != 3 {
                     return Err(self.shape_err("q: [B, T, D]".into(), &xs));
@@ -247,10 +247,44 @@ impl Builder<'_> {
                 if ks != xs || vs != xs {
                     return Err(self.shape_err(format!("k, v: {xs:?} (same as q)"), if ks != xs { &ks } else { &vs }));
                 }
-                let scores = self.op(Op::MatMul { trans_a: false, trans_b: true }, "scores", &[x, ins[1]])?;
-                let scaled = self.op(Op::Scale { factor: 1.0 / (xs[2] as f64).sqrt() }, "scale", &[scores])?;
+                let (b, t, d) = (xs[0], xs[1], xs[2]);
+                if heads == 0 || d % heads != 0 {
+                    return Err(self.invalid(format!("Attention `heads` = {heads}: must divide the width {d}")));
+                }
+                let dh = d / heads;
+                // [B, T, D] -> [B*H, T, dh]: each head a batch of its own for the MXU.
+                let split = |s: &mut Self, x: NodeIndex, what: &str| -> Result<NodeIndex, GraphError> {
+                    if heads == 1 {
+                        return Ok(x);
+                    }
+                    let r = s.op(Op::Reshape { shape: vec![b, t, heads, dh] }, &format!("{what}_heads"), &[x])?;
+                    let sw = s.op(Op::SwapAxes, &format!("{what}_split"), &[r])?;
+                    s.op(Op::Reshape { shape: vec![b * heads, t, dh] }, &format!("{what}_batched"), &[sw])
+                };
+                let (q, k, v) = (split(self, x, "q")?, split(self, ins[1], "k")?, split(self, ins[2], "v")?);
+                let scores = self.op(Op::MatMul { trans_a: false, trans_b: true }, "scores", &[q, k])?;
+                let mut scaled = self.op(Op::Scale { factor: 1.0 / (dh as f64).sqrt() }, "scale", &[scores])?;
+                if causal {
+                    // Position i attends to j <= i: -inf above the diagonal, so softmax gives 0.
+                    let values = (0..t * t).map(|e| if e % t <= e / t { 0.0 } else { f64::NEG_INFINITY }).collect();
+                    let name = format!("{}.mask", self.layer.name);
+                    let mask = self.g.placeholder(
+                        Op::Const { values },
+                        &name,
+                        &self.layer.name,
+                        Phase::Forward,
+                        vec![t, t],
+                    )?;
+                    scaled = self.op(Op::BiasAdd, "masked", &[scaled, mask])?;
+                }
                 let p = self.op(Op::Softmax, "softmax", &[scaled])?;
-                self.op(Op::MatMul { trans_a: false, trans_b: false }, "context", &[p, ins[2]])
+                let ctx = self.op(Op::MatMul { trans_a: false, trans_b: false }, "context", &[p, v])?;
+                if heads == 1 {
+                    return Ok(ctx);
+                }
+                let r = self.op(Op::Reshape { shape: vec![b, heads, t, dh] }, "context_heads", &[ctx])?;
+                let sw = self.op(Op::SwapAxes, "merge", &[r])?;
+                self.op(Op::Reshape { shape: xs.clone() }, "context_merged", &[sw])
             }
             LayerOp::MeanPool => self.op(Op::MeanPool, "mean_pool", &[x]),
         }
@@ -270,7 +304,7 @@ fn layer_kind(op: &LayerOp) -> &'static str {
         LayerOp::Reshape { .. } => "Reshape",
         LayerOp::Add => "Add",
         LayerOp::Positional => "Positional",
-        LayerOp::Attention => "Attention",
+        LayerOp::Attention { .. } => "Attention",
         LayerOp::MeanPool => "MeanPool",
         LayerOp::MaxPool { .. } => "MaxPool",
         LayerOp::AvgPool { .. } => "AvgPool",
@@ -360,7 +394,7 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
         };
         let want = match layer.op {
             LayerOp::Add => 2,
-            LayerOp::Attention => 3,
+            LayerOp::Attention { .. } => 3,
             _ => 1,
         };
         if ins.len() != want {

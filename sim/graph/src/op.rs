@@ -74,8 +74,15 @@ pub enum Op {
     Step,
     /// A trainable parameter (weights persist across steps).
     Param,
-    /// Optimizer state of a parameter (momentum velocity, Adam m or v); starts at zero.
+    /// Optimizer state of a parameter (momentum velocity, Adam m or v) or a running
+    /// statistic; starts at its initial value.
     OptState,
+    /// A constant the program reads from memory like any other tensor, filled from the graph
+    /// (never trained, so faults in its words act like faults in data): a causal mask.
+    Const {
+        /// The values, row-major.
+        values: Vec<f64>,
+    },
 
     // ---- linear algebra (MXU) ----
     /// `C = op(A) * op(B)` where `op(X) = X^T` if the flag is set. Inputs `a`, `b`.
@@ -111,6 +118,11 @@ pub enum Op {
         /// Output shape.
         shape: Vec<usize>,
     },
+
+    /// `x [.., A, B, C] -> [.., B, A, C]`: the first two of the last three axes swapped (a
+    /// copy through the VPU). Splits attention heads (`[N, T, H, dh] -> [N, H, T, dh]`) and
+    /// merges them back. Input `x`.
+    SwapAxes,
 
     // ---- elementwise and reductions (VPU) ----
     /// `y = x + b`, `b`'s shape a suffix of `x`'s, broadcast over the leading dims. Inputs `x`, `b`.
@@ -338,6 +350,8 @@ impl Op {
             Op::Step => "step",
             Op::Param => "param",
             Op::OptState => "opt_state",
+            Op::Const { .. } => "const",
+            Op::SwapAxes => "swap_axes",
             Op::MatMul { .. } => "matmul",
             Op::Im2Col { .. } => "im2col",
             Op::Col2Im { .. } => "col2im",
@@ -397,16 +411,17 @@ impl Op {
 
     /// Whether the op is a placeholder whose value is bound by the caller.
     pub fn is_placeholder(&self) -> bool {
-        matches!(self, Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState)
+        matches!(self, Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState | Op::Const { .. })
     }
 
     /// Number of inputs the op takes.
     pub fn arity(&self) -> usize {
         match self {
-            Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState => 0,
+            Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState | Op::Const { .. } => 0,
             Op::Im2Col { .. }
             | Op::Col2Im { .. }
             | Op::Reshape { .. }
+            | Op::SwapAxes
             | Op::Scale { .. }
             | Op::SumToShape { .. }
             | Op::Relu
@@ -507,6 +522,15 @@ impl Op {
                     ));
                 }
                 Ok(shape.clone())
+            }
+            Op::SwapAxes => {
+                let x = ins[0];
+                if x.len() < 3 {
+                    return Err(mismatch("x: [.., A, B, C] (rank >= 3)", format!("x: {x:?}")));
+                }
+                let mut out = x.to_vec();
+                out.swap(x.len() - 3, x.len() - 2);
+                Ok(out)
             }
             Op::BiasAdd | Op::RowScale => {
                 let (x, b) = (ins[0], ins[1]);
@@ -623,7 +647,9 @@ impl Op {
                 same(ins[0], ins[1], "b")?;
                 Ok(vec![1])
             }
-            Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState => unreachable!("checked above"),
+            Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState | Op::Const { .. } => {
+                unreachable!("checked above")
+            }
         }
     }
 }

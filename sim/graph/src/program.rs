@@ -50,6 +50,8 @@ pub enum Role {
     Param,
     /// Optimizer state (filled from the model state).
     OptState,
+    /// A constant (filled from the graph: [`Op::Const`]).
+    Const,
     /// A node's value.
     Value,
     /// An intermediate of a node's instruction sequence.
@@ -60,10 +62,10 @@ pub enum Role {
 }
 
 impl Role {
-    /// Whether the host fills the buffer before the step (the batch, step counter, parameters
-    /// and optimizer state), rather than an instruction computing it.
+    /// Whether the host fills the buffer before the step (the batch, step counter, parameters,
+    /// optimizer state and constants), rather than an instruction computing it.
     pub fn is_placeholder(self) -> bool {
-        matches!(self, Role::Input | Role::Label | Role::Step | Role::Param | Role::OptState)
+        matches!(self, Role::Input | Role::Label | Role::Step | Role::Param | Role::OptState | Role::Const)
     }
 }
 
@@ -587,6 +589,7 @@ impl Builder<'_> {
             Op::Step => Some(Role::Step),
             Op::Param => Some(Role::Param),
             Op::OptState => Some(Role::OptState),
+            Op::Const { .. } => Some(Role::Const),
             _ => None,
         };
         let numel: usize = node.shape.iter().product();
@@ -611,8 +614,15 @@ impl Builder<'_> {
         let last = *xs.last().unwrap_or(&1);
         let (x, y) = (x.unwrap_or(BufId(0)), y.unwrap_or(BufId(0)));
         let out = match &node.op {
-            Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState => unreachable!("placeholders return above"),
+            Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState | Op::Const { .. } => {
+                unreachable!("placeholders return above")
+            }
             Op::Reshape { .. } => x,
+            Op::SwapAxes => {
+                let r = xs.len();
+                let view = View::Transpose { a: xs[r - 3], b: xs[r - 2], c: xs[r - 1] };
+                self.vpu(VpuOp::Copy, vec![Operand::view(x, view)], nx)
+            }
             Op::MatMul { trans_a, trans_b } => self.matmul(x, shape(0), y, shape(1), *trans_a, *trans_b, &node.shape),
             Op::Im2Col { window } => self.vpu(
                 VpuOp::Copy,

@@ -70,7 +70,9 @@ fn eval_node(
         return Ok(());
     }
     let node = g.node(i);
-    let v = if node.op.is_placeholder() {
+    let v = if let Op::Const { values } = &node.op {
+        Tensor { shape: node.shape.clone(), data: values.clone() }
+    } else if node.op.is_placeholder() {
         let kind = match node.op {
             Op::Input => "input",
             Op::Label => "label",
@@ -189,6 +191,18 @@ pub fn apply_in(op: &Op, ins: &[&Tensor], out_shape: &[usize], mode: Mode) -> Ve
         |f: &dyn Fn(f64, f64) -> f64| -> Vec<f64> { x.iter().zip(&ins[1].data).map(|(&a, &b)| f(a, b)).collect() };
     match op {
         Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState => vec![0.0; n_out],
+        Op::Const { values } => values.clone(),
+        Op::SwapAxes => {
+            let r = ins[0].shape.len();
+            let (a, b, c) = (ins[0].shape[r - 3], ins[0].shape[r - 2], ins[0].shape[r - 1]);
+            let mut out = vec![0.0; n_out];
+            for (e, o) in out.iter_mut().enumerate() {
+                let (g, rest) = (e / (a * b * c), e % (a * b * c));
+                let (bi, ai, ci) = (rest / (a * c), rest / c % a, rest % c);
+                *o = x[g * a * b * c + (ai * b + bi) * c + ci];
+            }
+            out
+        }
         Op::MatMul { trans_a, trans_b } => {
             let (a, b) = (ins[0], ins[1]);
             let r = a.shape.len();

@@ -181,9 +181,20 @@ pub enum LayerOp {
     Add,
     /// Adds a learned tensor `<layer>.table [T, D]` (uniform ±0.1) to `[B, T, D]`: a positional embedding.
     Positional,
-    /// Scaled dot-product attention, inputs `[q, k, v]` each `[B, T, D]`:
-    /// `softmax(q k^T / sqrt(D)) v`, one head. Projections are separate `Dense` layers.
-    Attention,
+    /// Scaled dot-product attention, inputs `[q, k, v]` each `[B, T, D]`: per head (of `heads`,
+    /// each `dh = D / heads` of the width), `softmax(q k^T / sqrt(dh) + mask) v`, the heads'
+    /// results side by side as `[B, T, D]`. With `causal`, position `t` attends to positions
+    /// up to `t` only: the mask, a constant `<layer>.mask [T, T]` in memory, is `-inf` above
+    /// the diagonal and 0 elsewhere. Projections are separate `Dense` layers. `Attention()`:
+    /// one head, no mask.
+    Attention {
+        /// Heads, at least 1, dividing `D`.
+        #[serde(default = "one")]
+        heads: usize,
+        /// Mask future positions (a language model's attention).
+        #[serde(default)]
+        causal: bool,
+    },
     /// Mean over the sequence: `[B, T, D] -> [B, D]`.
     MeanPool,
 }

@@ -366,3 +366,46 @@ fn model_global_average_pooling() {
         assert!((gap.data[b * 4 + c] - want).abs() < 1e-12);
     }
 }
+
+/// Two causal heads: gradients through the head split and merge (`SwapAxes`) and the mask.
+#[test]
+fn model_causal_multi_head_attention() {
+    check_op(Op::SwapAxes, &[&[2, 3, 4, 5]], 45);
+    let text = r#"(
+        name: "mha",
+        input: [5, 6],
+        outputs: 3,
+        loss: SoftmaxCrossEntropy,
+        layers: [
+            (name: "q", op: Dense(units: 4), inputs: ["input"]),
+            (name: "k", op: Dense(units: 4), inputs: ["input"]),
+            (name: "v", op: Dense(units: 4), inputs: ["input"]),
+            (name: "attn", op: Attention(heads: 2, causal: true), inputs: ["q", "k", "v"]),
+            (name: "pool", op: MeanPool),
+            (name: "out", op: Dense(units: 3)),
+        ],
+    )"#;
+    let spec = ModelSpec::from_ron(text, "<mha>").unwrap();
+    let tg = TrainGraph::build(&spec, 2, OptimizerSpec::Sgd { lr: 0.1 }).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(46);
+    let mut feeds = tg.initial_state(46);
+    feeds.insert("input".into(), random(&mut rng, &[2, 5, 6]));
+    feeds.insert("labels".into(), Tensor::one_hot(&[2, 0], 3));
+    let params: Vec<NodeIndex> = tg.params().iter().map(|p| p.node).collect();
+    let grads: Vec<NodeIndex> = tg.params().iter().map(|p| p.grad).collect();
+    check_grads(&tg.graph, tg.loss, &params, &grads, &feeds, usize::MAX, 46);
+
+    // Causal: changing the last position's input changes no earlier position's output.
+    let ctx = |f: &BTreeMap<String, Tensor>| {
+        eval(&tg.graph, f).unwrap().by_name(&tg.graph, "attn.context_merged").unwrap().clone()
+    };
+    let before = ctx(&feeds);
+    let mut later = feeds.clone();
+    for v in &mut later.get_mut("input").unwrap().data[4 * 6..5 * 6] {
+        *v += 1.0;
+    }
+    let after = ctx(&later);
+    let per_sample = 5 * 4;
+    assert_eq!(before.data[..4 * 4], after.data[..4 * 4], "an earlier position saw a later one");
+    assert_ne!(before.data[4 * 4..per_sample], after.data[4 * 4..per_sample], "the last position changed");
+}

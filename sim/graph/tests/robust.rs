@@ -28,7 +28,7 @@ fn layer_op() -> impl Strategy<Value = LayerOp> {
         prop::collection::vec(0usize..6, 0..3).prop_map(|shape| LayerOp::Reshape { shape }),
         Just(LayerOp::Add),
         Just(LayerOp::Positional),
-        Just(LayerOp::Attention),
+        (1usize..3, any::<bool>()).prop_map(|(heads, causal)| LayerOp::Attention { heads, causal }),
         Just(LayerOp::MeanPool),
     ]
 }

@@ -456,6 +456,10 @@ impl Executor {
                     }
                     bits(&t.data)
                 }
+                Role::Const => match &node.op {
+                    faultline_graph::Op::Const { values } => values.iter().map(|&v| (v as f32).to_bits()).collect(),
+                    op => return Err(TrainError::Model(format!("constant `{}` is a {} node", node.name, op.name()))),
+                },
                 Role::Value | Role::Temp | Role::Staged => continue,
             };
         }

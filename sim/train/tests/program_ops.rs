@@ -112,6 +112,7 @@ fn every_op_lowering_matches_the_reference_in_both_modes() {
         (Op::BatchMean, vec![(vals(24, 0), vec![6, 4])]),
         (Op::BatchVar, vec![(vals(24, 0), vec![6, 4]), (vals(4, 3), vec![4])]),
         (Op::ColSum, vec![(vals(24, 0), vec![6, 4])]),
+        (Op::SwapAxes, vec![(vals(120, 0), vec![2, 3, 4, 5])]),
         (
             Op::BatchNormGammaGrad { eps: 1e-5 },
             vec![

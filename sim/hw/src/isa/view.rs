@@ -70,8 +70,8 @@ pub enum View {
     },
     /// The buffer holds groups of a row-major `[A, B, C]` block; the view reads each as
     /// `[B, A, C]` (its first two axes swapped): element `(b, a, c)` of group `g` is word
-    /// `g*A*B*C + (a*B + b)*C + c`. Attention's heads (`[T, H, D] <-> [H, T, D]`) and pooling's
-    /// kernel taps (`[P, KK, C] <-> [KK, P, C]`) are such swaps; a `Copy` through it transposes.
+    /// `g*A*B*C + (a*B + b)*C + c`. Splitting attention heads (`[T, H, dh] -> [H, T, dh]`) and
+    /// merging them back are such swaps; a `Copy` through it transposes.
     Transpose {
         /// `A`, the buffer's outer axis (the view's middle one).
         a: usize,
