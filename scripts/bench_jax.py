@@ -208,7 +208,10 @@ def build_jax(spec, seed):
             out = [xs[0], (xs[1] + 2 * p - k) // s + 1, (xs[2] + 2 * p - k) // s + 1, xs[3]]
         elif kind == "GlobalAvgPool":
             out = [xs[0], xs[3]]
-        elif kind in ("Relu", "Gelu", "Softmax", "Add", "Attention"):
+        elif kind in ("Relu", "Gelu", "Silu", "Softmax", "Add", "Mul", "Attention"):
+            out = list(xs)
+        elif kind == "RmsNorm":
+            params[name + ".gamma"] = np.ones(xs[-1], np.float32)
             out = list(xs)
         elif kind in ("LayerNorm", "BatchNorm"):
             params[name + ".gamma"] = np.ones(xs[-1], np.float32)
@@ -264,6 +267,12 @@ def build_jax(spec, seed):
                 y = jax.nn.relu(a)
             elif kind == "Gelu":
                 y = jax.nn.gelu(a, approximate=True)
+            elif kind == "Silu":
+                y = jax.nn.silu(a)
+            elif kind == "Mul":
+                y = a * v[ins[1]]
+            elif kind == "RmsNorm":
+                y = a * jax.lax.rsqrt((a * a).mean(-1, keepdims=True) + op.get("eps", 1e-5)) * pr[name + ".gamma"]
             elif kind == "Softmax":
                 y = jax.nn.softmax(a, axis=-1)
             elif kind == "LayerNorm":

@@ -169,6 +169,8 @@ fn contribution(g: &mut OpGraph, y: NodeIndex, dy: Option<NodeIndex>, slot: usiz
         Op::Scale { factor } => add(g, Op::Scale { factor: *factor }, "x", &[dy]),
         Op::Relu => add(g, Op::ReluGrad, "x", &[x, dy]),
         Op::Gelu => add(g, Op::GeluGrad, "x", &[x, dy]),
+        Op::Silu => add(g, Op::SiluGrad, "x", &[x, dy]),
+        Op::RmsNorm { eps } => add(g, Op::RmsNormGrad { eps: *eps }, "x", &[x, dy]),
         Op::Softmax => add(g, Op::SoftmaxGrad, "x", &[y, dy]),
         Op::LayerNorm { eps } => add(g, Op::LayerNormGrad { eps: *eps }, "x", &[x, dy]),
         Op::MeanPool => add(g, Op::MeanPoolGrad { len: xs[1] }, "x", &[dy]),

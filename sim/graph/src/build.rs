@@ -184,6 +184,16 @@ impl Builder<'_> {
             }
             LayerOp::Relu => self.op(Op::Relu, "relu", &[x]),
             LayerOp::Gelu => self.op(Op::Gelu, "gelu", &[x]),
+            LayerOp::Silu => self.op(Op::Silu, "silu", &[x]),
+            LayerOp::RmsNorm { eps } => {
+                if !(eps.is_finite() && eps > 0.0) {
+                    return Err(self.invalid(format!("RmsNorm `eps` = {eps}: must be a positive number")));
+                }
+                let d = *xs.last().unwrap_or(&0);
+                let n = self.op(Op::RmsNorm { eps }, "normalize", &[x])?;
+                let gamma = self.param("gamma", vec![d], Init::Ones)?;
+                self.op(Op::RowScale, "scale", &[n, gamma])
+            }
             LayerOp::Softmax => self.op(Op::Softmax, "softmax", &[x]),
             LayerOp::LayerNorm { eps } => {
                 if !(eps.is_finite() && eps > 0.0) {
@@ -232,6 +242,7 @@ impl Builder<'_> {
                 self.op(Op::Reshape { shape: s }, "reshape", &[x])
             }
             LayerOp::Add => self.op(Op::Add, "add", &[x, ins[1]]),
+            LayerOp::Mul => self.op(Op::Mul, "mul", &[x, ins[1]]),
             LayerOp::Positional => {
                 if xs.len() != 3 {
                     return Err(self.shape_err("input [B, T, D]".into(), &xs));
@@ -298,6 +309,9 @@ fn layer_kind(op: &LayerOp) -> &'static str {
         LayerOp::Conv2d { .. } => "Conv2d",
         LayerOp::Relu => "Relu",
         LayerOp::Gelu => "Gelu",
+        LayerOp::Silu => "Silu",
+        LayerOp::RmsNorm { .. } => "RmsNorm",
+        LayerOp::Mul => "Mul",
         LayerOp::Softmax => "Softmax",
         LayerOp::LayerNorm { .. } => "LayerNorm",
         LayerOp::Flatten => "Flatten",
@@ -393,7 +407,7 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
                 .collect::<Result<_, _>>()?
         };
         let want = match layer.op {
-            LayerOp::Add => 2,
+            LayerOp::Add | LayerOp::Mul => 2,
             LayerOp::Attention { .. } => 3,
             _ => 1,
         };

@@ -152,6 +152,10 @@ pub enum Op {
     Gelu,
     /// `dx = dy * GELU'(x)` (exact derivative of the tanh form). Inputs `x`, `dy`.
     GeluGrad,
+    /// SiLU (swish): `y = x * sigmoid(x) = x / (1 + exp(-x))`. Input `x`.
+    Silu,
+    /// `dx = dy * s * (1 + x (1 - s))`, `s = sigmoid(x)`. Inputs `x`, `dy`.
+    SiluGrad,
     /// Softmax over the last dimension, computed as `exp(x - max) / sum`. Input `x`.
     Softmax,
     /// `dx = y * (dy - sum_last(dy * y))` with `y` the softmax output. Inputs `y`, `dy`.
@@ -165,6 +169,18 @@ pub enum Op {
     /// `dx = (dy - mean(dy) - y * mean(dy * y)) / sqrt(var + eps)`, `y` the normalised `x`, means
     /// over the last dimension. Inputs `x`, `dy`.
     LayerNormGrad {
+        /// Same as the forward op.
+        eps: f64,
+    },
+    /// RMS normalisation over the last dimension `D`: `y = x / sqrt(mean(x^2) + eps)` (no
+    /// centring). Input `x`.
+    RmsNorm {
+        /// Added to the mean square.
+        eps: f64,
+    },
+    /// `dx = (dy - y * mean(dy * y)) / sqrt(mean(x^2) + eps)`, `y` the normalised `x`, means
+    /// over the last dimension. Inputs `x`, `dy`.
+    RmsNormGrad {
         /// Same as the forward op.
         eps: f64,
     },
@@ -366,6 +382,10 @@ impl Op {
             Op::ReluGrad => "relu_grad",
             Op::Gelu => "gelu",
             Op::GeluGrad => "gelu_grad",
+            Op::Silu => "silu",
+            Op::SiluGrad => "silu_grad",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::RmsNormGrad { .. } => "rms_norm_grad",
             Op::Softmax => "softmax",
             Op::SoftmaxGrad => "softmax_grad",
             Op::LayerNorm { .. } => "layer_norm",
@@ -426,6 +446,8 @@ impl Op {
             | Op::SumToShape { .. }
             | Op::Relu
             | Op::Gelu
+            | Op::Silu
+            | Op::RmsNorm { .. }
             | Op::Softmax
             | Op::LayerNorm { .. }
             | Op::MeanPool
@@ -540,10 +562,22 @@ impl Op {
                 }
                 Ok(x.to_vec())
             }
-            Op::Add | Op::Mul | Op::ReluGrad | Op::GeluGrad | Op::SoftmaxGrad | Op::LayerNormGrad { .. } => {
-                same(ins[0], ins[1], "second input")
-            }
-            Op::Scale { .. } | Op::Relu | Op::Gelu | Op::Softmax | Op::LayerNorm { .. } | Op::Clamp { .. } => {
+            Op::Add
+            | Op::Mul
+            | Op::ReluGrad
+            | Op::GeluGrad
+            | Op::SiluGrad
+            | Op::SoftmaxGrad
+            | Op::LayerNormGrad { .. }
+            | Op::RmsNormGrad { .. } => same(ins[0], ins[1], "second input"),
+            Op::Scale { .. }
+            | Op::Relu
+            | Op::Gelu
+            | Op::Silu
+            | Op::Softmax
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. }
+            | Op::Clamp { .. } => {
                 if ins[0].is_empty() {
                     return Err(mismatch("x of rank >= 1", "x: []"));
                 }

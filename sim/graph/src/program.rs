@@ -526,6 +526,24 @@ impl Builder<'_> {
         self.mul_rows(e, r, c, n)
     }
 
+    /// `1 / (1 + exp(-x))`: saturates to 0 (`exp` overflows to inf) and 1 without NaN.
+    fn sigmoid(&mut self, x: BufId, n: usize) -> BufId {
+        let nx = self.un(VpuOp::Neg, x, n);
+        let e = self.un(VpuOp::Exp, nx, n);
+        let e1 = self.adds(e, 1.0, n);
+        self.un(VpuOp::Recip, e1, n)
+    }
+
+    /// `1 / sqrt(mean(x^2) + eps)` per row of `d`.
+    fn rms_inv(&mut self, x: BufId, d: usize, eps: f64, n: usize) -> BufId {
+        let rows = n / d;
+        let sq = self.mul(x, x, n);
+        let ss = self.row_sum(sq, d, n);
+        let ms = self.muls(ss, 1.0 / d as f64, rows);
+        let me = self.adds(ms, eps, rows);
+        self.un(VpuOp::Rsqrt, me, rows)
+    }
+
     /// `(x - mean, 1 / sqrt(var + eps))` per row of `d`.
     fn centre_and_inv_std(&mut self, x: BufId, d: usize, eps: f64, n: usize) -> (BufId, BufId) {
         let rows = n / d;
@@ -667,6 +685,35 @@ impl Builder<'_> {
                 let right = self.mul(hx, r1, nx);
                 let d = self.add(left, right, nx);
                 self.mul(y, d, nx)
+            }
+            Op::Silu => {
+                let s = self.sigmoid(x, nx);
+                self.mul(x, s, nx)
+            }
+            Op::SiluGrad => {
+                // dy * s * (1 + x (1 - s))
+                let s = self.sigmoid(x, nx);
+                let ns = self.muls(s, -1.0, nx);
+                let oms = self.adds(ns, 1.0, nx);
+                let xo = self.mul(x, oms, nx);
+                let t = self.adds(xo, 1.0, nx);
+                let st = self.mul(s, t, nx);
+                self.mul(y, st, nx)
+            }
+            Op::RmsNorm { eps } => {
+                let r = self.rms_inv(x, last, *eps, nx);
+                self.mul_rows(x, r, last, nx)
+            }
+            Op::RmsNormGrad { eps } => {
+                let d = last;
+                let r = self.rms_inv(x, d, *eps, nx);
+                let yn = self.mul_rows(x, r, d, nx);
+                let dyy = self.mul(y, yn, nx);
+                let sdyy = self.row_sum(dyy, d, nx);
+                let mdyy = self.muls(sdyy, 1.0 / d as f64, nx / d);
+                let b = self.mul_rows(yn, mdyy, d, nx);
+                let t = self.sub(y, b, nx);
+                self.mul_rows(t, r, d, nx)
             }
             Op::Softmax => self.softmax(x, last, nx),
             Op::SoftmaxGrad => {

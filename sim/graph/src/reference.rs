@@ -125,6 +125,11 @@ fn normalized(x: &[f64], m: &[f64], v: &[f64], eps: f64) -> Vec<f64> {
     x.iter().enumerate().map(|(e, x)| (x - m[e % m.len()]) / (v[e % v.len()] + eps).sqrt()).collect()
 }
 
+/// `1 / sqrt(mean(row^2) + eps)`.
+fn rms_inv(row: &[f64], eps: f64) -> f64 {
+    1.0 / (row.iter().map(|v| v * v).sum::<f64>() / row.len() as f64 + eps).sqrt()
+}
+
 fn last(t: &Tensor) -> usize {
     *t.shape.last().unwrap_or(&1)
 }
@@ -259,6 +264,29 @@ pub fn apply_in(op: &Op, ins: &[&Tensor], out_shape: &[usize], mode: Mode) -> Ve
         Op::ReluGrad => zip(&|x, dy| if x > 0.0 { dy } else { 0.0 }),
         Op::Gelu => x.iter().map(|&v| gelu(v)).collect(),
         Op::GeluGrad => zip(&|x, dy| dy * gelu_grad(x)),
+        Op::Silu => x.iter().map(|&v| v / (1.0 + (-v).exp())).collect(),
+        Op::SiluGrad => zip(&|x, dy| {
+            let s = 1.0 / (1.0 + (-x).exp());
+            dy * s * (1.0 + x * (1.0 - s))
+        }),
+        Op::RmsNorm { eps } => {
+            let mut out = Vec::with_capacity(n_out);
+            for row in x.chunks(last(ins[0])) {
+                let r = rms_inv(row, *eps);
+                out.extend(row.iter().map(|v| v * r));
+            }
+            out
+        }
+        Op::RmsNormGrad { eps } => {
+            let d = last(ins[0]);
+            let mut out = Vec::with_capacity(n_out);
+            for (row, dy) in x.chunks(d).zip(ins[1].data.chunks(d)) {
+                let r = rms_inv(row, *eps);
+                let mdyy = dy.iter().zip(row).map(|(g, v)| g * v * r).sum::<f64>() / d as f64;
+                out.extend(dy.iter().zip(row).map(|(g, v)| (g - v * r * mdyy) * r));
+            }
+            out
+        }
         Op::Softmax => softmax_rows(x, last(ins[0])),
         Op::SoftmaxGrad => {
             let c = last(ins[0]);

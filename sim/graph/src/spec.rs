@@ -69,7 +69,7 @@ pub struct LayerSpec {
     /// What the layer does.
     pub op: LayerOp,
     /// Names of earlier layers it reads (`input` for the model input); empty: the previous
-    /// layer. `Add` takes 2 inputs, `Attention` 3 (`[q, k, v]`), every other op 1.
+    /// layer. `Add` and `Mul` take 2 inputs, `Attention` 3 (`[q, k, v]`), every other op 1.
     #[serde(default)]
     pub inputs: Vec<String>,
 }
@@ -148,6 +148,8 @@ pub enum LayerOp {
     Relu,
     /// Elementwise GELU (tanh form).
     Gelu,
+    /// Elementwise SiLU (swish), `x * sigmoid(x)`: with `Dense` and `Mul` layers, a SwiGLU MLP.
+    Silu,
     /// Softmax over the last dimension.
     Softmax,
     /// LayerNorm over the last dimension `D`, with `gamma [D]` (ones) and `beta [D]` (zeros).
@@ -170,6 +172,13 @@ pub enum LayerOp {
         #[serde(default = "bn_momentum")]
         momentum: f64,
     },
+    /// RMSNorm over the last dimension `D` (as LLaMA's): `x / sqrt(mean(x^2) + eps)` times
+    /// `gamma [D]` (ones); no centring, no shift.
+    RmsNorm {
+        /// Added to the mean square: positive and finite.
+        #[serde(default = "ln_eps")]
+        eps: f64,
+    },
     /// `[B, ...] -> [B, prod(...)]`.
     Flatten,
     /// `[B, ...] -> [B, shape...]` (same element count).
@@ -179,6 +188,8 @@ pub enum LayerOp {
     },
     /// Sum of two inputs of the same shape (residual connections).
     Add,
+    /// Elementwise product of two inputs of the same shape (a gated MLP's gate times its value).
+    Mul,
     /// Adds a learned tensor `<layer>.table [T, D]` (uniform ±0.1) to `[B, T, D]`: a positional embedding.
     Positional,
     /// Scaled dot-product attention, inputs `[q, k, v]` each `[B, T, D]`: per head (of `heads`,

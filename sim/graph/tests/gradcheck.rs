@@ -174,6 +174,9 @@ fn activations_and_normalisation() {
     check_op(Op::Softmax, &[&[2, 3, 5]], 20);
     check_op(Op::LayerNorm { eps: 1e-5 }, &[&[4, 6]], 21);
     check_op(Op::LayerNorm { eps: 1e-2 }, &[&[2, 3, 5]], 22);
+    check_op(Op::Silu, &[&[4, 6]], 23);
+    check_op(Op::RmsNorm { eps: 1e-5 }, &[&[4, 6]], 24);
+    check_op(Op::RmsNorm { eps: 1e-2 }, &[&[2, 3, 5]], 25);
 }
 
 fn check_loss(op: Op, soft_labels: bool, target_is_param: bool, seed: u64) {
@@ -408,4 +411,41 @@ fn model_causal_multi_head_attention() {
     let per_sample = 5 * 4;
     assert_eq!(before.data[..4 * 4], after.data[..4 * 4], "an earlier position saw a later one");
     assert_ne!(before.data[4 * 4..per_sample], after.data[4 * 4..per_sample], "the last position changed");
+}
+
+/// A LLaMA-style block: RMSNorm, then a SwiGLU MLP (`silu(x W1) * (x W2)`, then `W3`), with a
+/// residual connection.
+#[test]
+fn model_rmsnorm_and_swiglu() {
+    let text = r#"(
+        name: "swiglu",
+        input: [4, 6],
+        outputs: 3,
+        loss: SoftmaxCrossEntropy,
+        layers: [
+            (name: "norm", op: RmsNorm()),
+            (name: "gate", op: Dense(units: 8, bias: false)),
+            (name: "act", op: Silu),
+            (name: "up", op: Dense(units: 8, bias: false), inputs: ["norm"]),
+            (name: "glu", op: Mul, inputs: ["act", "up"]),
+            (name: "down", op: Dense(units: 6, bias: false)),
+            (name: "res", op: Add, inputs: ["down", "input"]),
+            (name: "pool", op: MeanPool),
+            (name: "out", op: Dense(units: 3)),
+        ],
+    )"#;
+    let spec = ModelSpec::from_ron(text, "<swiglu>").unwrap();
+    let tg = TrainGraph::build(&spec, 2, OptimizerSpec::Sgd { lr: 0.1 }).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(47);
+    let mut feeds = tg.initial_state(47);
+    for p in tg.params() {
+        for v in &mut feeds.get_mut(&p.name).unwrap().data {
+            *v += rng.gen_range(-0.1..0.1);
+        }
+    }
+    feeds.insert("input".into(), random(&mut rng, &[2, 4, 6]));
+    feeds.insert("labels".into(), Tensor::one_hot(&[1, 2], 3));
+    let params: Vec<NodeIndex> = tg.params().iter().map(|p| p.node).collect();
+    let grads: Vec<NodeIndex> = tg.params().iter().map(|p| p.grad).collect();
+    check_grads(&tg.graph, tg.loss, &params, &grads, &feeds, usize::MAX, 47);
 }
