@@ -73,10 +73,10 @@ fn sum(g: &mut OpGraph, x: NodeIndex, c: Vec<NodeIndex>) -> Result<NodeIndex, Gr
 
 /// The contribution to `d loss / d input[slot]` of node `y`, given `dy` (None for the loss);
 /// `None` where the op passes no gradient to that input (batch statistics, whose effect the
-/// gradient of batch normalisation with respect to `x` includes).
+/// gradient of batch normalisation with respect to `x` includes; token ids).
 fn rule(g: &mut OpGraph, y: NodeIndex, dy: Option<NodeIndex>, slot: usize) -> Result<Option<NodeIndex>, GraphError> {
     match (&g.node(y).op, slot) {
-        (Op::BatchNorm { .. }, 1..=4) | (Op::BatchMean | Op::BatchVar | Op::ColSum, _) => Ok(None),
+        (Op::BatchNorm { .. }, 1..=4) | (Op::BatchMean | Op::BatchVar | Op::ColSum | Op::OneHot, _) => Ok(None),
         (Op::BatchNorm { eps }, _) => {
             let eps = *eps;
             let dy = dy.expect("BatchNorm is not a loss");

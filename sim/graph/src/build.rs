@@ -243,6 +243,43 @@ impl Builder<'_> {
             }
             LayerOp::Add => self.op(Op::Add, "add", &[x, ins[1]]),
             LayerOp::Mul => self.op(Op::Mul, "mul", &[x, ins[1]]),
+            LayerOp::Embedding { vocab, dim } => {
+                if vocab == 0 || dim == 0 {
+                    return Err(self.invalid(format!("Embedding `vocab` ({vocab}) and `dim` ({dim}) must be >= 1")));
+                }
+                let table = self.param("table", vec![vocab, dim], Init::Uniform { limit: 0.1 })?;
+                let name = format!("{}.classes", self.layer.name);
+                let values = (0..vocab).map(|c| c as f64).collect();
+                let classes =
+                    self.g.placeholder(Op::Const { values }, &name, &self.layer.name, Phase::Forward, vec![vocab])?;
+                let rows: usize = xs.iter().product();
+                let flat = self.op(Op::Reshape { shape: vec![rows] }, "ids", &[x])?;
+                let onehot = self.op(Op::OneHot, "one_hot", &[flat, classes])?;
+                let mm = self.op(Op::MatMul { trans_a: false, trans_b: false }, "lookup", &[onehot, table])?;
+                let mut out = xs.clone();
+                out.push(dim);
+                self.op(Op::Reshape { shape: out }, "unflatten", &[mm])
+            }
+            LayerOp::TiedOutput { embedding } => {
+                let name = format!("{embedding}.table");
+                // Only an Embedding layer makes `<layer>.one_hot`.
+                let table = self.g.find(&name).filter(|_| self.g.find(&format!("{embedding}.one_hot")).is_some());
+                let table = table.ok_or_else(|| {
+                    self.invalid(format!(
+                        "TiedOutput `embedding` = {embedding:?}: no earlier Embedding layer of that name"
+                    ))
+                })?;
+                let (vocab, dim) = (self.shape(table)[0], self.shape(table)[1]);
+                if xs.last() != Some(&dim) {
+                    return Err(self.shape_err(format!("input [B, .., {dim}] (the embedding's width)"), &xs));
+                }
+                let rows = xs[..xs.len() - 1].iter().product();
+                let flat = self.op(Op::Reshape { shape: vec![rows, dim] }, "flatten", &[x])?;
+                let mm = self.op(Op::MatMul { trans_a: false, trans_b: true }, "matmul", &[flat, table])?;
+                let mut out = xs[..xs.len() - 1].to_vec();
+                out.push(vocab);
+                self.op(Op::Reshape { shape: out }, "unflatten", &[mm])
+            }
             LayerOp::Positional => {
                 if xs.len() != 3 {
                     return Err(self.shape_err("input [B, T, D]".into(), &xs));
@@ -318,6 +355,8 @@ fn layer_kind(op: &LayerOp) -> &'static str {
         LayerOp::Reshape { .. } => "Reshape",
         LayerOp::Add => "Add",
         LayerOp::Positional => "Positional",
+        LayerOp::Embedding { .. } => "Embedding",
+        LayerOp::TiedOutput { .. } => "TiedOutput",
         LayerOp::Attention { .. } => "Attention",
         LayerOp::MeanPool => "MeanPool",
         LayerOp::MaxPool { .. } => "MaxPool",

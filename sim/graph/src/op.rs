@@ -119,6 +119,12 @@ pub enum Op {
         shape: Vec<usize>,
     },
 
+    /// One-hot rows of token ids: `ids [..]` (values `0..C` held as floats) and `classes [C]`
+    /// (the constant `0, 1, .., C-1`) give `[.., C]`, 1 where `ids[i] == classes[c]`, else 0 (a
+    /// VPU comparison). An embedding lookup is this times the table on the MXU, as TPUs look up
+    /// small vocabularies; a flipped id bit selects another row, or none. Not differentiated.
+    /// Inputs `ids`, `classes`.
+    OneHot,
     /// `x [.., A, B, C] -> [.., B, A, C]`: the first two of the last three axes swapped (a
     /// copy through the VPU). Splits attention heads (`[N, T, H, dh] -> [N, H, T, dh]`) and
     /// merges them back. Input `x`.
@@ -368,6 +374,7 @@ impl Op {
             Op::OptState => "opt_state",
             Op::Const { .. } => "const",
             Op::SwapAxes => "swap_axes",
+            Op::OneHot => "one_hot",
             Op::MatMul { .. } => "matmul",
             Op::Im2Col { .. } => "im2col",
             Op::Col2Im { .. } => "col2im",
@@ -544,6 +551,16 @@ impl Op {
                     ));
                 }
                 Ok(shape.clone())
+            }
+            Op::OneHot => {
+                let (ids, classes) = (ins[0], ins[1]);
+                if ids.is_empty() || classes.len() != 1 {
+                    return Err(mismatch(
+                        "ids of rank >= 1, classes: [C]",
+                        format!("ids: {ids:?}, classes: {classes:?}"),
+                    ));
+                }
+                Ok(ids.iter().chain(classes).copied().collect())
             }
             Op::SwapAxes => {
                 let x = ins[0];

@@ -636,6 +636,11 @@ impl Builder<'_> {
                 unreachable!("placeholders return above")
             }
             Op::Reshape { .. } => x,
+            Op::OneHot => {
+                let c = shape(1)[0];
+                let (ids, classes) = (Operand::view(x, View::PerRow { cols: c }), cycle(y, c));
+                self.bin(VpuOp::Compare(Cmp::Eq), ids, classes, nx * c)
+            }
             Op::SwapAxes => {
                 let r = xs.len();
                 let view = View::Transpose { a: xs[r - 3], b: xs[r - 2], c: xs[r - 1] };

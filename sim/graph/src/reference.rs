@@ -197,6 +197,10 @@ pub fn apply_in(op: &Op, ins: &[&Tensor], out_shape: &[usize], mode: Mode) -> Ve
     match op {
         Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState => vec![0.0; n_out],
         Op::Const { values } => values.clone(),
+        Op::OneHot => {
+            let c = &ins[1].data;
+            (0..n_out).map(|e| if x[e / c.len()] == c[e % c.len()] { 1.0 } else { 0.0 }).collect()
+        }
         Op::SwapAxes => {
             let r = ins[0].shape.len();
             let (a, b, c) = (ins[0].shape[r - 3], ins[0].shape[r - 2], ins[0].shape[r - 1]);

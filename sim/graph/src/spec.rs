@@ -190,6 +190,23 @@ pub enum LayerOp {
     Add,
     /// Elementwise product of two inputs of the same shape (a gated MLP's gate times its value).
     Mul,
+    /// Token embedding `[B, T] -> [B, T, dim]`: each token id (`0..vocab`, as a float) looks up
+    /// its row of `<layer>.table [vocab, dim]` (uniform ±0.1). On the machine, one-hot rows
+    /// (a VPU comparison with the constant `0..vocab`) times the table (a GEMM), so the
+    /// gradient scatter-adds into the rows as a GEMM too.
+    Embedding {
+        /// Token ids `0..vocab`, at least 1.
+        vocab: usize,
+        /// Row width, at least 1.
+        dim: usize,
+    },
+    /// The output projection tied to an `Embedding` layer (`embedding`, by name): `[.., dim] ->
+    /// [.., vocab]`, `x` times the transposed table, no parameter of its own (GPT-2's weight
+    /// tying); the table's gradient sums both uses.
+    TiedOutput {
+        /// The `Embedding` layer whose table it reuses.
+        embedding: String,
+    },
     /// Adds a learned tensor `<layer>.table [T, D]` (uniform ±0.1) to `[B, T, D]`: a positional embedding.
     Positional,
     /// Scaled dot-product attention, inputs `[q, k, v]` each `[B, T, D]`: per head (of `heads`,

@@ -449,3 +449,43 @@ fn model_rmsnorm_and_swiglu() {
     let grads: Vec<NodeIndex> = tg.params().iter().map(|p| p.grad).collect();
     check_grads(&tg.graph, tg.loss, &params, &grads, &feeds, usize::MAX, 47);
 }
+
+/// An embedding lookup (one-hot rows times the table) and the output projection tied to its
+/// table: the table's gradient sums both uses.
+#[test]
+fn model_embedding_with_tied_output() {
+    let text = r#"(
+        name: "tied",
+        input: [5],
+        outputs: 7,
+        loss: SoftmaxCrossEntropy,
+        layers: [
+            (name: "embed", op: Embedding(vocab: 7, dim: 4)),
+            (name: "mix", op: Dense(units: 4)),
+            (name: "act", op: Gelu),
+            (name: "head", op: TiedOutput(embedding: "embed")),
+            (name: "pool", op: MeanPool),
+        ],
+    )"#;
+    let spec = ModelSpec::from_ron(text, "<tied>").unwrap();
+    let tg = TrainGraph::build(&spec, 3, OptimizerSpec::Sgd { lr: 0.1 }).unwrap();
+    assert_eq!(tg.params().iter().filter(|p| p.name == "embed.table").count(), 1);
+    let mut rng = ChaCha8Rng::seed_from_u64(48);
+    let mut feeds = tg.initial_state(48);
+    let ids: Vec<f64> = (0..15).map(|_| rng.gen_range(0..7) as f64).collect();
+    feeds.insert("input".into(), Tensor::new(&[3, 5], ids.clone()).unwrap());
+    feeds.insert("labels".into(), Tensor::one_hot(&[1, 6, 3], 7));
+    let params: Vec<NodeIndex> = tg.params().iter().map(|p| p.node).collect();
+    let grads: Vec<NodeIndex> = tg.params().iter().map(|p| p.grad).collect();
+    check_grads(&tg.graph, tg.loss, &params, &grads, &feeds, usize::MAX, 48);
+    // The lookup is the table's rows.
+    let v = eval(&tg.graph, &feeds).unwrap();
+    let (table, looked) = (&feeds["embed.table"], v.by_name(&tg.graph, "embed.unflatten").unwrap());
+    for (i, &id) in ids.iter().enumerate() {
+        assert_eq!(looked.data[i * 4..(i + 1) * 4], table.data[id as usize * 4..(id as usize + 1) * 4]);
+    }
+    // A TiedOutput must name an Embedding layer.
+    let bad = text.replace(r#"TiedOutput(embedding: "embed")"#, r#"TiedOutput(embedding: "mix")"#);
+    let e = TrainGraph::build(&ModelSpec::from_ron(&bad, "<bad>").unwrap(), 3, OptimizerSpec::Sgd { lr: 0.1 });
+    assert!(e.unwrap_err().to_string().contains("no earlier Embedding layer"));
+}

@@ -23,6 +23,8 @@ fn layer_op() -> impl Strategy<Value = LayerOp> {
         Just(LayerOp::Relu),
         Just(LayerOp::Gelu),
         Just(LayerOp::Silu),
+        (0usize..4, 0usize..3).prop_map(|(vocab, dim)| LayerOp::Embedding { vocab, dim }),
+        Just(LayerOp::TiedOutput { embedding: "l0".into() }),
         Just(LayerOp::RmsNorm { eps: 1e-5 }),
         Just(LayerOp::Mul),
         Just(LayerOp::Softmax),

@@ -117,6 +117,11 @@ fn every_op_lowering_matches_the_reference_in_both_modes() {
         (Op::BatchVar, vec![(vals(24, 0), vec![6, 4]), (vals(4, 3), vec![4])]),
         (Op::ColSum, vec![(vals(24, 0), vec![6, 4])]),
         (Op::SwapAxes, vec![(vals(120, 0), vec![2, 3, 4, 5])]),
+        // Ids in range, one out of range and one not a whole number (rows of zeros).
+        (
+            Op::OneHot,
+            vec![(vec![2.0, 0.0, 4.0, 1.0, 7.0, 2.5], vec![2, 3]), ((0..5).map(|c| c as f32).collect(), vec![5])],
+        ),
         (
             Op::BatchNormGammaGrad { eps: 1e-5 },
             vec![
