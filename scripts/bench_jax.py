@@ -52,6 +52,7 @@ MODELS = [
     ("transformer-tiny", "transformer-tiny", "models/transformer-tiny.ron", "tpu-32x32", None, None),
     ("lenet-mnist", "lenet-mnist (LeNet-5, MNIST)", "models/lenet-mnist.ron", "tpu-128x128", None, 0.1),
     ("resnet-mini", "resnet-mini (ResNet-8 with BatchNorm, MNIST)", "models/resnet-mini.ron", "tpu-128x128", None, 0.1),
+    ("gpt-mini", "gpt-mini (2 blocks, d=128, context 64, Shakespeare)", "models/gpt-mini.ron", "tpu-128x128", None, 0.003),
     ("mlp-784", "MLP 784-256-128-10", "scripts/bench/models/mlp-784.ron", "tpu-128x128", "uniform", 0.05),
     ("lenet", "LeNet-like, stride-2 convs, 28x28x1", "scripts/bench/models/lenet.ron", "tpu-32x32", "uniform", 0.05),
     ("cnn-16-32-64", "CNN 16-32-64 channels, 28x28x1", "scripts/bench/models/cnn-16-32-64.ron", "tpu-32x32", "uniform", 0.05),
@@ -223,6 +224,11 @@ def build_jax(spec, seed):
             out = [xs[0]] + list(op["shape"])
             if math.prod(out) != math.prod(xs):
                 fail(f"{spec['name']}: layer {name}: Reshape {xs} -> {out}")
+        elif kind == "Embedding":
+            params[name + ".table"] = rng.uniform(-0.1, 0.1, (op["vocab"], op["dim"])).astype(np.float32)
+            out = list(xs) + [op["dim"]]
+        elif kind == "TiedOutput":
+            out = list(xs[:-1]) + [params[op["embedding"] + ".table"].shape[0]]
         elif kind == "Positional":
             params[name + ".table"] = rng.uniform(-0.1, 0.1, xs[1:]).astype(np.float32)
             out = list(xs)
@@ -233,10 +239,11 @@ def build_jax(spec, seed):
         shapes[name] = out
         plan.append((name, kind, op, ins))
         prev = name
-    if spec["loss"] != "SoftmaxCrossEntropy":
-        fail(f"{spec['name']}: loss {spec['loss']}: only SoftmaxCrossEntropy is built")
-    if shapes[prev] != [BATCH, spec["outputs"]]:
-        fail(f"{spec['name']}: output {shapes[prev]}, expected [{BATCH}, {spec['outputs']}]")
+    if spec["loss"] not in ("SoftmaxCrossEntropy", "TokenCrossEntropy"):
+        fail(f"{spec['name']}: loss {spec['loss']}: only the cross-entropies are built")
+    want = [BATCH] + ([spec["input"][0]] if spec["loss"] == "TokenCrossEntropy" else []) + [spec["outputs"]]
+    if shapes[prev] != want:
+        fail(f"{spec['name']}: output {shapes[prev]}, expected {want}")
 
     def forward(pr, x):
         v = {"input": x}
@@ -290,6 +297,10 @@ def build_jax(spec, seed):
                 y = a.reshape(shapes[name])
             elif kind == "Add":
                 y = a + v[ins[1]]
+            elif kind == "Embedding":
+                y = pr[name + ".table"][a.astype(jnp.int32)]
+            elif kind == "TiedOutput":
+                y = a @ pr[op["embedding"] + ".table"].T
             elif kind == "Positional":
                 y = a + pr[name + ".table"]
             elif kind == "Attention":
@@ -330,8 +341,14 @@ class JaxStep:
 
         self.step = jax.jit(step, donate_argnums=0)
         rng = np.random.default_rng(seed)
-        self.x = jnp.asarray(rng.uniform(0, 1, in_shape).astype(np.float32))
-        labels = rng.integers(0, spec["outputs"], BATCH)
+        first = spec["layers"][0]["op"]
+        if op_kind(first) == "Embedding":
+            # Token ids, as Faultline's Embedding reads them (floats holding integers).
+            self.x = jnp.asarray(rng.integers(0, first["vocab"], in_shape).astype(np.float32))
+        else:
+            self.x = jnp.asarray(rng.uniform(0, 1, in_shape).astype(np.float32))
+        per = [spec["input"][0]] if spec["loss"] == "TokenCrossEntropy" else []
+        labels = rng.integers(0, spec["outputs"], [BATCH] + per)
         self.y = jnp.asarray(np.eye(spec["outputs"], dtype=np.float32)[labels])
         self.params = jax.device_put(params)
         t = time.perf_counter()

@@ -203,12 +203,21 @@ fn print_summary(a: &TrainArgs, summary: &Summary, trainer: &Trainer, hw: &HwCon
         summary.wall_seconds
     );
     let first = summary.losses.first().copied().unwrap_or(f64::NAN);
-    println!(
-        "loss {first:.4} -> {:.4}, test accuracy {:.1}% ({} samples)",
-        summary.final_loss,
-        100.0 * summary.test_accuracy,
-        trainer.data.test.len()
-    );
+    match summary.test_perplexity {
+        Some(p) => println!(
+            "loss {first:.4} -> {:.4}, test next-token accuracy {:.1}%, perplexity {p:.2} ({} sequences of {} tokens)",
+            summary.final_loss,
+            100.0 * summary.test_accuracy,
+            trainer.data.test.len(),
+            trainer.data.test.label_len
+        ),
+        None => println!(
+            "loss {first:.4} -> {:.4}, test accuracy {:.1}% ({} samples)",
+            summary.final_loss,
+            100.0 * summary.test_accuracy,
+            trainer.data.test.len()
+        ),
+    }
     println!(
         "cycles/step {} = {:.1} us at {} MHz (busy cycles by phase: {})",
         summary.cycles_per_step,

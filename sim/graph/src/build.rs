@@ -464,21 +464,33 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
     }
     let output = prev;
     let out_shape = g.node(output).shape.clone();
-    if out_shape != [batch, spec.outputs] {
+    // A language model has a label per position: its logits are scored as `[batch*T, outputs]`.
+    let scored = match spec.loss {
+        LossSpec::TokenCrossEntropy => vec![batch, spec.input[0], spec.outputs],
+        _ => vec![batch, spec.outputs],
+    };
+    if out_shape != scored {
+        let what = if scored.len() == 3 { "(batch, positions, outputs)" } else { "(batch, outputs)" };
         return Err(GraphError::Shape {
             file: file.clone(),
             node: g.node(output).layer.clone(),
             op: "model output".into(),
-            expected: format!("[{batch}, {}] (batch, outputs)", spec.outputs),
+            expected: format!("{scored:?} {what}"),
             found: format!("{out_shape:?}"),
         });
     }
-    let labels = g.placeholder(Op::Label, "labels", "input", Phase::Forward, out_shape)?;
+    let rows = scored[..scored.len() - 1].iter().product();
+    let logits = if scored.len() == 3 {
+        g.add(Op::Reshape { shape: vec![rows, spec.outputs] }, "logits", "loss", Phase::Forward, &[output])?
+    } else {
+        output
+    };
+    let labels = g.placeholder(Op::Label, "labels", "input", Phase::Forward, vec![rows, spec.outputs])?;
     let loss_op = match spec.loss {
-        LossSpec::SoftmaxCrossEntropy => Op::SoftmaxCrossEntropy,
+        LossSpec::SoftmaxCrossEntropy | LossSpec::TokenCrossEntropy => Op::SoftmaxCrossEntropy,
         LossSpec::Mse => Op::Mse,
     };
-    let loss = g.add(loss_op, "loss", "loss", Phase::Forward, &[output, labels])?;
+    let loss = g.add(loss_op, "loss", "loss", Phase::Forward, &[logits, labels])?;
     let nodes: Vec<NodeIndex> = params.iter().map(|p| p.node).collect();
     let grads = autodiff::backward(&mut g, loss, &nodes)?;
 

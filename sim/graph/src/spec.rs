@@ -57,6 +57,10 @@ pub enum LossSpec {
     SoftmaxCrossEntropy,
     /// Mean squared error against targets `[batch, outputs]`.
     Mse,
+    /// A language model's loss: softmax + cross-entropy at every position, averaged over the
+    /// batch's tokens. The last layer's output is `[batch, T, outputs]` (`T` the input's first
+    /// dimension), one label (the next token) per position.
+    TokenCrossEntropy,
 }
 
 /// One layer.

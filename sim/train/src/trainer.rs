@@ -410,21 +410,34 @@ impl Trainer {
         })
     }
 
-    /// Accuracy of the current parameters on `ds`, in batches of the graph's size (the last
-    /// batch is padded with repeats of the first sample, which are not counted).
+    /// Accuracy of the current parameters on `ds` (of every label: each next token, for a
+    /// language model), in batches of the graph's size (the last batch is padded with repeats
+    /// of the first sample, which are not counted).
     pub fn evaluate(&self, ds: &Dataset) -> Result<f64> {
-        let b = self.exec.batch();
-        let c = self.exec.outputs();
-        let mut hits = 0usize;
+        Ok(self.evaluation(ds)?.0)
+    }
+
+    /// [`Trainer::evaluate`] and the perplexity, `exp` of the mean cross-entropy of every label
+    /// under the model's output (softmax over the classes, computed on the host in f64 from the
+    /// logits the machine produced).
+    pub fn evaluation(&self, ds: &Dataset) -> Result<(f64, f64)> {
+        let (b, c, l) = (self.exec.batch(), self.exec.outputs(), ds.label_len);
+        let (mut hits, mut nll) = (0usize, 0.0f64);
         for start in (0..ds.len()).step_by(b) {
             let real = (ds.len() - start).min(b);
             let idx: Vec<usize> = (0..b).map(|i| if i < real { start + i } else { 0 }).collect();
             let (x, y) = ds.gather(&idx);
             let out = self.exec.forward(&self.state, &x)?;
-            hits +=
-                (0..real).filter(|&r| crate::exec::argmax(&out.output[r * c..(r + 1) * c]) == y[r] as usize).count();
+            for (r, &label) in y.iter().enumerate().take(real * l) {
+                let row = &out.output[r * c..(r + 1) * c];
+                hits += usize::from(crate::exec::argmax(row) == label as usize);
+                let m = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+                let lse = m + row.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+                nll += lse - row[label as usize] as f64;
+            }
         }
-        Ok(hits as f64 / ds.len().max(1) as f64)
+        let labels = (ds.len() * l).max(1) as f64;
+        Ok((hits as f64 / labels, (nll / labels).exp()))
     }
 
     /// The exact state of the run, to save.
@@ -514,8 +527,12 @@ pub struct Summary {
     /// Loss of the last step.
     #[serde(with = "faultline_num::json")]
     pub final_loss: f64,
-    /// Test accuracy after the last step.
+    /// Test accuracy after the last step (next-token accuracy for a language model).
     pub test_accuracy: f64,
+    /// A language model's test perplexity after the last step: `exp` of the mean cross-entropy
+    /// per token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_perplexity: Option<f64>,
     /// Machine cycles per step.
     pub cycles_per_step: u64,
     /// Busy cycles per step by phase (MXU + VPU; see [`StepRecord::phase_cycles`]).
@@ -563,9 +580,14 @@ impl Trainer {
             test_accuracy = r.test_accuracy;
             on_step(self, &r)?;
         }
-        let test_accuracy = match test_accuracy {
-            Some(a) => a,
-            None => self.evaluate(&self.data.test)?,
+        // A language model's perplexity needs the logits: one more pass (the accuracy with it).
+        let lm = self.data.test.label_len > 1;
+        let (test_accuracy, test_perplexity) = match test_accuracy {
+            Some(a) if !lm => (a, None),
+            _ => {
+                let (a, p) = self.evaluation(&self.data.test)?;
+                (a, lm.then_some(p))
+            }
         };
         let opt = self.exec.tg.optimizer;
         let lr = opt.lr();
@@ -585,6 +607,7 @@ impl Trainer {
             last_step: self.state.step,
             final_loss: losses.last().copied().unwrap_or(f64::NAN),
             test_accuracy,
+            test_perplexity,
             cycles_per_step: issued.0,
             phase_cycles: issued.1,
             simulated_seconds_per_step: issued.0 as f64 / (self.exec.hw.clock_mhz * 1e6),

@@ -73,6 +73,7 @@ fn fp32_training_matches_f64_reference() {
         ("transformer-tiny", OptimizerKind::Momentum, 0.05, "tpu-32x32", 20),
         ("lenet-mnist", OptimizerKind::Sgd, 0.1, "tpu-128x128", 3),
         ("resnet-mini", OptimizerKind::Momentum, 0.05, "tpu-128x128", 3),
+        ("gpt-mini", OptimizerKind::Adam, 0.003, "tpu-128x128", 2),
     ] {
         let spec = model(name);
         let data = source::shipped(&spec, 5, &Default::default()).unwrap();
@@ -226,6 +227,22 @@ fn resnet_mini_learns_mnist() {
     let mut t = Trainer::new(&spec, &config("tpu-128x128"), data, o).unwrap();
     let s = t.run(100, |_, _| Ok(())).unwrap();
     assert!(s.test_accuracy >= 0.85, "test accuracy {}", s.test_accuracy);
+}
+
+/// gpt-mini learns the shipped Shakespeare: a fifth of the guide's run (60 of 300 Adam steps,
+/// lr 0.003; the guide's reaches 41.4% and perplexity 7.3) predicts the next character of the
+/// held-out text better than its letter frequencies could (a unigram model: 15.0%, perplexity
+/// 27.0 on this corpus).
+#[test]
+fn gpt_mini_learns_shakespeare() {
+    let spec = model("gpt-mini");
+    let data = source::shipped(&spec, 1, &Default::default()).unwrap();
+    assert_eq!((data.test.label_len, data.train.num_classes), (64, 96));
+    let o = TrainOptions { optimizer: OptimizerKind::Adam, lr: Some(0.003), eval_every: 0, ..Default::default() };
+    let mut t = Trainer::new(&spec, &config("tpu-128x128"), data, o).unwrap();
+    let s = t.run(60, |_, _| Ok(())).unwrap();
+    let p = s.test_perplexity.expect("a language model reports its perplexity");
+    assert!(s.test_accuracy >= 0.2 && p < 16.0, "next-token accuracy {}, perplexity {p}", s.test_accuracy);
 }
 
 /// Saving after k steps and resuming gives the same losses and bits as never stopping.

@@ -15,23 +15,41 @@ pub struct Dataset {
     pub sample_shape: Vec<usize>,
     /// Samples, row-major, `len() * sample_len()` values.
     pub x: Vec<f32>,
-    /// Class labels in `0..num_classes`.
+    /// Class labels in `0..num_classes`, `label_len` per sample.
     pub y: Vec<u32>,
     /// Number of classes.
     pub num_classes: usize,
+    /// Labels per sample: 1, or one per position of a sequence (a language model's next
+    /// tokens).
+    pub label_len: usize,
 }
 
 impl Dataset {
     /// Builds a dataset, checking that `x` and `y` agree and labels are in range.
     pub fn new(name: &str, sample_shape: Vec<usize>, x: Vec<f32>, y: Vec<u32>, num_classes: usize) -> Result<Dataset> {
+        Dataset::sequences(name, sample_shape, x, y, 1, num_classes)
+    }
+
+    /// [`Dataset::new`] with `label_len` labels per sample (`y` holds them sample by sample).
+    pub fn sequences(
+        name: &str,
+        sample_shape: Vec<usize>,
+        x: Vec<f32>,
+        y: Vec<u32>,
+        label_len: usize,
+        num_classes: usize,
+    ) -> Result<Dataset> {
         let per: usize = sample_shape.iter().product();
         if per == 0 {
             return Err(TrainError::Data(format!("{name}: empty sample shape {}", shape_str(&sample_shape))));
         }
-        if x.len() != per * y.len() {
+        if label_len == 0 || !y.len().is_multiple_of(label_len) {
+            return Err(TrainError::Data(format!("{name}: {} labels are not {label_len} per sample", y.len())));
+        }
+        if x.len() * label_len != per * y.len() {
             return Err(TrainError::Data(format!(
                 "{name}: {} labels but {} input values ({} per sample of shape {})",
-                y.len(),
+                y.len() / label_len,
                 x.len(),
                 per,
                 shape_str(&sample_shape)
@@ -39,15 +57,16 @@ impl Dataset {
         }
         if let Some((i, &l)) = y.iter().enumerate().find(|(_, &l)| l as usize >= num_classes) {
             return Err(TrainError::Data(format!(
-                "{name}: label {l} of sample {i} is not below the {num_classes} classes"
+                "{name}: label {l} of sample {} is not below the {num_classes} classes",
+                i / label_len
             )));
         }
-        Ok(Dataset { name: name.into(), sample_shape, x, y, num_classes })
+        Ok(Dataset { name: name.into(), sample_shape, x, y, num_classes, label_len })
     }
 
     /// Number of samples.
     pub fn len(&self) -> usize {
-        self.y.len()
+        self.y.len() / self.label_len.max(1)
     }
 
     /// True when there are no samples.
@@ -69,17 +88,20 @@ impl Dataset {
             x,
             y,
             num_classes: self.num_classes,
+            label_len: self.label_len,
         }
     }
 
     /// Inputs and labels of the samples at `idx`, concatenated.
     pub fn gather(&self, idx: &[usize]) -> (Vec<f32>, Vec<u32>) {
-        let per = self.sample_len();
+        let (per, l) = (self.sample_len(), self.label_len);
         let mut x = Vec::with_capacity(idx.len() * per);
+        let mut y = Vec::with_capacity(idx.len() * l);
         for &i in idx {
             x.extend_from_slice(&self.x[i * per..(i + 1) * per]);
+            y.extend_from_slice(&self.y[i * l..(i + 1) * l]);
         }
-        (x, idx.iter().map(|&i| self.y[i]).collect())
+        (x, y)
     }
 
     /// The same data viewed with another sample shape: the same shape but for trailing 1s

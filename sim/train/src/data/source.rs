@@ -2,7 +2,7 @@
 //! digits, or generated sequences/spirals/blobs), or a directory of `.npy` arrays or MNIST IDX files.
 
 use super::dataset::{Dataset, Split};
-use super::{digits, idx, mnist, npy, synth};
+use super::{digits, idx, mnist, npy, synth, text};
 use crate::error::{shape_str, Result, TrainError};
 use faultline_graph::ModelSpec;
 use faultline_hw::budget::{product, HostMemory};
@@ -23,6 +23,8 @@ pub const TEST_FRACTION: f64 = 0.2;
 /// The shipped dataset that fits `spec`'s input and outputs, split seeded by `seed`:
 /// * 64 input values and 10 outputs: the real 8x8 handwritten digits ([`digits`]), reshaped to the input shape;
 /// * 784 input values and 10 outputs: 5,000 real 28x28 MNIST digits ([`mnist`]), likewise;
+/// * a language model (`TokenCrossEntropy`) with input `[T]` and 96 outputs: six Shakespeare
+///   tragedies as `T` byte tokens predicting the next `T` ([`text`]);
 /// * input `[T, V]` with `V >= outputs`: majority-token sequences, one-hot rows ([`synth`]);
 /// * input `[2]`: spirals with `outputs` arms; any other `[D]`: `outputs` blobs.
 pub fn shipped(spec: &ModelSpec, seed: u64, mem: &HostMemory) -> Result<Split> {
@@ -34,7 +36,18 @@ pub fn shipped(spec: &ModelSpec, seed: u64, mem: &HostMemory) -> Result<Split> {
         let bytes = product(inp).and_then(|n| n.checked_mul(samples as u64 * 4));
         mem.check(&format!("the shipped dataset for model `{}` ({samples} samples of {inp:?})", spec.name), bytes)
     };
-    let ds = if numel == 0 {
+    let lm = spec.loss == faultline_graph::LossSpec::TokenCrossEntropy;
+    let ds = if lm && inp.len() == 1 && c == text::VOCAB {
+        text::shakespeare(inp[0])?
+    } else if lm {
+        return Err(TrainError::Data(format!(
+            "no shipped text fits language model `{}` (input {}, {} outputs): the shipped corpus needs input [T] and {} outputs (its byte tokens); pass --data DIR",
+            spec.name,
+            shape_str(inp),
+            c,
+            text::VOCAB
+        )));
+    } else if numel == 0 {
         return Err(TrainError::Data(format!("model `{}` has an empty input shape {}", spec.name, shape_str(inp))));
     } else if numel == 64 && c == 10 {
         digits::digits()

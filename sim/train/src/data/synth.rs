@@ -79,7 +79,14 @@ pub fn one_hot_tokens(d: &Dataset, vocab: usize) -> Dataset {
     }
     let mut shape = d.sample_shape.clone();
     shape.push(vocab);
-    Dataset { name: d.name.clone(), sample_shape: shape, x, y: d.y.clone(), num_classes: d.num_classes }
+    Dataset {
+        name: d.name.clone(),
+        sample_shape: shape,
+        x,
+        y: d.y.clone(),
+        num_classes: d.num_classes,
+        label_len: d.label_len,
+    }
 }
 
 #[cfg(test)]
