@@ -540,8 +540,7 @@ impl Builder<'_> {
         let sq = self.mul(x, x, n);
         let ss = self.row_sum(sq, d, n);
         let ms = self.muls(ss, 1.0 / d as f64, rows);
-        let me = self.adds(ms, eps, rows);
-        self.un(VpuOp::Rsqrt, me, rows)
+        self.inv_std(ms, eps, rows)
     }
 
     /// `(x - mean, 1 / sqrt(var + eps))` per row of `d`.
@@ -553,9 +552,7 @@ impl Builder<'_> {
         let sq = self.mul(xc, xc, n);
         let ss = self.row_sum(sq, d, n);
         let var = self.muls(ss, 1.0 / d as f64, rows);
-        let ve = self.adds(var, eps, rows);
-        let inv = self.un(VpuOp::Rsqrt, ve, rows);
-        (xc, inv)
+        (xc, self.inv_std(var, eps, rows))
     }
 
     /// The column sums of `x [rows, c]`. A column reduction issues one vector per row, so
@@ -580,7 +577,7 @@ impl Builder<'_> {
         (inv, self.bin(VpuOp::Mul, w(xc), cycle(inv, c), n))
     }
 
-    /// `1 / sqrt(v + eps)` for `c` variances.
+    /// `1 / sqrt(v + eps)` for `c` variances (or mean squares).
     fn inv_std(&mut self, v: BufId, eps: f64, c: usize) -> BufId {
         let ve = self.adds(v, eps, c);
         self.un(VpuOp::Rsqrt, ve, c)
