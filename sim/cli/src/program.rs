@@ -27,7 +27,7 @@ pub struct ProgramArgs {
     /// Minibatch size.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
     pub batch: u64,
-    /// Optimizer: sgd, momentum or adam.
+    /// Optimizer: sgd, momentum, adam or adamw.
     #[arg(long, default_value = "sgd")]
     pub optimizer: String,
     /// MXU input format: bf16 (TPU-like, fp32 accumulate) or fp32, as `train --precision`

@@ -47,7 +47,7 @@ pub struct TrainArgs {
     /// Learning rate [default: sgd 0.5, momentum 0.05, adam 0.01].
     #[arg(long)]
     pub lr: Option<f64>,
-    /// Optimizer: sgd, momentum or adam [default: sgd].
+    /// Optimizer: sgd, momentum, adam or adamw [default: sgd].
     #[arg(long)]
     pub optimizer: Option<String>,
     /// MXU input format: bf16 (TPU-like, fp32 accumulate) or fp32 (for comparing with

@@ -66,7 +66,7 @@ fn json_summary_trace_and_resume() {
 #[test]
 fn bad_arguments_are_one_line_errors() {
     for (extra, want) in [
-        (vec!["--optimizer", "rmsprop"], "unknown optimizer `rmsprop` (expected one of: sgd, momentum, adam)"),
+        (vec!["--optimizer", "rmsprop"], "unknown optimizer `rmsprop` (expected one of: sgd, momentum, adam, adamw)"),
         (vec!["--precision", "fp16"], "unknown precision `fp16`"),
         (vec!["--init-weights", "configs"], "fc1.weight.npy: missing initial weights for parameter `fc1.weight`"),
         (vec!["--data", "configs"], "no dataset found"),

@@ -23,6 +23,8 @@ struct Builder<'a> {
     layer: &'a LayerSpec,
     params: &'a mut Vec<Param>,
     running: &'a mut Vec<Running>,
+    /// Attention logits, in layer order.
+    logits: &'a mut Vec<NodeIndex>,
 }
 
 /// A BatchNorm layer's running statistic: its placeholder, the batch statistic it follows and
@@ -312,6 +314,7 @@ impl Builder<'_> {
                 let (q, k, v) = (split(self, x, "q")?, split(self, ins[1], "k")?, split(self, ins[2], "v")?);
                 let scores = self.op(Op::MatMul { trans_a: false, trans_b: true }, "scores", &[q, k])?;
                 let mut scaled = self.op(Op::Scale { factor: 1.0 / (dh as f64).sqrt() }, "scale", &[scores])?;
+                self.logits.push(scaled);
                 if causal {
                     // Position i attends to j <= i: -inf above the diagonal, so softmax gives 0.
                     let values = (0..t * t).map(|e| if e % t <= e / t { 0.0 } else { f64::NEG_INFINITY }).collect();
@@ -371,7 +374,7 @@ fn check_optimizer(file: &Path, o: &OptimizerSpec) -> Result<(), GraphError> {
     let (lr, extra): (f64, Vec<(&str, f64)>) = match *o {
         OptimizerSpec::Sgd { lr } => (lr, vec![]),
         OptimizerSpec::Momentum { lr, momentum } => (lr, vec![("momentum", momentum)]),
-        OptimizerSpec::Adam { lr, beta1, beta2, eps } => {
+        OptimizerSpec::Adam { lr, beta1, beta2, eps } | OptimizerSpec::AdamW { lr, beta1, beta2, eps, .. } => {
             if !(eps.is_finite() && eps > 0.0) {
                 return Err(bad(format!("eps = {eps}: must be a positive number")));
             }
@@ -380,6 +383,11 @@ fn check_optimizer(file: &Path, o: &OptimizerSpec) -> Result<(), GraphError> {
     };
     if !(lr.is_finite() && lr > 0.0) {
         return Err(bad(format!("lr = {lr}: must be a positive number")));
+    }
+    if let OptimizerSpec::AdamW { weight_decay: wd, .. } = *o {
+        if !(0.0..1.0).contains(&(lr * wd)) {
+            return Err(bad(format!("weight_decay = {wd}: must be >= 0 with lr * weight_decay < 1")));
+        }
     }
     for (name, v) in extra {
         if !(0.0..1.0).contains(&v) {
@@ -405,6 +413,12 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
         ));
     }
     check_optimizer(&file, &optimizer)?;
+    if let Some(c) = spec.clip_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
+        return Err(invalid("clip_norm", format!("{c}: must be a positive number")));
+    }
+    if let Some(why) = spec.schedule.and_then(|s| s.invalid()) {
+        return Err(invalid("schedule", why));
+    }
 
     let mut g = OpGraph::new(file.clone());
     let mut shape = vec![batch];
@@ -413,6 +427,7 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
     let mut env: BTreeMap<String, NodeIndex> = BTreeMap::from([("input".to_string(), input)]);
     let mut params = Vec::new();
     let mut running = Vec::new();
+    let mut attn_logits = Vec::new();
     let mut prev = input;
     // Names appear in errors, listings and traces: refuse what would print as more than one
     // token (shown escaped, so the error itself stays one line).
@@ -426,7 +441,7 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
         ));
     }
     for layer in &spec.layers {
-        if env.contains_key(&layer.name) || layer.name == "loss" || layer.name == "labels" || layer.name == "step" {
+        if env.contains_key(&layer.name) || ["loss", "labels", "step", "lr", "clip"].contains(&layer.name.as_str()) {
             return Err(GraphError::Duplicate { file: file.clone(), node: layer.name.clone() });
         }
         let ins: Vec<NodeIndex> = if layer.inputs.is_empty() {
@@ -456,7 +471,7 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
                 format!("{} takes {want} input(s), found {}", layer_kind(&layer.op), ins.len()),
             ));
         }
-        let mut b = Builder { g, layer, params: &mut params, running: &mut running };
+        let mut b = Builder { g, layer, params: &mut params, running: &mut running, logits: &mut attn_logits };
         let out = b.layer(&ins);
         g = b.g;
         prev = out?;
@@ -495,12 +510,42 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
     let grads = autodiff::backward(&mut g, loss, &nodes)?;
 
     let step = match optimizer {
-        OptimizerSpec::Adam { .. } => Some(g.placeholder(Op::Step, "step", "input", Phase::Update, vec![1])?),
+        OptimizerSpec::Adam { .. } | OptimizerSpec::AdamW { .. } => {
+            Some(g.placeholder(Op::Step, "step", "input", Phase::Update, vec![1])?)
+        }
         _ => None,
+    };
+    // The rate is data when it changes from step to step, or when AdamW's decay reads it.
+    let lr = (spec.schedule.is_some() || matches!(optimizer, OptimizerSpec::AdamW { .. }))
+        .then(|| g.placeholder(Op::LearningRate, "lr", "input", Phase::Update, vec![1]))
+        .transpose()?;
+    // Global-norm clipping: each gradient's squares summed, added up in parameter order, the
+    // factor, and every gradient scaled by it before the optimizer reads it.
+    let (grads_used, grad_sumsq) = match spec.clip_norm {
+        None => (grads.clone(), None),
+        Some(max_norm) => {
+            let clip =
+                |g: &mut OpGraph, op: Op, name: &str, ins: &[NodeIndex]| g.add(op, name, "clip", Phase::Update, ins);
+            let mut total = None;
+            for (p, &grad) in params.iter().zip(&grads) {
+                let s = clip(&mut g, Op::SumSquares, &format!("{}.sumsq", p.name), &[grad])?;
+                total = Some(match total {
+                    None => s,
+                    Some(t) => clip(&mut g, Op::Add, &format!("clip.sumsq.{}", p.name), &[t, s])?,
+                });
+            }
+            let total = total.expect("a model has parameters");
+            let coef = clip(&mut g, Op::ClipCoef { max_norm }, "clip.coef", &[total])?;
+            let mut used = Vec::new();
+            for (p, &grad) in params.iter().zip(&grads) {
+                used.push(clip(&mut g, Op::ScaleBy, &format!("{}.clipped", p.name), &[grad, coef])?);
+            }
+            (used, Some(total))
+        }
     };
     let mut infos = Vec::new();
     let mut opt_state = Vec::new();
-    for (p, &grad) in params.iter().zip(&grads) {
+    for ((p, &raw), &grad) in params.iter().zip(&grads).zip(&grads_used) {
         let state = |g: &mut OpGraph, role: &str| -> Result<(String, NodeIndex), GraphError> {
             let name = format!("{}.{role}", p.name);
             let node = g.placeholder(Op::OptState, &name, &p.layer, Phase::Update, p.shape.clone())?;
@@ -509,8 +554,16 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
         let upd =
             |g: &mut OpGraph, op: Op, name: &str, ins: &[NodeIndex]| g.add(op, name, &p.layer, Phase::Update, ins);
         let next_name = format!("{}.next", p.name);
+        // With a data rate, SGD's step is `w - 1 * (lr g)`: the same rounding as `w - lr g`.
+        let sgd = |g: &mut OpGraph, lr_const: f64, d: NodeIndex| match lr {
+            Some(r) => {
+                let scaled = upd(g, Op::ScaleBy, &format!("{}.lr_scaled", p.name), &[d, r])?;
+                upd(g, Op::SgdUpdate { lr: 1.0 }, &next_name, &[p.node, scaled])
+            }
+            None => upd(g, Op::SgdUpdate { lr: lr_const }, &next_name, &[p.node, d]),
+        };
         let next = match optimizer {
-            OptimizerSpec::Sgd { lr } => upd(&mut g, Op::SgdUpdate { lr }, &next_name, &[p.node, grad])?,
+            OptimizerSpec::Sgd { lr } => sgd(&mut g, lr, grad)?,
             OptimizerSpec::Momentum { lr, momentum } => {
                 let (name, v) = state(&mut g, "momentum")?;
                 let v2 = upd(&mut g, Op::MomentumVelocity { momentum }, &format!("{name}.next"), &[v, grad])?;
@@ -522,9 +575,10 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
                     node: v,
                     next: v2,
                 });
-                upd(&mut g, Op::SgdUpdate { lr }, &next_name, &[p.node, v2])?
+                sgd(&mut g, lr, v2)?
             }
-            OptimizerSpec::Adam { lr, beta1, beta2, eps } => {
+            OptimizerSpec::Adam { lr: lr_const, beta1, beta2, eps }
+            | OptimizerSpec::AdamW { lr: lr_const, beta1, beta2, eps, .. } => {
                 let (mname, m) = state(&mut g, "adam_m")?;
                 let (vname, v) = state(&mut g, "adam_v")?;
                 let m2 = upd(&mut g, Op::AdamMoment { beta: beta1 }, &format!("{mname}.next"), &[m, grad])?;
@@ -546,7 +600,22 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
                     next: v2,
                 });
                 let t = step.expect("Adam graphs have a step placeholder");
-                upd(&mut g, Op::AdamUpdate { lr, beta1, beta2, eps }, &next_name, &[p.node, m2, v2, t])?
+                match lr {
+                    None => upd(
+                        &mut g,
+                        Op::AdamUpdate { lr: lr_const, beta1, beta2, eps },
+                        &next_name,
+                        &[p.node, m2, v2, t],
+                    )?,
+                    Some(r) => {
+                        let wd = match optimizer {
+                            OptimizerSpec::AdamW { weight_decay, .. } if p.shape.len() >= 2 => weight_decay,
+                            _ => 0.0,
+                        };
+                        let op = Op::AdamWUpdate { beta1, beta2, eps, weight_decay: wd };
+                        upd(&mut g, op, &next_name, &[p.node, m2, v2, t, r])?
+                    }
+                }
             }
         };
         infos.push(ParamInfo {
@@ -555,7 +624,7 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
             shape: p.shape.clone(),
             init: p.init,
             node: p.node,
-            grad,
+            grad: raw,
             next,
         });
     }
@@ -581,6 +650,10 @@ pub(crate) fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) ->
         input,
         labels,
         step,
+        lr,
+        schedule: spec.schedule,
+        grad_sumsq,
+        attention_logits: attn_logits,
         output,
         loss,
         params: infos,

@@ -186,6 +186,7 @@ mod tests {
             buffers: vec![buf("d", Role::Input), buf("e", Role::Value), buf("s", Role::Staged), buf("t", Role::Staged)],
             release: Vec::new(),
             kept: vec![BufId(0), BufId(1)],
+            observed: Vec::new(),
             homes: Vec::new(),
             reuses: Vec::new(),
             dma_overhead: 0,

@@ -72,6 +72,9 @@ pub enum Op {
     Label,
     /// The 1-based step counter `t`, shape `[1]` (only Adam graphs have one).
     Step,
+    /// The step's learning rate, shape `[1]` (graphs with a schedule or AdamW): the optimizer's
+    /// rate times the schedule's factor, written by the host before each step.
+    LearningRate,
     /// A trainable parameter (weights persist across steps).
     Param,
     /// Optimizer state of a parameter (momentum velocity, Adam m or v) or a running
@@ -300,6 +303,34 @@ pub enum Op {
         /// Added to the denominator.
         eps: f64,
     },
+    /// AdamW (Loshchilov and Hutter; PyTorch's order): `w' = w (1 - lr wd) - lr (m / (1 -
+    /// beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)`, the learning rate read from memory (a
+    /// schedule's value for the step). With `weight_decay` 0 it is Adam with a data rate.
+    /// Inputs `w`, `m`, `v` (the updated moments), `t` (`[1]`), `lr` (`[1]`).
+    AdamWUpdate {
+        /// First-moment decay.
+        beta1: f64,
+        /// Second-moment decay.
+        beta2: f64,
+        /// Added to the denominator.
+        eps: f64,
+        /// Decoupled weight decay (0: none).
+        weight_decay: f64,
+    },
+    /// `x * s`, `s` one word read from memory (`[1]`): a scheduled learning rate, or the
+    /// clipping factor applied to a gradient. Inputs `x`, `s`.
+    ScaleBy,
+    /// `sum x^2` of the whole tensor, `[1]`: one gradient's share of the global norm. Input `x`.
+    SumSquares,
+    /// `sum (a - b)^2` over two tensors of one shape, `[1]`: one parameter's share of the
+    /// update's norm. Inputs `a`, `b`.
+    SumSquaredDiff,
+    /// Global-norm clipping's factor `min(1, max_norm / (sqrt(s) + 1e-6))` of the gradients'
+    /// summed squares `s` (`[1]`), as PyTorch's `clip_grad_norm_`. Input `s`.
+    ClipCoef {
+        /// The norm the gradients are clipped to.
+        max_norm: f64,
+    },
 
     // ---- checks (protection: computed beside training, never differentiated) ----
     /// Sums of tiles of a matrix `x [R, C]`: with `rows` false, of each run of `tile`
@@ -370,6 +401,7 @@ impl Op {
             Op::Input => "input",
             Op::Label => "label",
             Op::Step => "step",
+            Op::LearningRate => "learning_rate",
             Op::Param => "param",
             Op::OptState => "opt_state",
             Op::Const { .. } => "const",
@@ -418,6 +450,11 @@ impl Op {
             Op::AdamMoment { .. } => "adam_moment",
             Op::AdamSecondMoment { .. } => "adam_second_moment",
             Op::AdamUpdate { .. } => "adam_update",
+            Op::AdamWUpdate { .. } => "adamw_update",
+            Op::ScaleBy => "scale_by",
+            Op::SumSquares => "sum_squares",
+            Op::SumSquaredDiff => "sum_squared_diff",
+            Op::ClipCoef { .. } => "clip_coef",
             Op::TileSum { .. } => "tile_sum",
             Op::MaxAbs => "max_abs",
             Op::MaxAbsDiff => "max_abs_diff",
@@ -438,13 +475,16 @@ impl Op {
 
     /// Whether the op is a placeholder whose value is bound by the caller.
     pub fn is_placeholder(&self) -> bool {
-        matches!(self, Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState | Op::Const { .. })
+        matches!(
+            self,
+            Op::Input | Op::Label | Op::Step | Op::LearningRate | Op::Param | Op::OptState | Op::Const { .. }
+        )
     }
 
     /// Number of inputs the op takes.
     pub fn arity(&self) -> usize {
         match self {
-            Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState | Op::Const { .. } => 0,
+            Op::Input | Op::Label | Op::Step | Op::LearningRate | Op::Param | Op::OptState | Op::Const { .. } => 0,
             Op::Im2Col { .. }
             | Op::Col2Im { .. }
             | Op::Reshape { .. }
@@ -466,8 +506,11 @@ impl Op {
             | Op::ColSum
             | Op::TileSum { .. }
             | Op::MaxAbs
+            | Op::SumSquares
+            | Op::ClipCoef { .. }
             | Op::Clamp { .. } => 1,
             Op::AdamUpdate { .. } => 4,
+            Op::AdamWUpdate { .. } => 5,
             Op::MaxPoolGrad { .. } => 3,
             Op::BatchNormGammaGrad { .. } => 4,
             Op::BatchNorm { .. } | Op::BatchNormGrad { .. } => 7,
@@ -684,6 +727,33 @@ impl Op {
                 }
                 Ok(ins[0].to_vec())
             }
+            Op::AdamWUpdate { .. } => {
+                same(ins[0], ins[1], "m")?;
+                same(ins[0], ins[2], "v")?;
+                for (k, what) in [(3, "t"), (4, "lr")] {
+                    if ins[k] != [1] {
+                        return Err(mismatch(format!("{what}: [1]"), format!("{what}: {:?}", ins[k])));
+                    }
+                }
+                Ok(ins[0].to_vec())
+            }
+            Op::ScaleBy => {
+                if ins[1] != [1] {
+                    return Err(mismatch("s: [1]", format!("s: {:?}", ins[1])));
+                }
+                Ok(ins[0].to_vec())
+            }
+            Op::SumSquares => Ok(vec![1]),
+            Op::SumSquaredDiff => {
+                same(ins[0], ins[1], "b")?;
+                Ok(vec![1])
+            }
+            Op::ClipCoef { .. } => {
+                if ins[0] != [1] {
+                    return Err(mismatch("s: [1]", format!("s: {:?}", ins[0])));
+                }
+                Ok(vec![1])
+            }
             Op::TileSum { tile, rows } => {
                 let x = ins[0];
                 let along = x.get(*rows as usize ^ 1).copied().unwrap_or(0);
@@ -698,7 +768,7 @@ impl Op {
                 same(ins[0], ins[1], "b")?;
                 Ok(vec![1])
             }
-            Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState | Op::Const { .. } => {
+            Op::Input | Op::Label | Op::Step | Op::LearningRate | Op::Param | Op::OptState | Op::Const { .. } => {
                 unreachable!("checked above")
             }
         }

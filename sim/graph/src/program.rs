@@ -46,6 +46,8 @@ pub enum Role {
     Label,
     /// The 1-based step counter (filled by the caller).
     Step,
+    /// The step's learning rate (filled from the optimizer's rate and the schedule).
+    LearningRate,
     /// A parameter (filled from the model state).
     Param,
     /// Optimizer state (filled from the model state).
@@ -65,7 +67,10 @@ impl Role {
     /// Whether the host fills the buffer before the step (the batch, step counter, parameters,
     /// optimizer state and constants), rather than an instruction computing it.
     pub fn is_placeholder(self) -> bool {
-        matches!(self, Role::Input | Role::Label | Role::Step | Role::Param | Role::OptState | Role::Const)
+        matches!(
+            self,
+            Role::Input | Role::Label | Role::Step | Role::LearningRate | Role::Param | Role::OptState | Role::Const
+        )
     }
 }
 
@@ -121,6 +126,10 @@ pub struct Program {
     pub release: Vec<Vec<BufId>>,
     /// Buffers the caller reads after the step (never released).
     pub kept: Vec<BufId>,
+    /// Buffers the host only watches (gradients and attention logits, whose norms and maxima
+    /// the trace records), sorted: released as any other (the machine reuses their words, so
+    /// placement is as without them), but the interpreter leaves their values for the host.
+    pub observed: Vec<BufId>,
     /// Each buffer's home once placed ([`crate::residency::place`]); empty before.
     pub homes: Vec<Home>,
     /// For each buffer, the earlier buffers whose SRAM words it reuses: its writer waits until
@@ -178,6 +187,7 @@ impl Program {
                 buffers: Vec::new(),
                 release: Vec::new(),
                 kept: Vec::new(),
+                observed: Vec::new(),
                 homes: Vec::new(),
                 reuses: Vec::new(),
                 dma_overhead: 0,
@@ -206,9 +216,15 @@ impl Program {
         self.homes.get(b.index()).copied()
     }
 
+    /// Whether the host watches buffer `b` ([`Program::observed`]).
+    pub fn observes(&self, b: BufId) -> bool {
+        self.observed.binary_search(&b).is_ok()
+    }
+
     /// The whole step of `tg` (unplaced): every node (each check's right after the node it
     /// guards, [`TrainGraph::execution_order`]), keeping the loss, the model output, every
-    /// parameter's and optimizer-state tensor's next value and every check's residual.
+    /// parameter's and optimizer-state tensor's next value and every check's residual; and
+    /// observes ([`Program::observed`]) every gradient and attention logit tensor.
     pub fn step(tg: &TrainGraph) -> Program {
         let keep: Vec<NodeIndex> = [tg.loss, tg.output]
             .into_iter()
@@ -216,7 +232,13 @@ impl Program {
             .chain(tg.opt_state.iter().map(|s| s.next))
             .chain(tg.checks().iter().map(|c| c.residual))
             .collect();
-        Program::lower(&tg.graph, &tg.execution_order(), &keep)
+        let watched: Vec<NodeIndex> =
+            tg.params.iter().map(|p| p.grad).chain(tg.attention_logits.iter().copied()).collect();
+        let mut p = Program::lower(&tg.graph, &tg.execution_order(), &keep);
+        p.observed = watched.iter().filter_map(|&k| p.node_buf[k.index()]).filter(|b| !p.kept.contains(b)).collect();
+        p.observed.sort();
+        p.observed.dedup();
+        p
     }
 
     /// The forward pass of `tg` for inference (unplaced, [`Mode::Eval`]): only the nodes the
@@ -602,6 +624,7 @@ impl Builder<'_> {
             Op::Input => Some(Role::Input),
             Op::Label => Some(Role::Label),
             Op::Step => Some(Role::Step),
+            Op::LearningRate => Some(Role::LearningRate),
             Op::Param => Some(Role::Param),
             Op::OptState => Some(Role::OptState),
             Op::Const { .. } => Some(Role::Const),
@@ -629,7 +652,7 @@ impl Builder<'_> {
         let last = *xs.last().unwrap_or(&1);
         let (x, y) = (x.unwrap_or(BufId(0)), y.unwrap_or(BufId(0)));
         let out = match &node.op {
-            Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState | Op::Const { .. } => {
+            Op::Input | Op::Label | Op::Step | Op::LearningRate | Op::Param | Op::OptState | Op::Const { .. } => {
                 unreachable!("placeholders return above")
             }
             Op::Reshape { .. } => x,
@@ -892,6 +915,49 @@ impl Builder<'_> {
                 let q = self.mul(mh, rd, nx);
                 let step = self.muls(q, *lr, nx);
                 self.sub(x, step, nx)
+            }
+            Op::AdamWUpdate { beta1, beta2, eps, weight_decay } => {
+                // p (1 - lr wd) - lr * (m * c1) / (sqrt(v * c2) + eps), lr read from memory.
+                let (v, t, lr) = (ins[2], ins[3], ins[4]);
+                let one = |b: BufId| Operand::view(b, View::Cycle { len: 1 });
+                let c1 = self.un(VpuOp::BiasCorrection { beta: *beta1 }, t, 1);
+                let mh = self.bin(VpuOp::Mul, w(y), one(c1), nx);
+                let c2 = self.un(VpuOp::BiasCorrection { beta: *beta2 }, t, 1);
+                let vh = self.bin(VpuOp::Mul, w(v), one(c2), nx);
+                let rs = self.un(VpuOp::Rsqrt, vh, nx);
+                let sq = self.un(VpuOp::Recip, rs, nx);
+                let den = self.adds(sq, *eps, nx);
+                let rd = self.un(VpuOp::Recip, den, nx);
+                let q = self.mul(mh, rd, nx);
+                let step = self.bin(VpuOp::Mul, w(q), one(lr), nx);
+                let decayed = if *weight_decay == 0.0 {
+                    x
+                } else {
+                    let d = self.muls(lr, -*weight_decay, 1);
+                    let keep = self.adds(d, 1.0, 1);
+                    self.bin(VpuOp::Mul, w(x), one(keep), nx)
+                };
+                self.sub(decayed, step, nx)
+            }
+            Op::ScaleBy => self.bin(VpuOp::Mul, w(x), Operand::view(y, View::Cycle { len: 1 }), nx),
+            Op::SumSquares => {
+                let sq = self.mul(x, x, nx);
+                self.row_sum(sq, nx, nx)
+            }
+            Op::SumSquaredDiff => {
+                let d = self.sub(x, y, nx);
+                let sq = self.mul(d, d, nx);
+                self.row_sum(sq, nx, nx)
+            }
+            Op::ClipCoef { max_norm } => {
+                // min(1, max_norm / (sqrt(s) + eps)); sqrt as 1 / rsqrt, as Adam's; the factor
+                // is positive, so clamping to [-1, 1] caps it at 1.
+                let rs = self.un(VpuOp::Rsqrt, x, 1);
+                let norm = self.un(VpuOp::Recip, rs, 1);
+                let den = self.adds(norm, crate::reference::CLIP_EPS, 1);
+                let r = self.un(VpuOp::Recip, den, 1);
+                let c = self.muls(r, *max_norm, 1);
+                self.un(VpuOp::Clamp(1.0), c, 1)
             }
             Op::TileSum { tile, rows: false } => self.un(VpuOp::ReduceSum { cols: *tile, axis: Axis::Row }, x, nx),
             Op::TileSum { tile, rows: true } => self.block_col_sums(x, xs[0] / tile, *tile, xs[1]),

@@ -195,7 +195,7 @@ pub fn apply_in(op: &Op, ins: &[&Tensor], out_shape: &[usize], mode: Mode) -> Ve
     let zip =
         |f: &dyn Fn(f64, f64) -> f64| -> Vec<f64> { x.iter().zip(&ins[1].data).map(|(&a, &b)| f(a, b)).collect() };
     match op {
-        Op::Input | Op::Label | Op::Step | Op::Param | Op::OptState => vec![0.0; n_out],
+        Op::Input | Op::Label | Op::Step | Op::LearningRate | Op::Param | Op::OptState => vec![0.0; n_out],
         Op::Const { values } => values.clone(),
         Op::OneHot => {
             let c = &ins[1].data;
@@ -462,6 +462,20 @@ pub fn apply_in(op: &Op, ins: &[&Tensor], out_shape: &[usize], mode: Mode) -> Ve
                 })
                 .collect()
         }
+        Op::AdamWUpdate { beta1, beta2, eps, weight_decay } => {
+            let (t, lr) = (ins[3].data[0], ins[4].data[0]);
+            let (c1, c2) = (1.0 - beta1.powf(t), 1.0 - beta2.powf(t));
+            (0..n_out)
+                .map(|e| {
+                    let (w, m, v) = (x[e], ins[1].data[e], ins[2].data[e]);
+                    w * (1.0 - lr * weight_decay) - lr * (m / c1) / ((v / c2).sqrt() + eps)
+                })
+                .collect()
+        }
+        Op::ScaleBy => x.iter().map(|&v| v * ins[1].data[0]).collect(),
+        Op::SumSquares => vec![x.iter().map(|v| v * v).sum()],
+        Op::SumSquaredDiff => vec![zip(&|a, b| (a - b) * (a - b)).iter().sum()],
+        Op::ClipCoef { max_norm } => vec![(max_norm / (x[0].sqrt() + CLIP_EPS)).min(1.0)],
         Op::TileSum { tile, rows } => {
             let (r, c) = (ins[0].shape[0], ins[0].shape[1]);
             let mut out = vec![0.0; n_out];
@@ -481,6 +495,9 @@ pub fn apply_in(op: &Op, ins: &[&Tensor], out_shape: &[usize], mode: Mode) -> Ve
         }
     }
 }
+
+/// What global-norm clipping adds to the norm before dividing (PyTorch's `clip_grad_norm_`).
+pub const CLIP_EPS: f64 = 1e-6;
 
 /// `max |v|`, NaN if any `v` is NaN (as the VPU's max propagates NaN).
 fn max_abs(v: impl Iterator<Item = f64>) -> f64 {

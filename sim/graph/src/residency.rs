@@ -238,6 +238,7 @@ fn stage(p: &Program, dram: &[bool], private: &[bool]) -> (Program, Vec<Option<B
         buffers: p.buffers.clone(),
         release: Vec::new(),
         kept: p.kept.clone(),
+        observed: p.observed.clone(),
         homes: Vec::new(),
         reuses: Vec::new(),
         dma_overhead: 0,

@@ -41,6 +41,16 @@ pub struct ModelSpec {
     pub loss: LossSpec,
     /// Layers in order; at least one.
     pub layers: Vec<LayerSpec>,
+    /// Global-norm gradient clipping (PyTorch's `clip_grad_norm_`): every gradient is scaled
+    /// by `min(1, clip_norm / (||g|| + 1e-6))`, `||g||` the norm of all gradients together,
+    /// computed on the VPU each step. A positive number; absent: no clipping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_norm: Option<f64>,
+    /// Learning-rate schedule over steps, scaling the optimizer's learning rate; absent: the
+    /// rate is constant. The host writes each step's rate into memory as the step counter is,
+    /// so a fault can reach it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
     /// File the spec was loaded from (named in errors); not part of the RON.
     #[serde(skip, default = "inline")]
     pub file: PathBuf,
@@ -229,6 +239,57 @@ pub enum LayerOp {
     },
     /// Mean over the sequence: `[B, T, D] -> [B, D]`.
     MeanPool,
+}
+
+/// A learning-rate schedule: the factor each step's learning rate is of the optimizer's.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub enum Schedule {
+    /// Linear warm-up to the full rate, then a half cosine down to `floor` times it (the
+    /// GPT recipe): at step `t` (1-based), `t / warmup` for `t <= warmup`, then
+    /// `floor + (1 - floor) (1 + cos(pi (t - warmup) / (total - warmup))) / 2` up to `total`,
+    /// and `floor` after.
+    WarmupCosine {
+        /// Warm-up steps, at least 1 and below `total`.
+        warmup: u64,
+        /// The step the cosine reaches `floor`.
+        total: u64,
+        /// The final factor, in `[0, 1]` (e.g. 0.1).
+        floor: f64,
+    },
+}
+
+impl Schedule {
+    /// The factor at step `t` (1-based), in f64.
+    pub fn factor(&self, t: u64) -> f64 {
+        match *self {
+            Schedule::WarmupCosine { warmup, total, floor } => {
+                if t <= warmup {
+                    t as f64 / warmup as f64
+                } else if t >= total {
+                    floor
+                } else {
+                    let x = (t - warmup) as f64 / (total - warmup) as f64;
+                    floor + (1.0 - floor) * 0.5 * (1.0 + (std::f64::consts::PI * x).cos())
+                }
+            }
+        }
+    }
+
+    /// Why the schedule cannot run, if it cannot.
+    pub fn invalid(&self) -> Option<String> {
+        match *self {
+            Schedule::WarmupCosine { warmup, total, floor } => {
+                if warmup == 0 || warmup >= total {
+                    Some(format!("WarmupCosine warmup = {warmup}, total = {total}: need 1 <= warmup < total"))
+                } else if !(0.0..=1.0).contains(&floor) {
+                    Some(format!("WarmupCosine floor = {floor}: must be in [0, 1]"))
+                } else {
+                    None
+                }
+            }
+        }
+    }
 }
 
 impl ModelSpec {

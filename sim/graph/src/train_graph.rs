@@ -38,6 +38,21 @@ pub enum OptimizerSpec {
         /// Denominator epsilon, e.g. 1e-8.
         eps: f64,
     },
+    /// AdamW: Adam with decoupled weight decay `w *= 1 - lr * weight_decay` on every parameter
+    /// of rank 2 or more (weight matrices and tables; not biases or normalisation gains, as
+    /// GPT training does). Reads the learning rate from memory (the `lr` placeholder).
+    AdamW {
+        /// Learning rate, e.g. 1e-3.
+        lr: f64,
+        /// First-moment decay, e.g. 0.9.
+        beta1: f64,
+        /// Second-moment decay, e.g. 0.999.
+        beta2: f64,
+        /// Denominator epsilon, e.g. 1e-8.
+        eps: f64,
+        /// Decoupled weight decay, e.g. 0.1.
+        weight_decay: f64,
+    },
 }
 
 impl OptimizerSpec {
@@ -50,6 +65,9 @@ impl OptimizerSpec {
     /// Adam's denominator epsilon.
     pub const ADAM_EPS: f64 = 1e-8;
 
+    /// AdamW's weight decay (GPT-2's and GPT-3's, as nanoGPT uses).
+    pub const ADAMW_WEIGHT_DECAY: f64 = 0.1;
+
     /// Momentum with learning rate `lr` and coefficient [`OptimizerSpec::MOMENTUM`].
     pub const fn momentum(lr: f64) -> OptimizerSpec {
         OptimizerSpec::Momentum { lr, momentum: Self::MOMENTUM }
@@ -60,10 +78,24 @@ impl OptimizerSpec {
         OptimizerSpec::Adam { lr, beta1: Self::ADAM_BETA1, beta2: Self::ADAM_BETA2, eps: Self::ADAM_EPS }
     }
 
+    /// AdamW with learning rate `lr`, Adam's defaults and [`OptimizerSpec::ADAMW_WEIGHT_DECAY`].
+    pub const fn adamw(lr: f64) -> OptimizerSpec {
+        OptimizerSpec::AdamW {
+            lr,
+            beta1: Self::ADAM_BETA1,
+            beta2: Self::ADAM_BETA2,
+            eps: Self::ADAM_EPS,
+            weight_decay: Self::ADAMW_WEIGHT_DECAY,
+        }
+    }
+
     /// The learning rate.
     pub const fn lr(&self) -> f64 {
         match *self {
-            OptimizerSpec::Sgd { lr } | OptimizerSpec::Momentum { lr, .. } | OptimizerSpec::Adam { lr, .. } => lr,
+            OptimizerSpec::Sgd { lr }
+            | OptimizerSpec::Momentum { lr, .. }
+            | OptimizerSpec::Adam { lr, .. }
+            | OptimizerSpec::AdamW { lr, .. } => lr,
         }
     }
 }
@@ -138,8 +170,18 @@ pub struct TrainGraph {
     pub input: NodeIndex,
     /// `labels` placeholder, `[batch, outputs]` (one-hot for classification).
     pub labels: NodeIndex,
-    /// `step` placeholder `[1]` (1-based), present only for Adam.
+    /// `step` placeholder `[1]` (1-based), present only for Adam and AdamW.
     pub step: Option<NodeIndex>,
+    /// `lr` placeholder `[1]`, the step's learning rate: present with a schedule or AdamW.
+    pub lr: Option<NodeIndex>,
+    /// The learning-rate schedule (the model's).
+    pub schedule: Option<crate::spec::Schedule>,
+    /// The gradients' summed squares (`[1]`) when the step clips them: the squared global
+    /// gradient norm, as the machine computed it.
+    pub grad_sumsq: Option<NodeIndex>,
+    /// Each attention layer's logits (`q k^T / sqrt(d)`, before the mask and softmax): what
+    /// the LLM-training studies watch for spikes.
+    pub attention_logits: Vec<NodeIndex>,
     /// Model output (logits or predictions), `[batch, outputs]`.
     pub output: NodeIndex,
     /// The scalar loss `[1]`.
@@ -158,6 +200,11 @@ impl TrainGraph {
     /// Builds the step graph of `spec` for a batch size and optimizer.
     pub fn build(spec: &ModelSpec, batch: usize, optimizer: OptimizerSpec) -> Result<TrainGraph, GraphError> {
         crate::build::build(spec, batch, optimizer)
+    }
+
+    /// The learning rate of step `t` (1-based): the optimizer's, times the schedule's factor.
+    pub fn lr_at(&self, t: u64) -> f64 {
+        self.optimizer.lr() * self.schedule.map_or(1.0, |s| s.factor(t))
     }
 
     /// Parameters with names, shapes, initialisation and nodes.

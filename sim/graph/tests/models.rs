@@ -68,7 +68,60 @@ fn feeds(
     if tg.step.is_some() {
         f.insert("step".into(), Tensor::new(&[1], vec![t as f64]).unwrap());
     }
+    if tg.lr.is_some() {
+        f.insert("lr".into(), Tensor::new(&[1], vec![tg.lr_at(t as u64)]).unwrap());
+    }
     f
+}
+
+/// AdamW with a warm-up + cosine schedule and global-norm clipping: the last layer's weight
+/// matrix and bias follow the formulas (every gradient scaled by `min(1, c / (||g|| + 1e-6))`,
+/// `||g||` over all gradients; the rate by the schedule; decay on the matrix only).
+#[test]
+fn adamw_clipping_and_schedule_follow_their_formulas() {
+    use faultline_graph::spec::Schedule;
+    let mut spec = load("mlp-digits.ron");
+    let (c, lr, wd, b1, b2, eps) = (0.5, 0.05, 0.1, 0.9, 0.999, 1e-8);
+    spec.clip_norm = Some(c);
+    let sched = Schedule::WarmupCosine { warmup: 2, total: 4, floor: 0.1 };
+    spec.schedule = Some(sched);
+    let want_factors = [0.5, 1.0, 0.1 + 0.9 * 0.5, 0.1, 0.1];
+    for (t, f) in want_factors.iter().enumerate() {
+        assert!((sched.factor(t as u64 + 1) - f).abs() < 1e-12, "factor at {}", t + 1);
+    }
+    let tg = TrainGraph::build(&spec, 4, OptimizerSpec::adamw(lr)).unwrap();
+    assert!(tg.lr.is_some() && tg.grad_sumsq.is_some());
+    let n = tg.params().len();
+    let (w, b) = (tg.params()[n - 2].clone(), tg.params()[n - 1].clone());
+    assert_eq!((w.shape.len(), b.shape.len()), (2, 1));
+    let mut state = tg.initial_state(3);
+    let mut moments = std::collections::BTreeMap::new();
+    let mut clipped_once = false;
+    for t in 1..=5usize {
+        let vals = eval(&tg.graph, &feeds(&tg, &state, t)).unwrap();
+        let sumsq: f64 =
+            tg.params().iter().map(|p| vals.get(p.grad).unwrap().data.iter().map(|g| g * g).sum::<f64>()).sum();
+        assert!((vals.get(tg.grad_sumsq.unwrap()).unwrap().data[0] - sumsq).abs() <= 1e-12 * sumsq);
+        let coef = (c / (sumsq.sqrt() + 1e-6)).min(1.0);
+        clipped_once |= coef < 1.0;
+        let rate = lr * sched.factor(t as u64);
+        let before = state.clone();
+        tg.apply_updates(&vals, &mut state);
+        for (p, decay) in [(&w, wd), (&b, 0.0)] {
+            let g = &vals.get(p.grad).unwrap().data;
+            let (m, v) = moments.entry(p.name.clone()).or_insert_with(|| (vec![0.0; g.len()], vec![0.0; g.len()]));
+            for e in 0..g.len() {
+                let ge = g[e] * coef;
+                m[e] = b1 * m[e] + (1.0 - b1) * ge;
+                v[e] = b2 * v[e] + (1.0 - b2) * ge * ge;
+                let (mh, vh) = (m[e] / (1.0 - b1.powi(t as i32)), v[e] / (1.0 - b2.powi(t as i32)));
+                let want = before[&p.name].data[e] * (1.0 - rate * decay) - rate * mh / (vh.sqrt() + eps);
+                let got = state[&p.name].data[e];
+                assert!((got - want).abs() < 1e-12, "{} step {t} [{e}]: {got} vs {want}", p.name);
+            }
+        }
+    }
+    assert!(clipped_once, "the test must clip at least once");
 }
 
 /// Runs two steps and checks the last parameter against the optimizer formula.
@@ -97,7 +150,7 @@ fn optimizer_updates_follow_their_formulas() {
                         m[e] = mu * m[e] + g[e];
                         w0[e] - lr * m[e]
                     }
-                    OptimizerSpec::Adam { .. } => {
+                    OptimizerSpec::Adam { .. } | OptimizerSpec::AdamW { .. } => {
                         m[e] = b1 * m[e] + (1.0 - b1) * g[e];
                         v[e] = b2 * v[e] + (1.0 - b2) * g[e] * g[e];
                         let (mh, vh) = (m[e] / (1.0 - b1.powi(t as i32)), v[e] / (1.0 - b2.powi(t as i32)));
@@ -401,4 +454,37 @@ fn unprintable_names_are_refused_on_one_line() {
             assert!(!e.contains('\n') && e.contains(&format!("{bad:?}")) && e.contains("without spaces"), "{e}");
         }
     }
+}
+
+/// A bad clipping norm, schedule or weight decay is refused with the field and the rule.
+#[test]
+fn bad_clipping_schedules_and_weight_decay_name_their_field() {
+    use faultline_graph::spec::Schedule;
+    let err = |spec: &faultline_graph::ModelSpec, opt: OptimizerSpec| {
+        TrainGraph::build(spec, 4, opt).unwrap_err().to_string()
+    };
+    let mut spec = load("mlp-digits.ron");
+    for c in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        spec.clip_norm = Some(c);
+        let e = err(&spec, OptimizerSpec::adamw(0.01));
+        assert!(e.contains("clip_norm") && e.contains("positive"), "{e}");
+    }
+    spec.clip_norm = Some(1.0);
+    for (s, why) in [
+        (Schedule::WarmupCosine { warmup: 0, total: 10, floor: 0.1 }, "1 <= warmup < total"),
+        (Schedule::WarmupCosine { warmup: 10, total: 10, floor: 0.1 }, "1 <= warmup < total"),
+        (Schedule::WarmupCosine { warmup: 2, total: 10, floor: 1.5 }, "[0, 1]"),
+        (Schedule::WarmupCosine { warmup: 2, total: 10, floor: f64::NAN }, "[0, 1]"),
+    ] {
+        spec.schedule = Some(s);
+        let e = err(&spec, OptimizerSpec::Sgd { lr: 0.1 });
+        assert!(e.contains("schedule") && e.contains(why), "{e}");
+    }
+    spec.schedule = None;
+    let mut opt = OptimizerSpec::adamw(0.01);
+    if let OptimizerSpec::AdamW { weight_decay, .. } = &mut opt {
+        *weight_decay = 200.0;
+    }
+    let e = err(&spec, opt);
+    assert!(e.contains("weight_decay = 200") && e.contains("lr * weight_decay < 1"), "{e}");
 }

@@ -42,7 +42,10 @@ fn model() -> impl Strategy<Value = ModelSpec> {
     let input = prop_oneof![Just(vec![6]), Just(vec![4, 5]), Just(vec![5, 5, 2])];
     let inputs = prop_oneof![4 => Just(vec![]), 2 => prop::collection::vec(0usize..8, 1..4)];
     let layers = prop::collection::vec((layer_op(), inputs, 0usize..20), 1..7);
-    (input, layers, 1usize..5, any::<bool>()).prop_map(|(input, layers, outputs, mse)| {
+    // Clipping and schedules, valid or not, so that their checks meet every body.
+    let clip = prop::option::of(-1.0f64..3.0);
+    let schedule = prop::option::of((0u64..5, 0u64..8, -0.5f64..1.5));
+    (input, layers, 1usize..5, any::<bool>(), clip, schedule).prop_map(|(input, layers, outputs, mse, clip_norm, s)| {
         let mut layers: Vec<LayerSpec> = layers
             .into_iter()
             .enumerate()
@@ -75,6 +78,12 @@ fn model() -> impl Strategy<Value = ModelSpec> {
             outputs,
             loss: if mse { LossSpec::Mse } else { LossSpec::SoftmaxCrossEntropy },
             layers,
+            clip_norm,
+            schedule: s.map(|(warmup, total, floor)| faultline_graph::spec::Schedule::WarmupCosine {
+                warmup,
+                total,
+                floor,
+            }),
             file: "<random>".into(),
         }
     })
@@ -93,6 +102,9 @@ proptest! {
         feeds.insert("input".into(), Tensor::new(&xs, (0..n).map(|i| (i % 7) as f64 / 7.0 - 0.4).collect()).unwrap());
         feeds.insert("labels".into(), Tensor::one_hot(&[0, spec.outputs - 1], spec.outputs));
         feeds.insert("step".into(), Tensor::new(&[1], vec![1.0]).unwrap());
+        if tg.lr.is_some() {
+            feeds.insert("lr".into(), Tensor::new(&[1], vec![tg.lr_at(1)]).unwrap());
+        }
         let v = eval(&tg.graph, &feeds).unwrap();
         for i in tg.graph.indices() {
             prop_assert_eq!(&v.get(i).unwrap().shape, &tg.graph.node(i).shape);

@@ -71,7 +71,7 @@ pub enum TrainError {
         shape: String,
     },
     /// An optimizer name that is not known.
-    #[error("unknown optimizer `{0}` (expected one of: sgd, momentum, adam)")]
+    #[error("unknown optimizer `{0}` (expected one of: sgd, momentum, adam, adamw)")]
     UnknownOptimizer(String),
     /// A precision name that is not known.
     #[error("unknown precision `{0}` (expected one of: bf16, fp32)")]

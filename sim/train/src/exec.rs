@@ -103,6 +103,37 @@ pub struct StepOutput {
     /// Each check's residual ([`faultline_graph::checks`]), in the graph's check order (empty
     /// for a forward-only pass).
     pub checks: Vec<f32>,
+    /// The step's training signals (zero for a forward-only pass).
+    pub signals: Signals,
+}
+
+/// What the LLM-training studies watch every step (Altenbernd et al. 2026: gradient-norm,
+/// update-norm and attention-logit spikes), read by the host from the step's values in f64.
+/// Watching costs the simulated machine nothing: its detectors that compute such norms are
+/// protection mechanisms with their own instructions ([`faultline_graph::checks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Signals {
+    /// The global gradient norm `sqrt(sum g^2)` over every parameter's gradient (before any
+    /// clipping), as the backward pass wrote them.
+    pub grad_norm: f64,
+    /// The norm of the step's update `sqrt(sum (w' - w)^2)` over every parameter.
+    pub update_norm: f64,
+    /// The largest `|q k^T / sqrt(d)|` of any attention layer (`None` without attention).
+    pub max_attention_logit: Option<f64>,
+}
+
+/// The larger of `a` and `b`, NaN if either is.
+fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+/// `sqrt(sum v^2)` of fp32 bits, in f64 (NaN if any value is; infinite if any is).
+fn norm_of(words: &[u32]) -> f64 {
+    words.iter().map(|&b| f64::from(f32::from_bits(b)).powi(2)).sum::<f64>().sqrt()
 }
 
 /// The effect of an injected fault on the outputs of the instruction it hit, against the same
@@ -282,6 +313,22 @@ impl Executor {
         out.loss = value(&mut bufs, self.tg.loss).first().copied().unwrap_or(f32::NAN);
         out.output = value(&mut bufs, self.tg.output);
         out.checks = self.tg.checks().iter().map(|c| value(&mut bufs, c.residual)[0]).collect();
+        let words = |i: NodeIndex| &bufs[p.buffer_of(i).expect("watched nodes have buffers").index()];
+        let grad_sq: f64 = self.tg.params.iter().map(|q| norm_of(words(q.grad)).powi(2)).sum();
+        let logits = self
+            .tg
+            .attention_logits
+            .iter()
+            .map(|&l| words(l).iter().map(|&b| f64::from(f32::from_bits(b)).abs()).fold(0.0, nan_max));
+        let max_logit = logits.reduce(nan_max);
+        let update_sq: f64 = (self.tg.params.iter())
+            .map(|q| {
+                let (new, old) = (words(q.next), &state.tensors[&q.name].data);
+                new.iter().zip(old).map(|(&n, &o)| (f64::from(f32::from_bits(n)) - f64::from(o)).powi(2)).sum::<f64>()
+            })
+            .sum();
+        out.signals =
+            Signals { grad_norm: grad_sq.sqrt(), update_norm: update_sq.sqrt(), max_attention_logit: max_logit };
         let g = &self.tg.graph;
         let writes =
             self.tg.params.iter().map(|p| (&p.name, p.next)).chain(self.tg.opt_state.iter().map(|s| (&s.name, s.next)));
@@ -442,6 +489,7 @@ impl Executor {
                     None => vec![0; buf.len],
                 },
                 Role::Step => vec![((state.step + 1) as f32).to_bits(); buf.len],
+                Role::LearningRate => vec![(self.tg.lr_at(state.step + 1) as f32).to_bits(); buf.len],
                 Role::Param | Role::OptState => {
                     let t = state
                         .tensors
@@ -709,7 +757,7 @@ fn interpret(
             m.apply(bufs, Some(i), true);
         } else {
             // A memory fault may read any earlier buffer's words: nothing is freed then.
-            for r in release.get(i).into_iter().flatten() {
+            for r in release.get(i).into_iter().flatten().filter(|r| !p.observes(**r)) {
                 bufs[r.index()] = Vec::new();
             }
         }
@@ -717,7 +765,7 @@ fn interpret(
             if effect.as_ref().is_some_and(Effect::masked) {
                 // Every faulted instruction's outputs are fault-free: so is the rest of the step.
                 durations.extend_from_slice(&s.golden.durations[i + 1..]);
-                for &b in &p.kept {
+                for &b in p.kept.iter().chain(&p.observed) {
                     bufs[b.index()].clone_from(&s.golden.bufs[b.index()]);
                 }
                 break;
@@ -756,7 +804,7 @@ fn run_direct(
             }
             None => isa::cycles(hw, &p.instrs[i]),
         });
-        for r in &d.release[i] {
+        for r in d.release[i].iter().filter(|r| !p.observes(**r)) {
             pool.keep(std::mem::take(&mut bufs[r.index()]));
         }
     }
@@ -867,6 +915,7 @@ fn output(p: &Program, durations: &[u64], effect: Option<Effect>) -> StepOutput 
         unit_cycles: t.units,
         effect,
         checks: Vec::new(),
+        signals: Signals::default(),
     }
 }
 

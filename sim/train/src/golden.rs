@@ -115,7 +115,7 @@ impl GoldenStep {
         };
         let at = self.restart[first.min(n)];
         let mut needed: Vec<bool> = self.last_read.iter().map(|r| r.is_some_and(|r| r >= at)).collect();
-        for &b in &p.kept {
+        for &b in p.kept.iter().chain(&p.observed) {
             needed[b.index()] = true;
         }
         for h in fault.hits() {

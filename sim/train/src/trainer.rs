@@ -35,6 +35,9 @@ pub enum OptimizerKind {
     /// Adam ([`OptimizerSpec::adam`]'s decays and epsilon: 0.9, 0.999, 1e-8; default learning
     /// rate 0.01).
     Adam,
+    /// AdamW ([`OptimizerSpec::adamw`]: Adam's defaults, weight decay 0.1 on weight matrices
+    /// and tables; default learning rate 0.01).
+    AdamW,
 }
 
 impl OptimizerKind {
@@ -44,6 +47,7 @@ impl OptimizerKind {
             OptimizerKind::Sgd => "sgd",
             OptimizerKind::Momentum => "momentum",
             OptimizerKind::Adam => "adam",
+            OptimizerKind::AdamW => "adamw",
         }
     }
 
@@ -52,7 +56,7 @@ impl OptimizerKind {
         match self {
             OptimizerKind::Sgd => 0.5,
             OptimizerKind::Momentum => 0.05,
-            OptimizerKind::Adam => 0.01,
+            OptimizerKind::Adam | OptimizerKind::AdamW => 0.01,
         }
     }
 
@@ -63,6 +67,7 @@ impl OptimizerKind {
             OptimizerKind::Sgd => OptimizerSpec::Sgd { lr },
             OptimizerKind::Momentum => OptimizerSpec::momentum(lr),
             OptimizerKind::Adam => OptimizerSpec::adam(lr),
+            OptimizerKind::AdamW => OptimizerSpec::adamw(lr),
         }
     }
 
@@ -73,6 +78,7 @@ impl OptimizerKind {
             OptimizerSpec::Sgd { .. } => OptimizerKind::Sgd,
             OptimizerSpec::Momentum { .. } => OptimizerKind::Momentum,
             OptimizerSpec::Adam { .. } => OptimizerKind::Adam,
+            OptimizerSpec::AdamW { .. } => OptimizerKind::AdamW,
         };
         (kind, spec.lr())
     }
@@ -87,7 +93,7 @@ impl fmt::Display for OptimizerKind {
 impl FromStr for OptimizerKind {
     type Err = TrainError;
     fn from_str(s: &str) -> Result<Self> {
-        [OptimizerKind::Sgd, OptimizerKind::Momentum, OptimizerKind::Adam]
+        [OptimizerKind::Sgd, OptimizerKind::Momentum, OptimizerKind::Adam, OptimizerKind::AdamW]
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| TrainError::UnknownOptimizer(s.into()))
@@ -159,6 +165,15 @@ pub struct StepRecord {
     pub train_accuracy: f64,
     /// Accuracy on the held-out split after the update, on evaluation steps.
     pub test_accuracy: Option<f64>,
+    /// The global gradient norm, before any clipping ([`crate::exec::Signals`]).
+    #[serde(default, with = "faultline_num::json")]
+    pub grad_norm: f64,
+    /// The norm of the step's parameter update.
+    #[serde(default, with = "faultline_num::json")]
+    pub update_norm: f64,
+    /// The largest `|attention logit|` (models with attention).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "faultline_num::json")]
+    pub max_attention_logit: Option<f64>,
     /// Machine cycles of the step: the critical path of the instructions it issued, the MXU
     /// and VPU overlapping as the data allow (from their schedules, so the same in every mode).
     pub cycles: u64,
@@ -402,6 +417,9 @@ impl Trainer {
             loss: out.loss as f64,
             train_accuracy: accuracy(&out.output, &y, self.exec.outputs()),
             test_accuracy,
+            grad_norm: out.signals.grad_norm,
+            update_norm: out.signals.update_norm,
+            max_attention_logit: out.signals.max_attention_logit,
             cycles: out.cycles,
             phase_cycles: out.phase_cycles,
             unit_cycles: out.unit_cycles,

@@ -88,6 +88,23 @@ fn every_op_lowering_matches_the_reference_in_both_modes() {
         (Op::Mse, vec![(vals(12, 0), vec![3, 4]), (vals(12, 5), vec![3, 4])]),
         (Op::MseGrad, vec![(vals(12, 0), vec![3, 4]), (vals(12, 5), vec![3, 4])]),
         (Op::SgdUpdate { lr: 0.1 }, vec![(vals(12, 0), vec![3, 4]), (vals(12, 5), vec![3, 4])]),
+        (Op::ScaleBy, vec![(vals(12, 0), vec![3, 4]), (vec![0.375], vec![1])]),
+        (Op::SumSquares, vec![(vals(12, 0), vec![3, 4])]),
+        (Op::SumSquaredDiff, vec![(vals(12, 0), vec![3, 4]), (vals(12, 5), vec![3, 4])]),
+        // Clipped (factor 2 / 3.0 below 1), not clipped (factor capped at 1), a zero norm.
+        (Op::ClipCoef { max_norm: 2.0 }, vec![(vec![9.0], vec![1])]),
+        (Op::ClipCoef { max_norm: 2.0 }, vec![(vec![0.25], vec![1])]),
+        (Op::ClipCoef { max_norm: 1.0 }, vec![(vec![0.0], vec![1])]),
+        (
+            Op::AdamWUpdate { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.1 },
+            vec![
+                (vals(12, 0), vec![3, 4]),
+                (vals(12, 5), vec![3, 4]),
+                (vals(12, 2).iter().map(|v| v * v).collect(), vec![3, 4]),
+                (vec![3.0], vec![1]),
+                (vec![0.01], vec![1]),
+            ],
+        ),
         (Op::MomentumVelocity { momentum: 0.9 }, vec![(vals(12, 0), vec![3, 4]), (vals(12, 5), vec![3, 4])]),
         (Op::AdamMoment { beta: 0.9 }, vec![(vals(12, 0), vec![3, 4]), (vals(12, 5), vec![3, 4])]),
         (Op::AdamSecondMoment { beta: 0.999 }, vec![(vals(12, 0), vec![3, 4]), (vals(12, 5), vec![3, 4])]),

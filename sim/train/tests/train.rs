@@ -64,7 +64,8 @@ fn options(optimizer: OptimizerKind, lr: f64, precision: MxuFormat, mode: ExecMo
 }
 
 /// fp32 MXU + fp32 VPU from .npy weights tracks the f64 reference interpreter, fed the same
-/// batches, to 1e-4 relative loss at each of 20 steps (3 for LeNet, whose reference is slow).
+/// batches, to 1e-4 relative loss at each of 20 steps (3 for LeNet, whose reference is slow),
+/// and the trace's gradient norm, update norm and largest attention logit to 1e-3.
 #[test]
 fn fp32_training_matches_f64_reference() {
     for (name, opt, lr, cfg, steps) in [
@@ -73,7 +74,7 @@ fn fp32_training_matches_f64_reference() {
         ("transformer-tiny", OptimizerKind::Momentum, 0.05, "tpu-32x32", 20),
         ("lenet-mnist", OptimizerKind::Sgd, 0.1, "tpu-128x128", 3),
         ("resnet-mini", OptimizerKind::Momentum, 0.05, "tpu-128x128", 3),
-        ("gpt-mini", OptimizerKind::Adam, 0.003, "tpu-128x128", 2),
+        ("gpt-mini", OptimizerKind::AdamW, 0.006, "tpu-128x128", 2),
     ] {
         let spec = model(name);
         let data = source::shipped(&spec, 5, &Default::default()).unwrap();
@@ -99,13 +100,40 @@ fn fp32_training_matches_f64_reference() {
             let labels: Vec<usize> = y.iter().map(|&l| l as usize).collect();
             feeds.insert("labels".into(), Tensor::one_hot(&labels, spec.outputs));
             feeds.insert("step".into(), Tensor::new(&[1], vec![step as f64]).unwrap());
+            feeds.insert("lr".into(), Tensor::new(&[1], vec![tg.lr_at(step)]).unwrap());
             let vals = reference::eval(&tg.graph, &feeds).unwrap();
             let want = vals.get(tg.loss).unwrap().data[0];
+            let before = state.clone();
             tg.apply_updates(&vals, &mut state);
+            // The trace's signals, from the same f64 values.
+            let sq = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>();
+            let grad_norm = tg.params().iter().map(|p| sq(&vals.get(p.grad).unwrap().data)).sum::<f64>().sqrt();
+            let update_norm = (tg.params().iter())
+                .map(|p| {
+                    let (a, b) = (&state[&p.name].data, &before[&p.name].data);
+                    a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum::<f64>()
+                })
+                .sum::<f64>()
+                .sqrt();
+            let logit = (tg.attention_logits.iter())
+                .flat_map(|&l| vals.get(l).unwrap().data.iter().map(|x| x.abs()))
+                .reduce(f64::max);
 
-            let got = t.step().unwrap().loss;
+            let r = t.step().unwrap();
+            let got = r.loss;
             let rel = ((got - want) / want).abs();
             assert!(rel < 1e-4, "{name} step {step}: loss {got} vs f64 reference {want} (relative {rel:e})");
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-3 * b.abs();
+            assert!(close(r.grad_norm, grad_norm), "{name} step {step}: grad norm {} vs {grad_norm}", r.grad_norm);
+            assert!(
+                close(r.update_norm, update_norm),
+                "{name} step {step}: update norm {} vs {update_norm}",
+                r.update_norm
+            );
+            match (r.max_attention_logit, logit) {
+                (Some(a), Some(b)) => assert!(close(a, b), "{name} step {step}: attention logit {a} vs {b}"),
+                (a, b) => assert_eq!(a.is_some(), b.is_some(), "{name}: attention logits"),
+            }
         }
     }
 }
@@ -321,7 +349,7 @@ fn bad_inputs_are_reported_not_panicked() {
 
     // Unknown optimizer and precision.
     let e = "rmsprop".parse::<OptimizerKind>().unwrap_err().to_string();
-    assert!(e.contains("rmsprop") && e.contains("sgd, momentum, adam"), "{e}");
+    assert!(e.contains("rmsprop") && e.contains("sgd, momentum, adam, adamw"), "{e}");
     assert!("fp16".parse::<MxuFormat>().unwrap_err().to_string().contains("bf16, fp32"));
 
     // Bad IDX magic in a data directory.
