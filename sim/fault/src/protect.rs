@@ -31,6 +31,16 @@
 //!   ([`calibrate_clamps`]); the golden run proper then runs with them and trains to the same
 //!   bits.
 //!
+//! * `GradNormSpike(factor, window)` and `UpdateNormOutlier(factor, window)`: the LLM-training
+//!   detectors (Altenbernd et al. 2026): the squared global gradient norm, or the squared norm
+//!   of the step's parameter update, computed on the VPU every step
+//!   ([`faultline_graph::TrainGraph::add_grad_norm_check`]; with clipping the gradient norm is
+//!   the clipping's own, and the check adds no instruction), flagged when the norm exceeds
+//!   `factor` times the root mean square of the previous `window` steps' norms (a running
+//!   statistic over the run's own history; the first step has none and is not judged). With
+//!   `Reexecute`, a flagged update is thrown away and the step recomputed, as the study
+//!   proposes.
+//!
 //! `recovery: Reexecute(attempts)` re-runs a step in which a check fired from the state before
 //! it (He et al.'s re-execution from the last good state); `None` stops at the detection.
 
@@ -108,6 +118,22 @@ pub enum Mechanism {
         /// Globs over node names; at least one, and they must select a node.
         nodes: Vec<String>,
     },
+    /// The squared global gradient norm, flagged above `factor` times the RMS of the previous
+    /// `window` steps' norms.
+    GradNormSpike {
+        /// How many times the recent RMS norm fires it: more than 1, at most 1e6.
+        factor: f64,
+        /// Previous steps in the running statistic: 1 to 1000.
+        window: u32,
+    },
+    /// The squared norm of the step's parameter update, flagged above `factor` times the RMS
+    /// of the previous `window` steps' update norms.
+    UpdateNormOutlier {
+        /// How many times the recent RMS norm fires it: more than 1, at most 1e6.
+        factor: f64,
+        /// Previous steps in the running statistic: 1 to 1000.
+        window: u32,
+    },
     /// The values of the nodes matching `nodes`, clamped into `margin x` their golden range.
     Restrict {
         /// Globs over node names; at least one, and they must select a node.
@@ -180,6 +206,14 @@ pub enum Rule {
     NonFinite,
     /// Any nonzero residual fires (duplication is bit-exact).
     Exact,
+    /// A squared norm fires above `factor^2` times the mean of the previous `window` steps'
+    /// (the norm above `factor` times their RMS).
+    Spike {
+        /// The factor on the norm.
+        factor: f64,
+        /// Previous steps in the running statistic.
+        window: u32,
+    },
 }
 
 impl Rule {
@@ -192,6 +226,7 @@ impl Rule {
             Rule::Limit(l) => l,
             Rule::NonFinite => f64::MAX,
             Rule::Exact => 0.0,
+            Rule::Spike { factor, .. } => factor,
         }
     }
 }
@@ -221,10 +256,11 @@ pub struct CheckInfo {
     /// How its residual is judged.
     pub rule: Rule,
     /// The threshold a residual must exceed to fire (after calibration; infinite when a
-    /// learned one is, JSON `"Infinity"`).
+    /// learned one is, JSON `"Infinity"`); for `Spike`, the factor on the recent RMS norm.
     #[serde(with = "faultline_num::json")]
     pub threshold: f64,
-    /// The largest residual of the golden run (infinite if one was).
+    /// The largest residual of the golden run (infinite if one was); for `Spike`, the largest
+    /// ratio of a golden step's norm to the recent RMS norm.
     #[serde(with = "faultline_num::json")]
     pub golden_max: f64,
     /// Golden steps in which it fired (false positives).
@@ -232,10 +268,31 @@ pub struct CheckInfo {
 }
 
 impl CheckInfo {
-    /// Whether residual `r` fires the check.
-    pub fn fires(&self, r: f32) -> bool {
+    /// Whether residual `r` fires the check; `recent` holds the check's residuals of the
+    /// steps before, oldest first (read by `Spike` only).
+    pub fn fires(&self, r: f32, recent: impl DoubleEndedIterator<Item = f32>) -> bool {
         let r = r as f64;
-        !r.is_finite() || r > self.threshold
+        if !r.is_finite() {
+            return true;
+        }
+        match self.rule {
+            Rule::Spike { window, .. } => spike_ratio(r, recent, window).is_some_and(|q| q > self.threshold),
+            _ => r > self.threshold,
+        }
+    }
+}
+
+/// The norm of squared norm `r` over the RMS of the last `window` of `recent` (oldest first):
+/// `None` without history (or a zero one, when `r` is zero too).
+fn spike_ratio(r: f64, recent: impl DoubleEndedIterator<Item = f32>, window: u32) -> Option<f64> {
+    let prev: Vec<f64> = recent.rev().take(window as usize).map(f64::from).collect();
+    if prev.is_empty() {
+        return None;
+    }
+    let mean = prev.iter().sum::<f64>() / prev.len() as f64;
+    match (r / mean).sqrt() {
+        q if q.is_nan() => (r > 0.0 || mean.is_nan()).then_some(f64::INFINITY),
+        q => Some(q),
     }
 }
 
@@ -296,6 +353,10 @@ pub struct Applied {
     pub cycles: u64,
     /// Check bits in all.
     pub area_bits: u64,
+    /// The golden run's residuals, step by step (`[s - 1]` for step `s`): the history a
+    /// `Spike` check's running statistic starts from (empty without one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "faultline_num::json")]
+    pub golden_residuals: Vec<Vec<f32>>,
 }
 
 impl Applied {
@@ -310,11 +371,20 @@ impl Applied {
     }
 
     /// The first check residuals `r` (in check order) fire, with the loss check: its name.
-    pub fn detect(&self, loss: f64, r: &[f32]) -> Option<String> {
+    /// `history` holds the residuals of the steps before, oldest first (a running statistic's).
+    pub fn detect(&self, loss: f64, r: &[f32], history: &[&[f32]]) -> Option<String> {
         if self.loss_check && !loss.is_finite() {
             return Some("loss".into());
         }
-        self.checks.iter().zip(r).find(|(c, &r)| c.fires(r)).map(|(c, _)| c.name.clone())
+        let fired = |(k, (c, &r)): &(usize, (&CheckInfo, &f32))| c.fires(r, history.iter().map(|h| h[*k]));
+        self.checks.iter().zip(r).enumerate().find(fired).map(|(_, (c, _))| c.name.clone())
+    }
+
+    /// The golden run's residuals before step `s` (1-based), oldest first: the history of a
+    /// trial's injection step.
+    pub fn golden_history(&self, s: u64) -> Vec<&[f32]> {
+        let n = (s.saturating_sub(1) as usize).min(self.golden_residuals.len());
+        self.golden_residuals[..n].iter().map(Vec::as_slice).collect()
     }
 }
 
@@ -377,6 +447,20 @@ impl ProtectionPlan {
                         &format!("a margin >= 1 and <= {:e} over the golden run's largest |x|", f32::MAX),
                     );
                 }
+                Mechanism::GradNormSpike { factor, window } | Mechanism::UpdateNormOutlier { factor, window }
+                    if !(factor > 1.0 && factor <= 1e6 && (1..=1000).contains(&window)) =>
+                {
+                    let (f, v) = if (1..=1000).contains(&window) {
+                        ("factor", num(factor))
+                    } else {
+                        ("window", window.to_string())
+                    };
+                    return bad(
+                        field(f),
+                        v,
+                        "factor: more than 1 and at most 1e6 (times the recent RMS norm); window: 1 to 1000 steps",
+                    );
+                }
                 Mechanism::MomentBound(l) if !(l > 0.0 && l <= MAX_MARGIN) => {
                     return bad(
                         format!("mechanisms[{i}]"),
@@ -412,6 +496,12 @@ impl ProtectionPlan {
                 }
                 (Mechanism::Duplicate { nodes }, Rule::Exact) if on(nodes) => {
                     return (format!("mechanisms[{i}].nodes"), format!("{nodes:?}"));
+                }
+                (
+                    Mechanism::GradNormSpike { factor, window } | Mechanism::UpdateNormOutlier { factor, window },
+                    Rule::Spike { factor: f, window: w },
+                ) if (*factor, *window) == (f, w) && c.mechanism == spike_name(m) => {
+                    return (format!("mechanisms[{i}].factor"), num(*factor));
                 }
                 _ => {}
             }
@@ -523,6 +613,20 @@ impl ProtectionPlan {
                     }
                 }
                 Mechanism::NonFiniteLoss => loss_check = true,
+                Mechanism::GradNormSpike { factor, window } | Mechanism::UpdateNormOutlier { factor, window } => {
+                    let k_ = if matches!(m, Mechanism::GradNormSpike { .. }) {
+                        tg.add_grad_norm_check()
+                    } else {
+                        tg.add_update_norm_check()
+                    };
+                    let k_ = k_.map_err(|e| FaultError::Invalid {
+                        file: file.into(),
+                        field: format!("mechanisms[{mi}]"),
+                        value: spike_name(m).into(),
+                        allowed: format!("one such detector per plan ({e})"),
+                    })?;
+                    checks.push(info(tg, k_, spike_name(m), Rule::Spike { factor: *factor, window: *window }));
+                }
                 Mechanism::Duplicate { nodes } => {
                     let ok =
                         |op: &Op, _: Phase| !op.is_placeholder() && !is_check(op) && !matches!(op, Op::Reshape { .. });
@@ -566,7 +670,18 @@ impl ProtectionPlan {
         }
         let cycles = schedule_cycles(tg, hw)?;
         let area_bits = ecc.iter().map(|e| e.area_bits).sum();
-        Ok(Applied { plan: self.clone(), checks, ecc, clamps, loss_check, base_cycles, cycles, area_bits })
+        let golden_residuals = Vec::new();
+        Ok(Applied {
+            plan: self.clone(),
+            checks,
+            ecc,
+            clamps,
+            loss_check,
+            base_cycles,
+            cycles,
+            area_bits,
+            golden_residuals,
+        })
     }
 }
 
@@ -624,6 +739,14 @@ fn cheaper_side(
         best = best.min((schedule_cycles(&trial, hw)?, s));
     }
     Ok(best.1)
+}
+
+/// The mechanism name of a spike detector's check.
+fn spike_name(m: &Mechanism) -> &'static str {
+    match m {
+        Mechanism::GradNormSpike { .. } => "grad-norm-spike",
+        _ => "update-norm-outlier",
+    }
 }
 
 /// Whether `op` only exists in checks and clamps (never guarded itself).
@@ -712,11 +835,21 @@ pub fn calibrate(
     bounds: &[Vec<Option<f64>>],
     file: &Path,
 ) -> Result<()> {
+    let spikes = applied.checks.iter().any(|c| matches!(c.rule, Rule::Spike { .. }));
     for (k, c) in applied.checks.iter_mut().enumerate() {
-        c.golden_max = residuals.iter().map(|r| r[k] as f64).fold(0.0, f64::max);
+        let recent = |s: usize| residuals[..s].iter().map(move |r| r[k]);
+        c.golden_max = match c.rule {
+            Rule::Spike { window, .. } => (0..residuals.len())
+                .filter_map(|s| spike_ratio(residuals[s][k] as f64, recent(s), window))
+                .fold(0.0, f64::max),
+            _ => residuals.iter().map(|r| r[k] as f64).fold(0.0, f64::max),
+        };
         let bound = bounds.iter().filter_map(|b| b.get(k).copied().flatten()).fold(0.0, f64::max);
         c.threshold = c.rule.threshold(c.golden_max, bound);
-        c.false_positives = residuals.iter().filter(|r| c.fires(r[k])).count() as u64;
+        c.false_positives = (0..residuals.len()).filter(|&s| c.fires(residuals[s][k], recent(s))).count() as u64;
+    }
+    if spikes {
+        applied.golden_residuals = residuals.to_vec();
     }
     for c in &applied.checks {
         let (field, value) = applied.plan.origin_of_check(c);
@@ -730,6 +863,16 @@ pub fn calibrate(
                 c.threshold,
                 c.golden_max,
                 f32::MAX
+            ));
+        }
+        if let (Rule::Spike { window, .. }, true) = (c.rule, c.false_positives > 0) {
+            return bad(format!(
+                "a factor the fault-free golden run stays within: check `{}` fired on {} of its {} steps; its norm \
+                 reached {:.3} times the RMS of the previous {window} steps' there",
+                c.name,
+                c.false_positives,
+                residuals.len(),
+                c.golden_max
             ));
         }
         if c.false_positives > 0 {

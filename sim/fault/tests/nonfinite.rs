@@ -104,9 +104,11 @@ fn campaign_info_names_non_finite_values() {
         base_cycles: cycles,
         cycles,
         area_bits: 0,
+        golden_residuals: vec![vec![f32::NAN], vec![0.5]],
     });
     let text = serde_json::to_string_pretty(&info).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["protection"]["golden_residuals"], serde_json::json!([["NaN"], [0.5]]));
     let losses = &v["golden"]["losses"];
     assert_eq!((&losses[0], &losses[1], &losses[2]), (&"NaN".into(), &"Infinity".into(), &"-Infinity".into()));
     assert_eq!(losses[3].as_f64().unwrap().to_bits(), finite.to_bits());

@@ -413,3 +413,57 @@ fn a_restrict_plan_with_a_bad_margin_or_no_node_names_its_field() {
     assert!(e.starts_with(&format!("{}: field `mechanisms[0].nodes`", p.display())), "{e}");
     assert!(e.contains("relu1.relu") && e.contains("fc1.matmul"), "{e}");
 }
+
+/// The bit-30 psum flip of the bottom-left PE in fc1's forward GEMM of step 6 that breaks
+/// unprotected training (the first offset that does): the gradient-norm and update-norm
+/// detectors (Altenbernd et al.) flag the step, and re-execution restores the golden step.
+#[test]
+fn norm_spike_detectors_catch_an_exponent_flip_and_recompute_the_step() {
+    use faultline_hw::{FaultSite, Register};
+    use faultline_train::StepFault;
+    let d = tempfile::tempdir().unwrap();
+    let sites = "\"mxu.pe[*][*].psum\"";
+    let judge = |c: &Campaign, offset: u64| -> (Outcome, u64) {
+        let tr = c.trainer();
+        let (p, g) = (tr.exec.program(), &tr.exec.tg.graph);
+        let i = (0..p.instrs.len())
+            .find(|&i| {
+                p.instrs[i].unit() == faultline_hw::isa::ExecUnit::Mxu && g.node(p.tags[i].node).name == "fc1.matmul"
+            })
+            .unwrap();
+        let cycle = tr.schedule.instrs[i].start + offset;
+        let site = FaultSite::pe(tr.exec.hw.mxu.rows - 1, 0, Register::Psum, 30);
+        let f = StepFault { kind: faultline_num::BitFault::Flip, site, step: 6, cycle, duration: 1 };
+        let (mut a, _) = c.upset(0);
+        (a.bit, a.cycle, a.step) = (30, cycle, 6);
+        let mut tr = c.trainer();
+        (c.judge(&mut tr, 0, &a, &[f], true).unwrap().outcome, tr.schedule.instrs[i].cycles)
+    };
+    let failed = |o: Outcome| !matches!(o, Outcome::HwMasked | Outcome::Masked | Outcome::Benign);
+    let bare = campaign(d.path(), "bare-s", sites, "Flip", "sgd", None);
+    let len = judge(&bare, 0).1;
+    let offset = (0..len).find(|&o| failed(judge(&bare, o).0)).expect("no psum flip in fc1's GEMM breaks training");
+    for (name, mech) in [("grad", "GradNormSpike"), ("update", "UpdateNormOutlier")] {
+        let plan =
+            plan_file(d.path(), name, &format!("mechanisms: [{mech}(factor: 4.0, window: 4)], recovery: Reexecute(1)"));
+        let c = campaign(d.path(), &format!("{name}-s"), sites, "Flip", "sgd", Some(&plan));
+        let p = c.info.protection.as_ref().unwrap();
+        assert_eq!(p.checks.len(), 1, "{name}: one detector");
+        assert!(p.cycles > p.base_cycles, "{name}: the norm is computed on the machine, and costs cycles");
+        assert_eq!(judge(&c, offset).0, Outcome::DetectedRecovered, "{name}");
+    }
+}
+
+#[test]
+fn a_norm_spike_detector_with_a_bad_factor_or_window_names_its_field() {
+    let d = tempfile::tempdir().unwrap();
+    let load = |body: &str| {
+        let p = plan_file(d.path(), "s", body);
+        faultline_fault::protect::ProtectionPlan::load(&p).map(|_| ()).unwrap_err().to_string()
+    };
+    let e = load("mechanisms: [GradNormSpike(factor: 1.0, window: 20)]");
+    assert!(e.contains("field `mechanisms[0].factor` = 1") && e.contains("more than 1"), "{e}");
+    let e = load("mechanisms: [NonFiniteLoss, UpdateNormOutlier(factor: 4.0, window: 0)]");
+    assert!(e.contains("field `mechanisms[1].window` = 0") && e.contains("1 to 1000"), "{e}");
+    assert!(load("mechanisms: [GradNormSpike(factor: NaN, window: 3)]").contains("mechanisms[0].factor"));
+}

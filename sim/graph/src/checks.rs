@@ -58,6 +58,10 @@ pub enum CheckKind {
     Range,
     /// The guarded op computed twice; `max |difference|`.
     Duplicate,
+    /// The squared global gradient norm `sum g^2` over every parameter (before clipping).
+    GradNorm,
+    /// The squared norm of the step's update `sum (w' - w)^2` over every parameter.
+    UpdateNorm,
 }
 
 /// One clamp added to a step graph (see the module docs).
@@ -162,6 +166,81 @@ impl TrainGraph {
             residual,
             nodes: vec![twin, residual],
         }))
+    }
+
+    /// Adds a check whose residual is the squared global gradient norm (every parameter's
+    /// gradient, before clipping): the clipping's own sum when the step clips (the check adds
+    /// no instruction; its value is stored for the host), else a `SumSquares` per gradient
+    /// added up in parameter order on the VPU. Returns its index.
+    pub fn add_grad_norm_check(&mut self) -> Result<usize, GraphError> {
+        let grads: Vec<NodeIndex> = self.params.iter().map(|p| p.grad).collect();
+        let last = *grads.iter().max().ok_or_else(|| self.not_checkable(self.loss, "the model has no parameters"))?;
+        let (residual, nodes) = match self.grad_sumsq {
+            Some(s) => (s, Vec::new()),
+            None => {
+                let terms = |g: &mut TrainGraph, p: usize| -> Result<(Op, Vec<NodeIndex>), GraphError> {
+                    Ok((Op::SumSquares, vec![g.params[p].grad]))
+                };
+                self.sum_over_params("grad_norm", terms)?
+            }
+        };
+        let guarded = if nodes.is_empty() { residual } else { last };
+        let c = Check { name: "grad_norm".into(), kind: CheckKind::GradNorm, guarded, residual, nodes };
+        Ok(self.push_check(c))
+    }
+
+    /// Adds a check whose residual is the squared norm of the step's update, `sum (w' - w)^2`
+    /// over every parameter (a `SumSquaredDiff` per parameter, added up in parameter order on
+    /// the VPU). Returns its index.
+    pub fn add_update_norm_check(&mut self) -> Result<usize, GraphError> {
+        let last = *self
+            .params
+            .iter()
+            .map(|p| p.next)
+            .collect::<Vec<_>>()
+            .iter()
+            .max()
+            .ok_or_else(|| self.not_checkable(self.loss, "the model has no parameters"))?;
+        let terms = |g: &mut TrainGraph, p: usize| -> Result<(Op, Vec<NodeIndex>), GraphError> {
+            Ok((Op::SumSquaredDiff, vec![g.params[p].next, g.params[p].node]))
+        };
+        let (residual, nodes) = self.sum_over_params("update_norm", terms)?;
+        let c = Check { name: "update_norm".into(), kind: CheckKind::UpdateNorm, guarded: last, residual, nodes };
+        Ok(self.push_check(c))
+    }
+
+    /// One `[1]` term per parameter (`term` gives its op and inputs) added up in parameter
+    /// order, as nodes named `<name>.<param>` in the update phase: the last node and all.
+    fn sum_over_params(
+        &mut self,
+        name: &str,
+        term: impl Fn(&mut TrainGraph, usize) -> Result<(Op, Vec<NodeIndex>), GraphError>,
+    ) -> Result<(NodeIndex, Vec<NodeIndex>), GraphError> {
+        if self.checks.iter().any(|c| c.name == name) {
+            return Err(self.not_checkable(self.loss, &format!("the step has a `{name}` check already")));
+        }
+        let mut nodes = Vec::new();
+        let mut total = None;
+        for p in 0..self.params.len() {
+            let (op, ins) = term(self, p)?;
+            let (pname, layer) = (self.params[p].name.clone(), self.params[p].layer.clone());
+            let t = self.graph.add(op, &format!("{name}.{pname}"), &layer, crate::op::Phase::Update, &ins)?;
+            nodes.push(t);
+            if let Some(sum) = total {
+                let s = self.graph.add(
+                    Op::Add,
+                    &format!("{name}.sum.{pname}"),
+                    "check",
+                    crate::op::Phase::Update,
+                    &[sum, t],
+                )?;
+                nodes.push(s);
+                total = Some(s);
+            } else {
+                total = Some(t);
+            }
+        }
+        Ok((total.expect("at least one parameter"), nodes))
     }
 
     /// Restricts node `x` to `[-bound, bound]`: adds `<name>.clamp` (an [`Op::Clamp`] in `x`'s

@@ -598,11 +598,13 @@ impl Campaign {
         let mut t = self.trainer();
         t.state = ModelState::from_seed(&t.exec.tg, seed);
         t.batcher = faultline_train::Batcher::new(t.data.train.len(), self.spec().train.batch, seed)?;
-        let (mut fired, mut steps) = (0, 0);
+        let (mut fired, mut steps, mut history) = (0, 0, Vec::new());
         for _ in 0..self.spec().golden_steps {
             let r = t.step()?;
             steps += 1;
-            fired += p.detect(r.loss, &r.checks).is_some() as u64;
+            let seen: Vec<&[f32]> = history.iter().map(Vec::as_slice).collect();
+            fired += p.detect(r.loss, &r.checks, &seen).is_some() as u64;
+            history.push(r.checks);
             if !r.loss.is_finite() || !finite(&t.state) {
                 break;
             }
@@ -793,7 +795,7 @@ impl Campaign {
             )));
         }
         let Some(p) = &self.info.protection else {
-            rec.outcome = self.follow(tr, rec, upset, (r.loss, same, &mut corrupted), time)?;
+            rec.outcome = self.follow(tr, rec, upset, (r.loss, same, &mut corrupted, &r.checks), time)?;
             return Ok(());
         };
         let code = p.code_of(&a.class.pattern());
@@ -829,12 +831,12 @@ impl Campaign {
                 }
             }
         }
-        if let Some(by) = p.detect(r.loss, &r.checks) {
+        if let Some(by) = p.detect(r.loss, &r.checks, &p.golden_history(s)) {
             rec.detected_by = Some(by);
             rec.outcome = self.recover(tr, rec, upset, &data, p, None)?;
             return Ok(());
         }
-        rec.outcome = self.follow(tr, rec, &data, (r.loss, same, &mut corrupted), time)?;
+        rec.outcome = self.follow(tr, rec, &data, (r.loss, same, &mut corrupted, &r.checks), time)?;
         Ok(())
     }
 
@@ -859,7 +861,7 @@ impl Campaign {
         for _ in 0..p.plan.recovery.attempts() {
             tr.restore_snapshot(&self.golden.before[&s]);
             let r = if permanent { tr.step_with_upset_from(data, self.golden_step(tr, s))? } else { tr.step()? };
-            if p.detect(r.loss, &r.checks).is_some() {
+            if p.detect(r.loss, &r.checks, &p.golden_history(s)).is_some() {
                 continue;
             }
             if !same_bits(&tr.state, &self.golden.after[&s].model) {
@@ -886,7 +888,7 @@ impl Campaign {
         tr: &mut Trainer,
         rec: &mut TrialRecord,
         upset: &[StepFault],
-        injection: (f64, bool, &mut bool),
+        injection: (f64, bool, &mut bool, &[f32]),
         time: &mut TrialTime,
     ) -> Result<Outcome> {
         let (clock, eval) = (Instant::now(), time.eval);
@@ -901,7 +903,7 @@ impl Campaign {
         tr: &mut Trainer,
         rec: &mut TrialRecord,
         upset: &[StepFault],
-        (loss, same, corrupted): (f64, bool, &mut bool),
+        (loss, same, corrupted, checks): (f64, bool, &mut bool, &[f32]),
         eval: &mut Duration,
     ) -> Result<Outcome> {
         let (spec, golden, s) = (self.spec(), &self.info.golden, rec.step);
@@ -919,6 +921,8 @@ impl Campaign {
         rec.loss_delta.push(loss - golden.losses[s as usize - 1]);
         let window = &golden.losses[s as usize..(s + spec.follow_up) as usize];
         let mut losses = Vec::with_capacity(window.len());
+        // A running statistic's history: the golden steps before the fault, then the trial's.
+        let mut own = vec![checks.to_vec()];
         for (k, g) in window.iter().enumerate() {
             let l = if permanent {
                 // The same bits, stuck for the whole of each later step.
@@ -926,7 +930,13 @@ impl Campaign {
                 let again: Vec<StepFault> = upset.iter().map(|f| StepFault { step, cycle: 0, ..*f }).collect();
                 let r = tr.step_with_upset(&again)?;
                 *corrupted |= r.injection.is_some_and(|i| !i.masked());
-                if let Some(by) = self.info.protection.as_ref().and_then(|p| p.detect(r.loss, &r.checks)) {
+                let caught = self.info.protection.as_ref().and_then(|p| {
+                    let mut history = p.golden_history(s);
+                    history.extend(own.iter().map(Vec::as_slice));
+                    p.detect(r.loss, &r.checks, &history)
+                });
+                own.push(r.checks.clone());
+                if let Some(by) = caught {
                     // Caught in a later step; re-executing cannot shed a hard fault.
                     rec.detected_by = Some(by);
                     return Ok(Outcome::Detected);
