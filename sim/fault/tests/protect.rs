@@ -341,42 +341,45 @@ fn restrict_learns_its_bounds_and_leaves_the_golden_run_bit_identical() {
     assert!(same_bits(&a.state, &b.state));
 }
 
+/// The psum flip of the bottom-left PE at bit 30 (exponent top), `offset` cycles into fc1's
+/// forward GEMM of step 6, judged on campaign `c`; and the GEMM's length in cycles.
+fn psum_flip_in_fc1(c: &Campaign, offset: u64) -> (Outcome, u64) {
+    use faultline_hw::{FaultSite, Register};
+    use faultline_train::StepFault;
+    let tr = c.trainer();
+    let (p, g) = (tr.exec.program(), &tr.exec.tg.graph);
+    let i = (0..p.instrs.len())
+        .find(|&i| {
+            p.instrs[i].unit() == faultline_hw::isa::ExecUnit::Mxu && g.node(p.tags[i].node).name == "fc1.matmul"
+        })
+        .unwrap();
+    let cycle = tr.schedule.instrs[i].start + offset;
+    let site = FaultSite::pe(tr.exec.hw.mxu.rows - 1, 0, Register::Psum, 30);
+    let f = StepFault { kind: faultline_num::BitFault::Flip, site, step: 6, cycle, duration: 1 };
+    let (mut a, _) = c.upset(0);
+    (a.bit, a.cycle, a.step) = (30, cycle, 6);
+    let mut tr = c.trainer();
+    (c.judge(&mut tr, 0, &a, &[f], true).unwrap().outcome, tr.schedule.instrs[i].cycles)
+}
+
 /// The psum flip of the bottom-left PE at bit 30 (exponent top) during fc1's GEMM in step 6,
 /// at the first cycle (from the GEMM's start) where it makes unprotected training fail: under
 /// Ranger's clamps the same flip is harmless.
 #[test]
 fn restrict_turns_an_exponent_flip_that_breaks_training_into_a_harmless_one() {
-    use faultline_hw::{FaultSite, Register};
-    use faultline_train::StepFault;
     let d = tempfile::tempdir().unwrap();
     let ranger = root().join("configs/protect-ranger.ron");
     let sites = "\"mxu.pe[*][*].psum\"";
     let bare = campaign(d.path(), "bare-f", sites, "Flip", "sgd", None);
     let c = campaign(d.path(), "ranger-f", sites, "Flip", "sgd", Some(&ranger));
-    // The flip at `offset` cycles into fc1's GEMM, judged on campaign `c`.
-    let judge = |c: &Campaign, offset: u64| -> (Outcome, u64) {
-        let tr = c.trainer();
-        let (p, g) = (tr.exec.program(), &tr.exec.tg.graph);
-        let i = (0..p.instrs.len())
-            .find(|&i| {
-                p.instrs[i].unit() == faultline_hw::isa::ExecUnit::Mxu && g.node(p.tags[i].node).name == "fc1.matmul"
-            })
-            .unwrap();
-        let cycle = tr.schedule.instrs[i].start + offset;
-        let site = FaultSite::pe(tr.exec.hw.mxu.rows - 1, 0, Register::Psum, 30);
-        let f = StepFault { kind: faultline_num::BitFault::Flip, site, step: 6, cycle, duration: 1 };
-        let (mut a, _) = c.upset(0);
-        (a.bit, a.cycle, a.step) = (30, cycle, 6);
-        let mut tr = c.trainer();
-        (c.judge(&mut tr, 0, &a, &[f], true).unwrap().outcome, tr.schedule.instrs[i].cycles)
-    };
     let failed = |o: Outcome| !matches!(o, Outcome::HwMasked | Outcome::Masked | Outcome::Benign);
-    let len = judge(&bare, 0).1;
-    let offset = (0..len).find(|&o| failed(judge(&bare, o).0)).expect("no psum flip in fc1's GEMM breaks training");
-    let (was, now) = (judge(&bare, offset).0, judge(&c, offset).0);
+    let len = psum_flip_in_fc1(&bare, 0).1;
+    let offset =
+        (0..len).find(|&o| failed(psum_flip_in_fc1(&bare, o).0)).expect("no psum flip in fc1's GEMM breaks training");
+    let (was, now) = (psum_flip_in_fc1(&bare, offset).0, psum_flip_in_fc1(&c, offset).0);
     assert_eq!((was, now), (Outcome::SharpDegrade, Outcome::Benign));
     // Over every cycle of the GEMM: the clamps leave no such flip failing training.
-    let fails = |c: &Campaign| (0..len).filter(|&o| failed(judge(c, o).0)).count();
+    let fails = |c: &Campaign| (0..len).filter(|&o| failed(psum_flip_in_fc1(c, o).0)).count();
     let (was, now) = (fails(&bare), fails(&c));
     eprintln!("bit-30 psum flips in fc1's GEMM that fail training: {was} of {len} unprotected, {now} under ranger");
     assert!(was > 0 && now == 0, "{was} -> {now}");
@@ -419,30 +422,13 @@ fn a_restrict_plan_with_a_bad_margin_or_no_node_names_its_field() {
 /// detectors (Altenbernd et al.) flag the step, and re-execution restores the golden step.
 #[test]
 fn norm_spike_detectors_catch_an_exponent_flip_and_recompute_the_step() {
-    use faultline_hw::{FaultSite, Register};
-    use faultline_train::StepFault;
     let d = tempfile::tempdir().unwrap();
     let sites = "\"mxu.pe[*][*].psum\"";
-    let judge = |c: &Campaign, offset: u64| -> (Outcome, u64) {
-        let tr = c.trainer();
-        let (p, g) = (tr.exec.program(), &tr.exec.tg.graph);
-        let i = (0..p.instrs.len())
-            .find(|&i| {
-                p.instrs[i].unit() == faultline_hw::isa::ExecUnit::Mxu && g.node(p.tags[i].node).name == "fc1.matmul"
-            })
-            .unwrap();
-        let cycle = tr.schedule.instrs[i].start + offset;
-        let site = FaultSite::pe(tr.exec.hw.mxu.rows - 1, 0, Register::Psum, 30);
-        let f = StepFault { kind: faultline_num::BitFault::Flip, site, step: 6, cycle, duration: 1 };
-        let (mut a, _) = c.upset(0);
-        (a.bit, a.cycle, a.step) = (30, cycle, 6);
-        let mut tr = c.trainer();
-        (c.judge(&mut tr, 0, &a, &[f], true).unwrap().outcome, tr.schedule.instrs[i].cycles)
-    };
     let failed = |o: Outcome| !matches!(o, Outcome::HwMasked | Outcome::Masked | Outcome::Benign);
     let bare = campaign(d.path(), "bare-s", sites, "Flip", "sgd", None);
-    let len = judge(&bare, 0).1;
-    let offset = (0..len).find(|&o| failed(judge(&bare, o).0)).expect("no psum flip in fc1's GEMM breaks training");
+    let len = psum_flip_in_fc1(&bare, 0).1;
+    let offset =
+        (0..len).find(|&o| failed(psum_flip_in_fc1(&bare, o).0)).expect("no psum flip in fc1's GEMM breaks training");
     for (name, mech) in [("grad", "GradNormSpike"), ("update", "UpdateNormOutlier")] {
         let plan =
             plan_file(d.path(), name, &format!("mechanisms: [{mech}(factor: 4.0, window: 4)], recovery: Reexecute(1)"));
@@ -450,7 +436,7 @@ fn norm_spike_detectors_catch_an_exponent_flip_and_recompute_the_step() {
         let p = c.info.protection.as_ref().unwrap();
         assert_eq!(p.checks.len(), 1, "{name}: one detector");
         assert!(p.cycles > p.base_cycles, "{name}: the norm is computed on the machine, and costs cycles");
-        assert_eq!(judge(&c, offset).0, Outcome::DetectedRecovered, "{name}");
+        assert_eq!(psum_flip_in_fc1(&c, offset).0, Outcome::DetectedRecovered, "{name}");
     }
 }
 

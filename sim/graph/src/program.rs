@@ -491,6 +491,27 @@ impl Builder<'_> {
     fn adds(&mut self, a: BufId, s: f64, n: usize) -> BufId {
         self.un(VpuOp::AddScalar(s as f32), a, n)
     }
+    /// Adam's step direction `(m * c1) / (sqrt(v * c2) + eps)`, `c = 1 / (1 - beta^t)` from the
+    /// step counter `t`: the part Adam and AdamW share.
+    fn adam_direction(
+        &mut self,
+        m: BufId,
+        v: BufId,
+        t: BufId,
+        (beta1, beta2, eps): (f64, f64, f64),
+        n: usize,
+    ) -> BufId {
+        let one = |b: BufId| Operand::view(b, View::Cycle { len: 1 });
+        let c1 = self.un(VpuOp::BiasCorrection { beta: beta1 }, t, 1);
+        let mh = self.bin(VpuOp::Mul, w(m), one(c1), n);
+        let c2 = self.un(VpuOp::BiasCorrection { beta: beta2 }, t, 1);
+        let vh = self.bin(VpuOp::Mul, w(v), one(c2), n);
+        let rs = self.un(VpuOp::Rsqrt, vh, n);
+        let sq = self.un(VpuOp::Recip, rs, n);
+        let den = self.adds(sq, eps, n);
+        let rd = self.un(VpuOp::Recip, den, n);
+        self.mul(mh, rd, n)
+    }
     fn row_sum(&mut self, x: BufId, cols: usize, n: usize) -> BufId {
         self.un(VpuOp::ReduceSum { cols, axis: Axis::Row }, x, n)
     }
@@ -902,33 +923,15 @@ impl Builder<'_> {
             }
             Op::AdamUpdate { lr, beta1, beta2, eps } => {
                 // p - lr * (m * c1) / (sqrt(v * c2) + eps), c = 1 / (1 - beta^t)
-                let (v, t) = (ins[2], ins[3]);
-                let one = |b: BufId| Operand::view(b, View::Cycle { len: 1 });
-                let c1 = self.un(VpuOp::BiasCorrection { beta: *beta1 }, t, 1);
-                let mh = self.bin(VpuOp::Mul, w(y), one(c1), nx);
-                let c2 = self.un(VpuOp::BiasCorrection { beta: *beta2 }, t, 1);
-                let vh = self.bin(VpuOp::Mul, w(v), one(c2), nx);
-                let rs = self.un(VpuOp::Rsqrt, vh, nx);
-                let sq = self.un(VpuOp::Recip, rs, nx);
-                let den = self.adds(sq, *eps, nx);
-                let rd = self.un(VpuOp::Recip, den, nx);
-                let q = self.mul(mh, rd, nx);
+                let q = self.adam_direction(y, ins[2], ins[3], (*beta1, *beta2, *eps), nx);
                 let step = self.muls(q, *lr, nx);
                 self.sub(x, step, nx)
             }
             Op::AdamWUpdate { beta1, beta2, eps, weight_decay } => {
                 // p (1 - lr wd) - lr * (m * c1) / (sqrt(v * c2) + eps), lr read from memory.
-                let (v, t, lr) = (ins[2], ins[3], ins[4]);
+                let lr = ins[4];
                 let one = |b: BufId| Operand::view(b, View::Cycle { len: 1 });
-                let c1 = self.un(VpuOp::BiasCorrection { beta: *beta1 }, t, 1);
-                let mh = self.bin(VpuOp::Mul, w(y), one(c1), nx);
-                let c2 = self.un(VpuOp::BiasCorrection { beta: *beta2 }, t, 1);
-                let vh = self.bin(VpuOp::Mul, w(v), one(c2), nx);
-                let rs = self.un(VpuOp::Rsqrt, vh, nx);
-                let sq = self.un(VpuOp::Recip, rs, nx);
-                let den = self.adds(sq, *eps, nx);
-                let rd = self.un(VpuOp::Recip, den, nx);
-                let q = self.mul(mh, rd, nx);
+                let q = self.adam_direction(y, ins[2], ins[3], (*beta1, *beta2, *eps), nx);
                 let step = self.bin(VpuOp::Mul, w(q), one(lr), nx);
                 let decayed = if *weight_decay == 0.0 {
                     x
