@@ -202,6 +202,7 @@ mod tests {
             grad_norm: 0.5,
             update_norm: 0.25,
             max_attention_logit: None,
+            test_perplexity: None,
             cycles: 7,
             phase_cycles: BTreeMap::new(),
             unit_cycles: BTreeMap::new(),

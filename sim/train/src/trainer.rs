@@ -174,6 +174,10 @@ pub struct StepRecord {
     /// The largest `|attention logit|` (models with attention).
     #[serde(default, skip_serializing_if = "Option::is_none", with = "faultline_num::json")]
     pub max_attention_logit: Option<f64>,
+    /// A language model's perplexity on the held-out split, on evaluation steps
+    /// ([`Trainer::evaluation`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_perplexity: Option<f64>,
     /// Machine cycles of the step: the critical path of the instructions it issued, the MXU
     /// and VPU overlapping as the data allow (from their schedules, so the same in every mode).
     pub cycles: u64,
@@ -411,7 +415,12 @@ impl Trainer {
         let step = self.state.step;
         let every = self.options.eval_every;
         let due = every > 0 && step.is_multiple_of(every);
-        let test_accuracy = if due { Some(self.evaluate(&self.data.test)?) } else { None };
+        // A language model's evaluation keeps its perplexity: one pass gives both.
+        let lm = self.data.test.label_len > 1;
+        let (test_accuracy, test_perplexity) = match due {
+            true => self.evaluation(&self.data.test).map(|(a, p)| (Some(a), lm.then_some(p)))?,
+            false => (None, None),
+        };
         Ok(StepRecord {
             step,
             loss: out.loss as f64,
@@ -420,6 +429,7 @@ impl Trainer {
             grad_norm: out.signals.grad_norm,
             update_norm: out.signals.update_norm,
             max_attention_logit: out.signals.max_attention_logit,
+            test_perplexity,
             cycles: out.cycles,
             phase_cycles: out.phase_cycles,
             unit_cycles: out.unit_cycles,
@@ -587,7 +597,7 @@ impl Trainer {
         }
         let t0 = std::time::Instant::now();
         let mut losses = Vec::new();
-        let mut test_accuracy = None;
+        let mut test = None;
         let mut issued = (0, BTreeMap::new());
         let mut injections = Vec::new();
         for _ in 0..steps {
@@ -595,17 +605,13 @@ impl Trainer {
             losses.push(r.loss);
             injections.extend(r.injection.clone());
             issued = (r.cycles, r.phase_cycles.clone());
-            test_accuracy = r.test_accuracy;
+            test = r.test_accuracy.map(|a| (a, r.test_perplexity));
             on_step(self, &r)?;
         }
-        // A language model's perplexity needs the logits: one more pass (the accuracy with it).
         let lm = self.data.test.label_len > 1;
-        let (test_accuracy, test_perplexity) = match test_accuracy {
-            Some(a) if !lm => (a, None),
-            _ => {
-                let (a, p) = self.evaluation(&self.data.test)?;
-                (a, lm.then_some(p))
-            }
+        let (test_accuracy, test_perplexity) = match test {
+            Some(t) => t,
+            None => self.evaluation(&self.data.test).map(|(a, p)| (a, lm.then_some(p)))?,
         };
         let opt = self.exec.tg.optimizer;
         let lr = opt.lr();

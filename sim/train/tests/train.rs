@@ -266,10 +266,20 @@ fn gpt_mini_learns_shakespeare() {
     let spec = model("gpt-mini");
     let data = source::shipped(&spec, 1, &Default::default()).unwrap();
     assert_eq!((data.test.label_len, data.train.num_classes), (64, 96));
-    let o = TrainOptions { optimizer: OptimizerKind::AdamW, lr: Some(0.006), eval_every: 0, ..Default::default() };
+    let o = TrainOptions { optimizer: OptimizerKind::AdamW, lr: Some(0.006), eval_every: 30, ..Default::default() };
     let mut t = Trainer::new(&spec, &config("tpu-128x128"), data, o).unwrap();
-    let s = t.run(60, |_, _| Ok(())).unwrap();
+    let mut evals = Vec::new();
+    let s = t
+        .run(60, |_, r| {
+            evals.extend(r.test_accuracy.map(|a| (a, r.test_perplexity)));
+            Ok(())
+        })
+        .unwrap();
     let p = s.test_perplexity.expect("a language model reports its perplexity");
+    // The evaluation steps' trace lines carry the perplexity; the summary is the last one's.
+    assert_eq!(evals.len(), 2);
+    assert!(evals[0].1.is_some_and(|p0| p0 > p), "perplexity falls: {evals:?}");
+    assert_eq!(evals[1], (s.test_accuracy, Some(p)));
     assert!(s.test_accuracy >= 0.2 && p < 16.0, "next-token accuracy {}, perplexity {p}", s.test_accuracy);
 }
 
