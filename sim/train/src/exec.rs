@@ -186,6 +186,13 @@ pub fn host_bytes(tg: &TrainGraph) -> Option<u64> {
     graph_host_bytes(&tg.graph)
 }
 
+/// Host bytes of one training state of `tg` (`None` if it overflows): every parameter's and
+/// optimizer-state tensor's fp32 values, what a campaign's golden run snapshots per step.
+pub fn state_bytes(tg: &TrainGraph) -> Option<u64> {
+    let shapes = tg.params().iter().map(|p| &p.shape).chain(tg.opt_state.iter().map(|s| &s.shape));
+    shapes.map(|s| faultline_hw::budget::product(s)).try_fold(0u64, |a, n| a.checked_add(n?))?.checked_mul(4)
+}
+
 /// [`host_bytes`] of a run of any graph's program (one op's, say).
 pub fn graph_host_bytes(g: &OpGraph) -> Option<u64> {
     let sizes: Vec<u64> =

@@ -580,3 +580,21 @@ fn an_embedding_with_a_tied_output_trains_on_the_machine() {
     let data = faultline_train::data::synth::majority_tokens(600, 6, 6, 8, 3).split(0.2, 3);
     sgd_tracks_the_reference_in_both_modes(&spec, data, 0.5, 17);
 }
+
+/// What a campaign's memory check counts per golden snapshot is what a training state holds:
+/// every parameter and optimizer-state tensor, in fp32.
+#[test]
+fn state_bytes_is_what_a_training_state_holds() {
+    for (name, opt, cfg) in [
+        ("mlp-digits", OptimizerKind::Sgd, "tpu-32x32"),
+        ("resnet-mini", OptimizerKind::Momentum, "tpu-128x128"),
+        ("gpt-mini", OptimizerKind::AdamW, "tpu-128x128"),
+    ] {
+        let spec = model(name);
+        let data = source::shipped(&spec, 1, &Default::default()).unwrap();
+        let o = TrainOptions { optimizer: opt, eval_every: 0, ..Default::default() };
+        let t = Trainer::new(&spec, &config(cfg), data, o).unwrap();
+        let held: usize = t.state.tensors.values().map(|x| x.data.len() * 4).sum();
+        assert_eq!(faultline_train::exec::state_bytes(&t.exec.tg), Some(held as u64), "{name}");
+    }
+}

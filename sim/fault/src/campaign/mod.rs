@@ -516,14 +516,22 @@ impl Campaign {
             None => None,
         };
         // Checked before anything large is made: the golden run's step, and its snapshots
-        // (two states per injection step, each about the step's parameters).
+        // (two states per injection step: parameters and optimizer state; the batch order
+        // they also hold is a few bytes per training sample), or an inference campaign's test
+        // batches with their golden outputs.
         let what = format!(
             "the golden run of campaign `{}` ({} steps of `{}`)",
             spec.name, spec.golden_steps, setup.model.name
         );
-        let step_bytes = setup.check_memory(&tg, mem, &what, |step| {
-            step.and_then(|b| b.checked_mul(2)?.checked_mul(spec.inject_steps.count()))
-        })?;
+        let per_step = match spec.mode {
+            Mode::Training => faultline_train::exec::state_bytes(&tg).and_then(|b| b.checked_mul(2)),
+            Mode::Inference => {
+                let size = |n| faultline_hw::budget::product(&tg.graph.node(n).shape);
+                size(tg.input).zip(size(tg.output)).and_then(|(i, o)| i.checked_add(o)?.checked_mul(4))
+            }
+        };
+        let step_bytes =
+            setup.check_memory(&tg, mem, &what, |_| per_step.and_then(|b| b.checked_mul(spec.inject_steps.count())))?;
         let data = setup.data(mem)?;
         Ok((setup.trainer(tg, data)?, protection, step_bytes))
     }
