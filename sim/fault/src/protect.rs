@@ -118,16 +118,17 @@ pub enum Mechanism {
         /// Globs over node names; at least one, and they must select a node.
         nodes: Vec<String>,
     },
-    /// The squared global gradient norm, flagged above `factor` times the RMS of the previous
-    /// `window` steps' norms.
+    /// The global gradient norm (its square summed on the VPU; with clipping, the clipping's
+    /// own), flagged above `factor` times the RMS of the previous `window` steps' norms.
     GradNormSpike {
         /// How many times the recent RMS norm fires it: more than 1, at most 1e6.
         factor: f64,
         /// Previous steps in the running statistic: 1 to 1000.
         window: u32,
     },
-    /// The squared norm of the step's parameter update, flagged above `factor` times the RMS
-    /// of the previous `window` steps' update norms.
+    /// The norm of the step's parameter update (its square summed on the VPU), flagged above
+    /// `factor` times the RMS of the previous `window` steps' update norms; with re-execution,
+    /// the step is recomputed.
     UpdateNormOutlier {
         /// How many times the recent RMS norm fires it: more than 1, at most 1e6.
         factor: f64,
