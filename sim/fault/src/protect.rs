@@ -671,7 +671,6 @@ impl ProtectionPlan {
         }
         let cycles = schedule_cycles(tg, hw)?;
         let area_bits = ecc.iter().map(|e| e.area_bits).sum();
-        let golden_residuals = Vec::new();
         Ok(Applied {
             plan: self.clone(),
             checks,
@@ -681,7 +680,8 @@ impl ProtectionPlan {
             base_cycles,
             cycles,
             area_bits,
-            golden_residuals,
+            // Set by calibration, and only for a running statistic.
+            golden_residuals: Vec::new(),
         })
     }
 }

@@ -173,8 +173,8 @@ impl TrainGraph {
     /// no instruction; its value is stored for the host), else a `SumSquares` per gradient
     /// added up in parameter order on the VPU. Returns its index.
     pub fn add_grad_norm_check(&mut self) -> Result<usize, GraphError> {
-        let grads: Vec<NodeIndex> = self.params.iter().map(|p| p.grad).collect();
-        let last = *grads.iter().max().ok_or_else(|| self.not_checkable(self.loss, "the model has no parameters"))?;
+        let last = (self.params.iter().map(|p| p.grad).max())
+            .ok_or_else(|| self.not_checkable(self.loss, "the model has no parameters"))?;
         let (residual, nodes) = match self.grad_sumsq {
             Some(s) => (s, Vec::new()),
             None => {
@@ -193,13 +193,7 @@ impl TrainGraph {
     /// over every parameter (a `SumSquaredDiff` per parameter, added up in parameter order on
     /// the VPU). Returns its index.
     pub fn add_update_norm_check(&mut self) -> Result<usize, GraphError> {
-        let last = *self
-            .params
-            .iter()
-            .map(|p| p.next)
-            .collect::<Vec<_>>()
-            .iter()
-            .max()
+        let last = (self.params.iter().map(|p| p.next).max())
             .ok_or_else(|| self.not_checkable(self.loss, "the model has no parameters"))?;
         let terms = |g: &mut TrainGraph, p: usize| -> Result<(Op, Vec<NodeIndex>), GraphError> {
             Ok((Op::SumSquaredDiff, vec![g.params[p].next, g.params[p].node]))

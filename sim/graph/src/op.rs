@@ -530,6 +530,13 @@ impl Op {
                 Err(mismatch(format!("{what}: {a:?} (same as the first input)"), format!("{what}: {b:?}")))
             }
         };
+        // A one-word input (a step counter, a rate, a factor).
+        let scalar = |a: &[usize], what: &str| -> Result<(), ShapeMismatch> {
+            match a {
+                [1] => Ok(()),
+                _ => Err(mismatch(format!("{what}: [1]"), format!("{what}: {a:?}"))),
+            }
+        };
         match self {
             Op::MatMul { trans_a, trans_b } => {
                 let (a, b) = (ins[0], ins[1]);
@@ -719,28 +726,16 @@ impl Op {
             | Op::MomentumVelocity { .. }
             | Op::AdamMoment { .. }
             | Op::AdamSecondMoment { .. } => same(ins[0], ins[1], "gradient"),
-            Op::AdamUpdate { .. } => {
+            Op::AdamUpdate { .. } | Op::AdamWUpdate { .. } => {
                 same(ins[0], ins[1], "m")?;
                 same(ins[0], ins[2], "v")?;
-                if ins[3] != [1] {
-                    return Err(mismatch("t: [1]", format!("t: {:?}", ins[3])));
-                }
-                Ok(ins[0].to_vec())
-            }
-            Op::AdamWUpdate { .. } => {
-                same(ins[0], ins[1], "m")?;
-                same(ins[0], ins[2], "v")?;
-                for (k, what) in [(3, "t"), (4, "lr")] {
-                    if ins[k] != [1] {
-                        return Err(mismatch(format!("{what}: [1]"), format!("{what}: {:?}", ins[k])));
-                    }
-                }
+                scalar(ins[3], "t")?;
+                // AdamW's fifth input: the rate.
+                ins.get(4).map_or(Ok(()), |lr| scalar(lr, "lr"))?;
                 Ok(ins[0].to_vec())
             }
             Op::ScaleBy => {
-                if ins[1] != [1] {
-                    return Err(mismatch("s: [1]", format!("s: {:?}", ins[1])));
-                }
+                scalar(ins[1], "s")?;
                 Ok(ins[0].to_vec())
             }
             Op::SumSquares => Ok(vec![1]),
@@ -749,9 +744,7 @@ impl Op {
                 Ok(vec![1])
             }
             Op::ClipCoef { .. } => {
-                if ins[0] != [1] {
-                    return Err(mismatch("s: [1]", format!("s: {:?}", ins[0])));
-                }
+                scalar(ins[0], "s")?;
                 Ok(vec![1])
             }
             Op::TileSum { tile, rows } => {

@@ -452,25 +452,9 @@ pub fn apply_in(op: &Op, ins: &[&Tensor], out_shape: &[usize], mode: Mode) -> Ve
         Op::MomentumVelocity { momentum } => zip(&|v, g| momentum * v + g),
         Op::AdamMoment { beta } => zip(&|m, g| beta * m + (1.0 - beta) * g),
         Op::AdamSecondMoment { beta } => zip(&|v, g| beta * v + (1.0 - beta) * g * g),
-        Op::AdamUpdate { lr, beta1, beta2, eps } => {
-            let t = ins[3].data[0];
-            let (c1, c2) = (1.0 - beta1.powf(t), 1.0 - beta2.powf(t));
-            (0..n_out)
-                .map(|e| {
-                    let (w, m, v) = (x[e], ins[1].data[e], ins[2].data[e]);
-                    w - lr * (m / c1) / ((v / c2).sqrt() + eps)
-                })
-                .collect()
-        }
+        Op::AdamUpdate { lr, beta1, beta2, eps } => adam_update(ins, *lr, (*beta1, *beta2, *eps), 0.0),
         Op::AdamWUpdate { beta1, beta2, eps, weight_decay } => {
-            let (t, lr) = (ins[3].data[0], ins[4].data[0]);
-            let (c1, c2) = (1.0 - beta1.powf(t), 1.0 - beta2.powf(t));
-            (0..n_out)
-                .map(|e| {
-                    let (w, m, v) = (x[e], ins[1].data[e], ins[2].data[e]);
-                    w * (1.0 - lr * weight_decay) - lr * (m / c1) / ((v / c2).sqrt() + eps)
-                })
-                .collect()
+            adam_update(ins, ins[4].data[0], (*beta1, *beta2, *eps), *weight_decay)
         }
         Op::ScaleBy => x.iter().map(|&v| v * ins[1].data[0]).collect(),
         Op::SumSquares => vec![x.iter().map(|v| v * v).sum()],
@@ -494,6 +478,15 @@ pub fn apply_in(op: &Op, ins: &[&Tensor], out_shape: &[usize], mode: Mode) -> Ve
             x.iter().map(|&v| if v.is_nan() { v } else { v.clamp(-b, b) }).collect()
         }
     }
+}
+
+/// Adam's (`weight_decay` 0) and AdamW's update of `w` (inputs `w`, `m`, `v`, `t`):
+/// `w (1 - lr wd) - lr (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)`.
+fn adam_update(ins: &[&Tensor], lr: f64, (beta1, beta2, eps): (f64, f64, f64), weight_decay: f64) -> Vec<f64> {
+    let t = ins[3].data[0];
+    let (c1, c2) = (1.0 - beta1.powf(t), 1.0 - beta2.powf(t));
+    let (w, m, v) = (&ins[0].data, &ins[1].data, &ins[2].data);
+    (0..w.len()).map(|e| w[e] * (1.0 - lr * weight_decay) - lr * (m[e] / c1) / ((v[e] / c2).sqrt() + eps)).collect()
 }
 
 /// What global-norm clipping adds to the norm before dividing (PyTorch's `clip_grad_norm_`).

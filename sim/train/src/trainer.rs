@@ -415,10 +415,8 @@ impl Trainer {
         let step = self.state.step;
         let every = self.options.eval_every;
         let due = every > 0 && step.is_multiple_of(every);
-        // A language model's evaluation keeps its perplexity: one pass gives both.
-        let lm = self.data.test.label_len > 1;
         let (test_accuracy, test_perplexity) = match due {
-            true => self.evaluation(&self.data.test).map(|(a, p)| (Some(a), lm.then_some(p)))?,
+            true => self.test_metrics().map(|(a, p)| (Some(a), p))?,
             false => (None, None),
         };
         Ok(StepRecord {
@@ -466,6 +464,13 @@ impl Trainer {
         }
         let labels = (ds.len() * l).max(1) as f64;
         Ok((hits as f64 / labels, (nll / labels).exp()))
+    }
+
+    /// The test split's accuracy and, for a language model, its perplexity: one pass gives
+    /// both ([`Trainer::evaluation`]).
+    fn test_metrics(&self) -> Result<(f64, Option<f64>)> {
+        let lm = self.data.test.label_len > 1;
+        self.evaluation(&self.data.test).map(|(a, p)| (a, lm.then_some(p)))
     }
 
     /// The exact state of the run, to save.
@@ -608,10 +613,9 @@ impl Trainer {
             test = r.test_accuracy.map(|a| (a, r.test_perplexity));
             on_step(self, &r)?;
         }
-        let lm = self.data.test.label_len > 1;
         let (test_accuracy, test_perplexity) = match test {
             Some(t) => t,
-            None => self.evaluation(&self.data.test).map(|(a, p)| (a, lm.then_some(p)))?,
+            None => self.test_metrics()?,
         };
         let opt = self.exec.tg.optimizer;
         let lr = opt.lr();
