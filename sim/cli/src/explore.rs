@@ -63,20 +63,38 @@ fn print(r: &ExploreResult) {
             c.campaign, c.model, c.hw, c.trials, c.base_cycles
         );
         println!(
-            "  {:<30} {:>9} {:>11} {:<26} {:<20} {:>22} {:>7}",
-            "plan", "cycles", "check bits", "failure FIT [95% CI]", "detected %", "failures -/+ of paired", "pareto"
+            "  {:<30} {:>9} {:>11} {:<26} {:<20} {:>22} {:>7} {:>9}",
+            "plan",
+            "cycles",
+            "check bits",
+            "failure FIT [95% CI]",
+            "detected %",
+            "failures -/+ of paired",
+            "pareto",
+            "at 95%"
         );
         for p in &c.plans {
             println!(
-                "  {:<30} {:>9} {:>11} {:<26} {:<20} {:>22} {:>7}",
+                "  {:<30} {:>9} {:>11} {:<26} {:<20} {:>22} {:>7} {:>9}",
                 p.plan,
                 format!("+{}%", pct(p.cycle_overhead)),
                 p.area_bits,
                 format!("{:.3} [{:.3}, {:.3}]", p.failure_fit.p, p.failure_fit.lo, p.failure_fit.hi),
                 format!("{} [{}, {}]", pct(p.detected.p), pct(p.detected.lo), pct(p.detected.hi)),
                 format!("{}/{} of {}", p.failures_removed, p.failures_added, p.paired_trials),
-                if p.pareto { "yes" } else { "" }
+                if p.pareto { "yes" } else { "" },
+                if p.front_at_confidence { "yes" } else { "" }
             );
+        }
+        // The decision, then every pair of point-estimate Pareto plans.
+        if !c.comparisons.is_empty() {
+            let front: Vec<&str> = c.plans.iter().filter(|p| p.front_at_confidence).map(|p| p.plan.as_str()).collect();
+            println!("  front at 95% (each plan fails demonstrably less than every cheaper one): {}", front.join(", "));
+            let pareto = |n: &str| c.plans.iter().any(|p| p.plan == n && p.pareto);
+            for x in c.comparisons.iter().filter(|x| pareto(&x.first) && pareto(&x.second)) {
+                let pair = format!("{} vs {}", x.first, x.second);
+                println!("    {pair:<58} {}", faultline_report::pareto::compare::verdict(x));
+            }
         }
     }
 }

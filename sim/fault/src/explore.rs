@@ -13,7 +13,9 @@ use crate::protect;
 use crate::protect::ProtectionPlan;
 use crate::record::Summary;
 use crate::spec::{check_dir_name, num, read_ron, relative_to, CampaignSpec, MAX_FIT_PER_BIT};
+use crate::stats::paired::{mover, PairedCounts};
 use crate::stats::Estimate;
+pub use crate::stats::Interval;
 use faultline_graph::op::{Op, Phase};
 use faultline_graph::NodeIndex;
 use faultline_hw::budget::HostMemory;
@@ -53,6 +55,42 @@ pub struct CampaignResult {
     pub plans: Vec<PlanResult>,
     /// Each forward GEMM's ABFT cost beside its arithmetic intensity.
     pub layers: Vec<LayerAbft>,
+    /// Every pair of plans (the baseline's too), compared on the trials that are the same
+    /// faults under both, in plan order (`(0, 1)`, `(0, 2)`, ... `(1, 2)`, ...).
+    #[serde(default)]
+    pub comparisons: Vec<PlanComparison>,
+}
+
+/// Confidence at which plans are told apart: McNemar's exact test at level `1 -` this, and
+/// the differences' intervals.
+pub const CONFIDENCE: f64 = 0.95;
+
+/// Power the trials needed to separate two plans are sized for.
+pub const POWER: f64 = 0.8;
+
+/// Two plans compared on the same faults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanComparison {
+    /// The first plan's name.
+    pub first: String,
+    /// The second plan's name.
+    pub second: String,
+    /// The trials paired under both (the very same fault, or one register fault moved to the
+    /// same point of the same instruction), by which plan failed.
+    pub counts: PairedCounts,
+    /// The first plan's failure share minus the second's over the paired trials, per class
+    /// (Newcombe's interval) and combined by class bits as `failure` is (MOVER): what the
+    /// paired classes add to the combined difference, at [`CONFIDENCE`].
+    pub difference: Interval,
+    /// McNemar's exact test of the discordant trials: the chance of a split at least this
+    /// uneven if the plans fail alike.
+    pub p_value: f64,
+    /// Whether the test tells the plans apart at [`CONFIDENCE`].
+    pub separated: bool,
+    /// Paired trials that would tell them apart with [`POWER`] at their observed discordance
+    /// and difference (Connor 1987; where they show no difference, against the largest
+    /// their interval allows); `None` without paired trials.
+    pub trials_needed: Option<u64>,
 }
 
 /// One plan on one campaign.
@@ -100,24 +138,13 @@ pub struct PlanResult {
     /// Whether no other plan on this campaign has lower-or-equal residual FIT, area and
     /// cycle overhead with one of them strictly lower.
     pub pareto: bool,
-}
-
-/// An estimate with its 95% interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Interval {
-    /// The estimate.
-    pub p: f64,
-    /// Lower end.
-    pub lo: f64,
-    /// Upper end.
-    pub hi: f64,
-}
-
-impl Interval {
-    /// Whether the two intervals share a point: if so, the estimates are not told apart.
-    pub fn overlaps(self, other: Interval) -> bool {
-        self.lo <= other.hi && other.lo <= self.hi
-    }
+    /// Whether the plan stays on the front when failure rates the paired test cannot tell
+    /// apart ([`PlanComparison::separated`]) count as equal: no other plan has lower-or-equal
+    /// area and cycle overhead and either fails less, told apart, or costs strictly less at a
+    /// failure rate not told apart. So a plan on it fails demonstrably less than every cheaper
+    /// plan: what the campaign supports paying for.
+    #[serde(default)]
+    pub front_at_confidence: bool,
 }
 
 /// The ABFT cost of one forward GEMM, each variant added alone to the unprotected step.
@@ -394,9 +421,11 @@ fn explore_campaign<P: Fn(ExploreProgress) + Sync>(
         r.failures_removed = pairs().filter(|(b, p)| b.failure() && !p.failure()).count() as u64;
         r.failures_added = pairs().filter(|(b, p)| !b.failure() && p.failure()).count() as u64;
     }
+    let b = baseline.as_ref().expect("the baseline runs first");
+    let comparisons = compare_plans(b, &results);
     let mut plans: Vec<PlanResult> = results.into_iter().map(|(r, _, _)| r).collect();
     mark_pareto(&mut plans);
-    let b = baseline.as_ref().expect("the baseline runs first");
+    mark_front_at_confidence(&mut plans, &comparisons);
     Ok(CampaignResult {
         campaign: base.name.clone(),
         model: b.model().to_string(),
@@ -405,7 +434,92 @@ fn explore_campaign<P: Fn(ExploreProgress) + Sync>(
         base_cycles: plans[0].cycles,
         plans,
         layers,
+        comparisons,
     })
+}
+
+/// Every pair of `results` (plan result, outcomes, which trials pair with the baseline's)
+/// compared on the trials paired under both, stratified by the `baseline`'s classes.
+fn compare_plans(baseline: &Campaign, results: &[(PlanResult, Vec<Outcome>, Vec<bool>)]) -> Vec<PlanComparison> {
+    let classes = &baseline.info.classes;
+    let total: f64 = classes.iter().map(|k| k.bits as f64).sum();
+    // Each baseline trial's class, as an index into `classes`.
+    let class_of: Vec<usize> = (0..baseline.info.trials)
+        .map(|t| {
+            let name = baseline.upset(t).0.pattern();
+            classes.iter().position(|k| k.class == name).expect("a trial's stratum is a class of its campaign")
+        })
+        .collect();
+    let z = crate::stats::z(CONFIDENCE);
+    let mut out = Vec::new();
+    for i in 0..results.len() {
+        for j in i + 1..results.len() {
+            let ((ri, oi, pi), (rj, oj, pj)) = (&results[i], &results[j]);
+            let mut per_class = vec![Vec::new(); classes.len()];
+            for (t, &k) in class_of.iter().enumerate() {
+                if pi[t] && pj[t] {
+                    per_class[k].push((oi[t].failure(), oj[t].failure()));
+                }
+            }
+            let strata: Vec<PairedCounts> = per_class.into_iter().map(PairedCounts::of).collect();
+            let parts: Vec<(f64, Interval)> = (strata.iter().zip(classes))
+                .filter(|(c, _)| c.n() > 0)
+                .map(|(c, k)| (k.bits as f64 / total, c.difference(z)))
+                .collect();
+            let d = mover(&parts);
+            let counts = strata.iter().fold(PairedCounts::default(), |a, c| PairedCounts {
+                both: a.both + c.both,
+                first_only: a.first_only + c.first_only,
+                second_only: a.second_only + c.second_only,
+                neither: a.neither + c.neither,
+            });
+            let p_value = counts.p_value();
+            out.push(PlanComparison {
+                first: ri.plan.clone(),
+                second: rj.plan.clone(),
+                counts,
+                difference: Interval { p: d.p, lo: d.lo.max(-1.0), hi: d.hi.min(1.0) },
+                p_value,
+                separated: p_value < 1.0 - CONFIDENCE,
+                trials_needed: counts.trials_to_separate(1.0 - CONFIDENCE, POWER),
+            });
+        }
+    }
+    out
+}
+
+/// Marks [`PlanResult::front_at_confidence`]: the front with failure rates that `comparisons`
+/// cannot tell apart counted as equal.
+fn mark_front_at_confidence(plans: &mut [PlanResult], comparisons: &[PlanComparison]) {
+    let cmp = |a: &str, b: &str| -> Option<std::cmp::Ordering> {
+        let c = comparisons.iter().find(|c| (c.first == a && c.second == b) || (c.first == b && c.second == a))?;
+        if !c.separated {
+            return Some(std::cmp::Ordering::Equal);
+        }
+        // Told apart: the first fails less when more trials failed under the second alone.
+        let first_less = c.counts.second_only > c.counts.first_only;
+        Some(if first_less == (c.first == a) { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater })
+    };
+    let costs = |p: &PlanResult| [p.area_bits as f64, p.cycle_overhead];
+    let dominated: Vec<bool> = plans
+        .iter()
+        .map(|b| {
+            plans.iter().any(|a| {
+                let (ca, cb) = (costs(a), costs(b));
+                if a.plan == b.plan || !ca.iter().zip(&cb).all(|(x, y)| x <= y) {
+                    return false;
+                }
+                match cmp(&a.plan, &b.plan) {
+                    Some(std::cmp::Ordering::Less) => true,
+                    Some(std::cmp::Ordering::Equal) => ca.iter().zip(&cb).any(|(x, y)| x < y),
+                    _ => false,
+                }
+            })
+        })
+        .collect();
+    for (p, d) in plans.iter_mut().zip(dominated) {
+        p.front_at_confidence = !d;
+    }
 }
 
 /// Campaign `c` (of spec `base`, under plan `pname`) set to run the unprotected `baseline`'s
@@ -515,6 +629,7 @@ fn plan_result(
         },
         false_positives: fp,
         pareto: false,
+        front_at_confidence: false,
     })
 }
 
@@ -654,4 +769,74 @@ fn translate(
     a.cycle = c;
     upset.iter_mut().for_each(|f| f.cycle = c);
     Some(((a, upset), exact))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(name: &str, cycle_overhead: f64, failure: f64) -> PlanResult {
+        let e = Estimate::of(0, 0);
+        let i = Interval { p: failure, lo: failure, hi: failure };
+        PlanResult {
+            plan: name.into(),
+            file: None,
+            cycles: 0,
+            cycle_overhead,
+            area_bits: 0,
+            failure: i,
+            failure_fit: i,
+            detected: e,
+            corrected: e,
+            unrecovered: e,
+            paired_trials: 0,
+            failures_removed: 0,
+            failures_added: 0,
+            coverage: e,
+            false_positives: e,
+            pareto: false,
+            front_at_confidence: false,
+        }
+    }
+
+    fn compare(first: &str, second: &str, first_only: u64, second_only: u64) -> PlanComparison {
+        let counts = PairedCounts { both: 0, first_only, second_only, neither: 1000 };
+        PlanComparison {
+            first: first.into(),
+            second: second.into(),
+            counts,
+            difference: counts.difference(crate::stats::Z95),
+            p_value: counts.p_value(),
+            separated: counts.p_value() < 1.0 - CONFIDENCE,
+            trials_needed: counts.trials_to_separate(1.0 - CONFIDENCE, POWER),
+        }
+    }
+
+    /// The front at 95%: a dearer plan stays on it only if it fails demonstrably less than
+    /// every cheaper one. `cheap` (3/0 against `none`, not told apart) is dominated by `none`;
+    /// `dear` is told apart from `none` (8/0) but not from the cheaper `cheap`, so it is off;
+    /// `dearest` is told apart from both and stays. Point estimates alone keep all four.
+    #[test]
+    fn front_at_confidence_counts_ties_as_equal() {
+        let mut plans = vec![
+            plan("none", 0.0, 0.010),
+            plan("cheap", 0.1, 0.007),
+            plan("dear", 0.5, 0.002),
+            plan("dearest", 0.9, 0.0),
+        ];
+        let comparisons = vec![
+            compare("none", "cheap", 3, 0),
+            compare("none", "dear", 8, 0),
+            compare("none", "dearest", 10, 0),
+            compare("cheap", "dear", 5, 0),
+            compare("cheap", "dearest", 7, 0),
+            compare("dear", "dearest", 7, 0),
+        ];
+        mark_pareto(&mut plans);
+        mark_front_at_confidence(&mut plans, &comparisons);
+        assert!(plans.iter().all(|p| p.pareto));
+        let front: Vec<&str> = plans.iter().filter(|p| p.front_at_confidence).map(|p| p.plan.as_str()).collect();
+        assert_eq!(front, ["none", "dearest"]);
+        assert!(comparisons[3].p_value > 0.05 && comparisons[4].p_value < 0.05);
+    }
 }

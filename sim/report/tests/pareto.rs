@@ -48,7 +48,8 @@ const FIT: usize = 4;
 const COVERAGE: usize = 8;
 const FALSE_POSITIVES: usize = 9;
 const PARETO: usize = 10;
-const PAIRED: usize = 11;
+const FRONT: usize = 11;
+const PAIRED: usize = 12;
 
 #[test]
 fn writes_markdown_html_csv_and_an_svg_and_png_per_figure() {
@@ -236,7 +237,7 @@ fn shipped_example_is_what_its_explore_json_renders_to() {
     }
     let dir = tempfile::tempdir().unwrap();
     write_pareto(&result, dir.path()).unwrap();
-    for file in ["pareto.md", "pareto.csv", "index.html"] {
+    for file in ["pareto.md", "pareto.csv", "comparisons.csv", "index.html"] {
         let (want, got) =
             (fs::read_to_string(shipped.join(file)).unwrap(), fs::read_to_string(dir.path().join(file)).unwrap());
         assert!(
@@ -245,21 +246,6 @@ fn shipped_example_is_what_its_explore_json_renders_to() {
              (or FAULTLINE_BLESS=1 on this test)"
         );
     }
-}
-
-#[test]
-fn sign_test_is_the_exact_two_sided_binomial() {
-    use faultline_report::pareto::sign_test;
-    // 6 removed, 0 added: 2 x (1/2)^6.
-    assert!((sign_test(6, 0) - 0.03125).abs() < 1e-12);
-    assert!((sign_test(0, 6) - 0.03125).abs() < 1e-12);
-    // 3/0: 2 x 1/8; 1/1 and none: no evidence at all.
-    assert!((sign_test(3, 0) - 0.25).abs() < 1e-12);
-    assert_eq!((sign_test(1, 1), sign_test(0, 0)), (1.0, 1.0));
-    // 10/2: 2 x (1 + 12 + 66) / 4096.
-    assert!((sign_test(10, 2) - 2.0 * 79.0 / 4096.0).abs() < 1e-12);
-    // Large counts stay finite.
-    assert!(sign_test(600, 400) < 1e-9);
 }
 
 #[test]
@@ -282,4 +268,55 @@ fn the_page_says_when_plans_differ_within_the_noise() {
     let text = faultline_report::pareto::noise_summary(&c);
     let two = format!("`{}`, `{}` lie below", c.plans[1].plan, c.plans[2].plan);
     assert!(text.contains(&two), "{text}");
+}
+
+/// Plan against plan: with comparisons in `explore.json`, the summary leads with the front at
+/// 95% and the tied pairs with the trials that would separate them, the table lists every
+/// pair, and `comparisons.csv` has a row per pair.
+#[test]
+fn comparisons_say_which_plans_are_told_apart() {
+    use faultline_fault::explore::PlanComparison;
+    use faultline_fault::stats::paired::PairedCounts;
+    let mut result = fixture();
+    result.campaigns.truncate(1);
+    let c = &mut result.campaigns[0];
+    let cmp = |first: &str, second: &str, first_only, second_only, n| {
+        let counts = PairedCounts { both: 0, first_only, second_only, neither: n - first_only - second_only };
+        PlanComparison {
+            first: first.into(),
+            second: second.into(),
+            counts,
+            difference: counts.difference(faultline_fault::stats::Z95),
+            p_value: counts.p_value(),
+            separated: counts.p_value() < 0.05,
+            trials_needed: counts.trials_to_separate(0.05, 0.8),
+        }
+    };
+    c.comparisons =
+        vec![cmp("none", "parity", 9, 0, 400), cmp("none", "range", 2, 1, 350), cmp("parity", "range", 0, 1, 350)];
+    for p in &mut c.plans {
+        p.front_at_confidence = p.plan == "none" || p.plan == "parity";
+    }
+    let (dir, md) = report(&result);
+    let mlp = section(&md, "mlp-mxu");
+    assert_eq!(row(mlp, "parity")[FRONT], "yes");
+    assert_eq!(row(mlp, "range")[FRONT], "\u{2014}");
+    let summary = md.split("## What was compared").next().unwrap();
+    assert!(
+        summary.contains("the front, where each plan fails demonstrably less than every cheaper plan"),
+        "{summary}"
+    );
+    assert!(summary.contains("is `none`, `parity`."), "{summary}");
+    assert!(summary.contains("Told apart: `none` and `parity` (p = 0.004)."), "{summary}");
+    // Only pairs of point-estimate Pareto plans are in the summary; `range` is dominated.
+    assert!(!summary.contains("`range`"), "{summary}");
+    let table: Vec<&str> = mlp.lines().filter(|l| l.starts_with("| **none** | **parity** |")).collect();
+    assert_eq!(table.len(), 1);
+    // Told apart: in bold.
+    assert!(table[0].contains("| **400** | **9 / 0** |") && table[0].ends_with("| **yes** |"), "{}", table[0]);
+    let tied = mlp.lines().find(|l| l.starts_with("| parity | range |")).unwrap();
+    assert!(tied.contains("| no: about ") && tied.contains("at the difference seen"), "{tied}");
+    let csv = fs::read_to_string(dir.path().join("comparisons.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 4);
+    assert!(csv.lines().nth(1).unwrap().starts_with("mlp-mxu,none,parity,400,0,9,0,391,"));
 }

@@ -9,8 +9,10 @@
 //! [`crate::markdown`] and [`crate::html`], as the campaign report is), `pareto.csv` and
 //! `figures/pareto-*.{svg,png}`.
 
+pub mod compare;
 mod figures;
 
+pub use compare::p_value;
 pub use figures::write_figures;
 
 use crate::document::{fit, pct, pct_of, Block, Row};
@@ -19,6 +21,7 @@ use crate::figures::Figure;
 use crate::tables::{csv_error, writer};
 use crate::write_file;
 use faultline_fault::explore::{CampaignResult, ExploreResult, Interval, LayerAbft, PlanResult};
+use faultline_fault::stats::paired::mcnemar_exact;
 use faultline_fault::stats::Estimate;
 use figures::figure_prefix;
 use std::path::{Path, PathBuf};
@@ -32,12 +35,14 @@ pub struct ParetoWritten {
     pub markdown: PathBuf,
     /// `pareto.csv`.
     pub csv: PathBuf,
+    /// `comparisons.csv`: every pair of plans.
+    pub comparisons: PathBuf,
     /// Figures written (an SVG and a PNG each).
     pub figures: usize,
 }
 
 /// Writes the Pareto report of `result` into `out` (created if missing): `index.html`,
-/// `pareto.md`, `pareto.csv` and `figures/pareto-*.{svg,png}`.
+/// `pareto.md`, `pareto.csv`, `comparisons.csv` and `figures/pareto-*.{svg,png}`.
 pub fn write_pareto(result: &ExploreResult, out: &Path) -> Result<ParetoWritten> {
     std::fs::create_dir_all(out).map_err(ReportError::io(out))?;
     let figures = write_figures(result, out)?;
@@ -47,7 +52,9 @@ pub fn write_pareto(result: &ExploreResult, out: &Path) -> Result<ParetoWritten>
     let html = write_file(out, "index.html", crate::html::render(&title, &blocks))?;
     let csv = out.join("pareto.csv");
     write_csv(result, &csv)?;
-    Ok(ParetoWritten { html, markdown, csv, figures: figures.len() })
+    let comparisons = out.join("comparisons.csv");
+    compare::write_csv(result, &comparisons)?;
+    Ok(ParetoWritten { html, markdown, csv, comparisons, figures: figures.len() })
 }
 
 /// Index of the unprotected baseline among `c.plans`: the plan named `none`, else the first.
@@ -75,7 +82,7 @@ pub fn abft_sums(layers: &[LayerAbft]) -> (f64, f64) {
 }
 
 /// Head of the plan table.
-const PLAN_HEAD: [&str; 12] = [
+const PLAN_HEAD: [&str; 13] = [
     "plan",
     "cycles",
     "cycle overhead %",
@@ -87,6 +94,7 @@ const PLAN_HEAD: [&str; 12] = [
     "coverage: caught of caught + failed % [95% CI]",
     "false positives (steps)",
     "Pareto",
+    "front at 95%",
     "failures removed/added of paired trials",
 ];
 
@@ -105,6 +113,7 @@ fn plan_cells(p: &PlanResult, is_baseline: bool) -> Vec<String> {
         if p.coverage.n == 0 { "-".into() } else { pct_of(p.coverage) },
         format!("{}/{}", p.false_positives.k, p.false_positives.n),
         if p.pareto { "yes".into() } else { "\u{2014}".into() },
+        if p.front_at_confidence { "yes".into() } else { "\u{2014}".into() },
         if is_baseline {
             "-".into()
         } else {
@@ -216,26 +225,12 @@ pub fn abft_summary(c: &CampaignResult) -> String {
     )
 }
 
-/// Two-sided exact sign test (McNemar's, exact) of `removed` against `added` failures among
-/// paired trials: the chance of a split at least this uneven if the plan changed nothing.
-pub fn sign_test(removed: u64, added: u64) -> f64 {
-    let n = removed + added;
-    if n == 0 {
-        return 1.0;
-    }
-    let k = removed.min(added);
-    // P(X <= k) for X ~ Binomial(n, 1/2), in logs so that large n stays finite.
-    let ln_choose = |n: u64, i: u64| -> f64 { (1..=i).map(|j| ((n - i + j) as f64).ln() - (j as f64).ln()).sum() };
-    let tail: f64 = (0..=k).map(|i| (ln_choose(n, i) - n as f64 * std::f64::consts::LN_2).exp()).sum();
-    (2.0 * tail).min(1.0)
-}
-
-/// Paired changes a sign test calls beyond chance at 5%.
+/// Paired changes McNemar's exact test calls beyond chance at 5%.
 const SIGNIFICANT: f64 = 0.05;
 
 /// What the noise allows this campaign's plans to claim, in words: whether their residual
 /// FIT intervals overlap the baseline's (then FIT cannot rank them), and which plans' paired
-/// changes a sign test calls beyond chance.
+/// changes McNemar's exact test calls beyond chance.
 pub fn noise_summary(c: &CampaignResult) -> String {
     let Some(base) = baseline(c) else { return "No plans.".into() };
     let b = c.plans[base].failure_fit;
@@ -265,7 +260,7 @@ pub fn noise_summary(c: &CampaignResult) -> String {
         if p.failures_removed + p.failures_added == 0 {
             continue;
         }
-        let q = sign_test(p.failures_removed, p.failures_added);
+        let q = mcnemar_exact(p.failures_removed, p.failures_added);
         let text = format!("`{}` ({}/{}, {})", p.plan, p.failures_removed, p.failures_added, p_value(q));
         if q < SIGNIFICANT {
             sharp.push(text);
@@ -284,7 +279,7 @@ pub fn noise_summary(c: &CampaignResult) -> String {
         "Paired trials: no plan changed any paired trial's failure.".to_string()
     } else {
         format!(
-            "Paired trials (failures removed/added of the same faults, exact sign test) are the sharper \
+            "Paired trials (failures removed/added of the same faults, McNemar's exact test) are the sharper \
              comparison: {}.",
             parts.join("; ")
         )
@@ -330,11 +325,13 @@ fn summary(result: &ExploreResult) -> Vec<Block> {
                 .filter(|&(i, _)| Some(i) != base)
                 .map(|(_, p)| p)
                 .filter(|p| p.failures_removed > p.failures_added)
-                .filter(|p| sign_test(p.failures_removed, p.failures_added) < SIGNIFICANT)
+                .filter(|p| mcnemar_exact(p.failures_removed, p.failures_added) < SIGNIFICANT)
                 .map(|p| format!("`{}`", p.plan))
                 .collect();
+            let decided = if c.comparisons.is_empty() { String::new() } else { compare::decision(c) + " " };
             format!(
-                "**{}** ({} on {}, {} trials per plan): Pareto-optimal {}. On residual FIT {}. On paired trials {}.",
+                "**{}** ({} on {}, {} trials per plan): {decided}Pareto-optimal on point estimates {}. On residual FIT \
+                 {}. On paired trials with the baseline {}.",
                 c.campaign,
                 c.model,
                 c.hw,
@@ -347,11 +344,11 @@ fn summary(result: &ExploreResult) -> Vec<Block> {
                     format!("{} {verb} from unprotected; the rest are within the noise", apart.join(", "))
                 },
                 if sharp.is_empty() {
-                    "no plan removes more failures than it adds beyond chance (sign test, 5%)".to_string()
+                    "no plan removes more failures than it adds beyond chance (McNemar's exact test, 5%)".to_string()
                 } else {
                     let (verb, adds) =
                         (agree(sharp.len(), "removes", "remove"), agree(sharp.len(), "it adds", "they add"));
-                    format!("{} {verb} more failures than {adds} beyond chance (sign test, 5%)", sharp.join(", "))
+                    format!("{} {verb} more failures than {adds} beyond chance (McNemar's exact test, 5%)", sharp.join(", "))
                 }
             )
         })
@@ -398,6 +395,11 @@ pub fn build(result: &ExploreResult, figures: &[Figure]) -> Vec<Block> {
                 .collect(),
             text_columns: 1,
         });
+        if !c.comparisons.is_empty() {
+            b.push(Block::Heading(3, "Plan against plan".into()));
+            b.push(Block::Para(compare::table_intro(c)));
+            b.push(compare::table(c));
+        }
         let prefix = figure_prefix(result, ci);
         let figs: Vec<Figure> = figures.iter().filter(|f| f.name.starts_with(&prefix)).cloned().collect();
         if !figs.is_empty() {
@@ -461,7 +463,9 @@ pub fn write_csv(result: &ExploreResult, path: &Path) -> Result<()> {
     for e in ["detected", "corrected", "unrecovered", "coverage", "false_positives"] {
         head.extend([format!("{e}_k"), format!("{e}_n"), e.to_string(), format!("{e}_lo"), format!("{e}_hi")]);
     }
-    head.extend(["pareto", "paired_trials", "failures_removed", "failures_added"].map(String::from));
+    head.extend(
+        ["pareto", "front_at_confidence", "paired_trials", "failures_removed", "failures_added"].map(String::from),
+    );
     w.write_record(&head).map_err(|e| csv_error(path, e))?;
     for c in &result.campaigns {
         let base = baseline(c);
@@ -490,6 +494,7 @@ pub fn write_csv(result: &ExploreResult, path: &Path) -> Result<()> {
             row.extend(coverage);
             row.extend(estimate_cells(p.false_positives));
             row.push(p.pareto.to_string());
+            row.push(p.front_at_confidence.to_string());
             if Some(i) == base {
                 row.extend([String::new(), String::new(), String::new()]);
             } else {
@@ -499,28 +504,4 @@ pub fn write_csv(result: &ExploreResult, path: &Path) -> Result<()> {
         }
     }
     w.flush().map_err(ReportError::io(path))
-}
-
-/// A sign test's p-value as a reader should see it: two decimals, and small ones not
-/// rounded to zero.
-fn p_value(q: f64) -> String {
-    if q < 0.001 {
-        "p < 0.001".into()
-    } else if q < 0.01 {
-        format!("p = {q:.3}")
-    } else {
-        format!("p = {q:.2}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn small_p_values_are_not_rounded_to_zero() {
-        assert_eq!(p_value(2.0 * 0.5f64.powi(14)), "p < 0.001");
-        assert_eq!(p_value(0.0039), "p = 0.004");
-        assert_eq!(p_value(0.126), "p = 0.13");
-    }
 }
