@@ -13,6 +13,7 @@ mod campaign;
 mod explore;
 mod gemm;
 mod op;
+mod plan;
 mod program;
 mod report;
 mod scalesim;
@@ -71,6 +72,10 @@ enum Command {
     Campaign(campaign::CampaignArgs),
     /// Combine the shard directories of a campaign into what one run writes.
     Merge(campaign::MergeArgs),
+    /// Plan a campaign before running it: the trials a stated margin on its failure rate needs
+    /// (per class, uniform, equal per class, Neyman-allocated) and their wall time, from a timed
+    /// pilot of its own trials.
+    Plan(plan::PlanArgs),
     /// Write a campaign's report (HTML, Markdown, CSV, figures): its records folded back onto
     /// the hardware, per unit, class, PE, bit, phase, layer and step.
     Report(report::ReportArgs),
@@ -186,6 +191,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Program(a) => program::run(a, &mem),
         Command::Campaign(a) => campaign::run(a, &mem),
         Command::Merge(a) => campaign::run_merge(a),
+        Command::Plan(a) => plan::run(a, &mem),
         Command::Report(a) => report::run(a, &mem),
         Command::Diff(a) => report::run_diff(a, &mem),
         Command::Explore(a) => explore::run(a, &mem),

@@ -11,7 +11,7 @@ fn a_missing_command_is_one_line_and_help_is_whole() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(
-            err, "error: no command given (one of: gemm, sites, op, train, program, campaign, merge, report, diff, explore, vcd, scalesim); see `faultline --help`\n",
+            err, "error: no command given (one of: gemm, sites, op, train, program, campaign, merge, plan, report, diff, explore, vcd, scalesim); see `faultline --help`\n",
             "{args:?}"
         );
         assert!(out.stdout.is_empty(), "{args:?}");

@@ -28,6 +28,7 @@ pub mod error;
 pub mod explore;
 pub mod model;
 pub mod outcome;
+pub mod plan;
 pub mod protect;
 pub mod record;
 pub mod replay;
