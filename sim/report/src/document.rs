@@ -8,7 +8,8 @@ use crate::figures::{heat_scale, Figure, HeatScale, Section};
 use crate::load::Trace;
 use faultline_fault::record::CampaignInfo;
 use faultline_fault::spec::Mode;
-use faultline_fault::stats::Estimate;
+use faultline_fault::stats::design::trials_for_relative;
+use faultline_fault::stats::{Estimate, Z95};
 use faultline_fault::Outcome;
 use serde::Serialize;
 
@@ -483,6 +484,36 @@ fn by_unit(fit_given: bool, r: &Report) -> Vec<Block> {
     ]
 }
 
+/// A count of trials to two significant digits, with thousands separators: `15,000`.
+pub fn about(n: u64) -> String {
+    let digits = n.checked_ilog10().unwrap_or(0);
+    let unit = 10u64.pow(digits.saturating_sub(1));
+    let rounded = (n + unit / 2) / unit * unit;
+    let s = rounded.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// Whether a class's failure rate `e` is known to within half of itself at 95% and, if not,
+/// about how many trials would make it so ([`trials_for_relative`]): `enough`, `~1,400`, or
+/// `>= ~9,200` where no trial failed (the rate may be lower still).
+fn trials_needed(e: Estimate) -> String {
+    let need = trials_for_relative(e.k, e.n, 0.5, Z95);
+    if e.k > 0 && e.hi - e.p <= 0.5 * e.p && e.p - e.lo <= 0.5 * e.p {
+        "enough".into()
+    } else if e.k == 0 {
+        format!(">= ~{}", about(need))
+    } else {
+        format!("~{}", about(need.max(e.n + 1)))
+    }
+}
+
 /// Rates per site class, then their outcome counts: two tables, so the rates (the columns a
 /// reader comes for) fit a page beside the class names.
 fn by_class(fit_given: bool, r: &Report) -> Vec<Block> {
@@ -493,10 +524,17 @@ fn by_class(fit_given: bool, r: &Report) -> Vec<Block> {
     if fit_given {
         head.push("failure FIT [95% CI]".into());
     }
+    head.push("trials for failure ±50%".into());
     let mut counts_head: Vec<String> = ["class", "trials", "dead (not run)"].map(String::from).to_vec();
     counts_head.extend(present(r).iter().map(|o| o.name().to_string()));
     vec![
         Block::Heading(2, "Vulnerability by site class".into()),
+        Block::Para(
+            "The last column says whether a class's failure rate is known to within half of itself (95%), and if \
+             not, about how many trials in it would make it so, at its current estimate; `>=` where no trial \
+             failed, since the rate may be lower still (`faultline plan` sizes a whole campaign)."
+                .into(),
+        ),
         Block::Table {
             head,
             rows: r
@@ -513,6 +551,7 @@ fn by_class(fit_given: bool, r: &Report) -> Vec<Block> {
                         pct_of(c.counts.failure()),
                     ];
                     cells.extend(c.fit_failure.map(|f| format!("{} [{}, {}]", fit(f[0]), fit(f[1]), fit(f[2]))));
+                    cells.push(trials_needed(c.counts.failure()));
                     Row { cells, strong: false }
                 })
                 .collect(),
@@ -778,4 +817,27 @@ fn curves(figures: &[Figure]) -> Vec<Block> {
     ];
     b.extend(curves.into_iter().map(Block::Figure));
     b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trial_counts_read_to_two_digits() {
+        assert_eq!(about(15_683), "16,000");
+        assert_eq!(about(7), "7");
+        assert_eq!(about(1234567), "1,200,000");
+        assert_eq!(about(99), "99");
+        assert_eq!(about(995), "1,000");
+    }
+
+    #[test]
+    fn trials_needed_says_enough_or_how_many() {
+        // 30 of 300: Wilson [7.1, 13.9] around 10, within half of it.
+        assert_eq!(trials_needed(Estimate::of(30, 300)), "enough");
+        assert_eq!(trials_needed(Estimate::of(8, 300)), "~530");
+        assert_eq!(trials_needed(Estimate::of(0, 300)), ">= ~9,200");
+        assert_eq!(trials_needed(Estimate::of(1, 20)), "~200");
+    }
 }

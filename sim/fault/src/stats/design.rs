@@ -26,6 +26,14 @@ pub fn trials_for_margin(population: f64, margin: f64, z: f64, p: f64) -> f64 {
     population / (1.0 + (population - 1.0) / n0)
 }
 
+/// Trials that would estimate the rate behind `e` (`k` of `n`) to within `relative` of itself
+/// at quantile `z`, at its Jeffreys estimate `(k + 1/2) / (n + 1)` (so a rate never seen still
+/// gets a size), over an infinite population: `z^2 (1 - p) / (relative^2 p)`.
+pub fn trials_for_relative(k: u64, n: u64, relative: f64, z: f64) -> u64 {
+    let p = (k as f64 + 0.5) / (n as f64 + 1.0);
+    (z * z * (1.0 - p) / (relative * relative * p)).ceil() as u64
+}
+
 /// Trials of a stratified sample under Neyman allocation that estimate the combined rate to
 /// within `margin` at quantile `z`: `(sum W S)^2 / ((e / z)^2 + sum W S^2 / N)` (Cochran 1977,
 /// 5.26), `N` the whole population.
@@ -122,6 +130,14 @@ mod tests {
         let n = trials_for_margin(1e4, 0.01, Z95, 0.5).ceil();
         assert_eq!(n, 4900.0);
         assert!(trials_for_margin(1e12, 0.01, Z95, 0.5).ceil() == 9604.0);
+    }
+
+    #[test]
+    fn relative_sizes() {
+        // 8 of 300 (2.7%): 529 trials for +-50%; 0 of 300 plans at 0.17%.
+        assert_eq!(trials_for_relative(8, 300, 0.5, Z95), 529);
+        assert_eq!(trials_for_relative(0, 300, 0.5, Z95), 9235);
+        assert!(trials_for_relative(30, 300, 0.5, Z95) < 300);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! at the stated confidence, the plans on it that cannot be told apart, and how many paired
 //! trials would tell them apart.
 
-use crate::document::{fit, Block, Row};
+use crate::document::{about, fit, Block, Row};
 use crate::error::{ReportError, Result};
 use crate::tables::{csv_error, writer};
 use faultline_fault::explore::{CampaignResult, ExploreResult, PlanComparison, CONFIDENCE, POWER};
@@ -18,22 +18,6 @@ pub fn p_value(q: f64) -> String {
     } else {
         format!("p = {q:.2}")
     }
-}
-
-/// A count of trials to two significant digits, with thousands separators: `15,000`.
-pub fn about(n: u64) -> String {
-    let digits = n.checked_ilog10().unwrap_or(0);
-    let unit = 10u64.pow(digits.saturating_sub(1));
-    let rounded = (n + unit / 2) / unit * unit;
-    let s = rounded.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }
 
 /// `` `a` `` and `` `b` `` as a plan pair.
@@ -224,14 +208,5 @@ mod tests {
         assert_eq!(p_value(2.0 * 0.5f64.powi(14)), "p < 0.001");
         assert_eq!(p_value(0.0039), "p = 0.004");
         assert_eq!(p_value(0.126), "p = 0.13");
-    }
-
-    #[test]
-    fn trial_counts_read_to_two_digits() {
-        assert_eq!(about(15_683), "16,000");
-        assert_eq!(about(7), "7");
-        assert_eq!(about(1234567), "1,200,000");
-        assert_eq!(about(99), "99");
-        assert_eq!(about(995), "1,000");
     }
 }

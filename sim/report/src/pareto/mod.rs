@@ -82,7 +82,7 @@ pub fn abft_sums(layers: &[LayerAbft]) -> (f64, f64) {
 }
 
 /// Head of the plan table.
-const PLAN_HEAD: [&str; 13] = [
+const PLAN_HEAD: [&str; 12] = [
     "plan",
     "cycles",
     "cycle overhead %",
@@ -93,8 +93,7 @@ const PLAN_HEAD: [&str; 13] = [
     "corrected % [95% CI]",
     "coverage: caught of caught + failed % [95% CI]",
     "false positives (steps)",
-    "Pareto",
-    "front at 95%",
+    "Pareto: point / at 95%",
     "failures removed/added of paired trials",
 ];
 
@@ -112,14 +111,22 @@ fn plan_cells(p: &PlanResult, is_baseline: bool) -> Vec<String> {
         // Nothing caught or failed: nothing to cover, and Wilson's [0, 1] would read as data.
         if p.coverage.n == 0 { "-".into() } else { pct_of(p.coverage) },
         format!("{}/{}", p.false_positives.k, p.false_positives.n),
-        if p.pareto { "yes".into() } else { "\u{2014}".into() },
-        if p.front_at_confidence { "yes".into() } else { "\u{2014}".into() },
+        format!("{} / {}", yes(p.pareto), yes(p.front_at_confidence)),
         if is_baseline {
             "-".into()
         } else {
             format!("{}/{} of {}", p.failures_removed, p.failures_added, p.paired_trials)
         },
     ]
+}
+
+/// `yes`, or a dash.
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "\u{2014}"
+    }
 }
 
 /// `global / tile` overhead of one layer as the layer table shows it.
