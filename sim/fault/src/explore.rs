@@ -259,6 +259,16 @@ impl ExploreSpec {
                     allowed: "None: an exploration runs the campaign unprotected and under each of its plans".into(),
                 });
             }
+            if matches!(spec.sampling, crate::spec::Sampling::Adaptive { .. }) {
+                return Err(FaultError::Invalid {
+                    file: cfile.clone(),
+                    field: "sampling".into(),
+                    value: "Adaptive".into(),
+                    allowed: "Exhaustive, Uniform or Stratified: an exploration pairs every plan's trials with the \
+                              baseline's, so their set is fixed"
+                        .into(),
+                });
+            }
             check_dir_name(&spec.name, &cfile, "name")?;
             if let Some(other) = seen.claim(&spec.name, format!("campaigns[{i}]")) {
                 return Err(dup(format!("campaigns[{i}]"), c, &spec.name, other));

@@ -373,9 +373,12 @@ pub struct ClassSummary {
     /// Each outcome's share (every outcome listed, in [`Outcome::ALL`] order; protection's
     /// only with a protection plan).
     pub outcomes: Vec<OutcomeShare>,
-    /// Vulnerability (AVF) of the class: the share of trials that changed the training state.
+    /// Vulnerability (AVF) of the class: the share of trials that changed the training state
+    /// (under `Adaptive`, its bit fields' shares weighted by their bits; `k` and `n` stay the
+    /// counts).
     pub unmasked: Estimate,
-    /// Share of trials in which training failed (non-finite or degraded).
+    /// Share of trials in which training failed (non-finite or degraded), weighted as
+    /// `unmasked` is.
     pub failure: Estimate,
     /// `fit_per_bit x bits x failure share`: the class's contribution to the training-failure
     /// rate, when the spec gives a raw FIT per bit.
@@ -387,8 +390,9 @@ pub struct ClassSummary {
 /// A combined estimate over classes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Combined {
-    /// `pooled` (uniform or exhaustive sampling: the classes' trials pooled) or `stratified`
-    /// (class estimates weighted by their share of the space).
+    /// `pooled` (uniform or exhaustive sampling: the classes' trials pooled), `stratified`
+    /// (class estimates weighted by their share of the space) or `adaptive` (every class's
+    /// bit-field estimates weighted by their share).
     pub method: String,
     /// The estimate.
     pub p: f64,
@@ -432,18 +436,18 @@ pub fn summarize<K: std::borrow::Borrow<RecordKey>>(
 ) -> Summary {
     use std::collections::HashMap;
     const N: usize = Outcome::ALL.len();
-    /// Counts of one class: per outcome, skipped, and (unmasked, trials) per bit.
+    /// Counts of one class: per outcome, skipped, and (unmasked, failed, trials) per bit.
     #[derive(Clone)]
     struct Tally {
         outcomes: [u64; N],
         skipped: u64,
-        bits: Vec<(u64, u64)>,
+        bits: Vec<(u64, u64, u64)>,
     }
     let index: HashMap<&str, usize> = info.classes.iter().enumerate().map(|(i, c)| (c.class.as_str(), i)).collect();
     let mut tallies: Vec<Tally> = info
         .classes
         .iter()
-        .map(|c| Tally { outcomes: [0; N], skipped: 0, bits: vec![(0, 0); c.width as usize] })
+        .map(|c| Tally { outcomes: [0; N], skipped: 0, bits: vec![(0, 0, 0); c.width as usize] })
         .collect();
     let (mut all, mut verified) = (Tally { outcomes: [0; N], skipped: 0, bits: Vec::new() }, 0u64);
     for r in records {
@@ -457,7 +461,8 @@ pub fn summarize<K: std::borrow::Borrow<RecordKey>>(
         t.skipped += r.skipped as u64;
         if let Some(b) = t.bits.get_mut(r.bit as usize) {
             b.0 += r.outcome.unmasked() as u64;
-            b.1 += 1;
+            b.1 += r.outcome.failure() as u64;
+            b.2 += 1;
         }
     }
     let total = |t: &Tally| t.outcomes.iter().sum::<u64>();
@@ -473,16 +478,23 @@ pub fn summarize<K: std::borrow::Borrow<RecordKey>>(
     let count = |t: &Tally, f: fn(Outcome) -> bool| {
         Estimate::of(Outcome::ALL.iter().filter(|&&o| f(o)).map(|o| t.outcomes[o.index()]).sum(), total(t))
     };
+    // Under Adaptive, a class's bit fields were sampled unequally: its rates and the combined
+    // ones weight the fields by their bits.
+    let adaptive = matches!(info.spec.sampling, Sampling::Adaptive { .. });
     let classes: Vec<ClassSummary> = info
         .classes
         .iter()
         .zip(&tallies)
         .map(|(c, t)| {
-            let failure = count(t, Outcome::failure);
+            let (mut failure, mut unmasked) = (count(t, Outcome::failure), count(t, Outcome::unmasked));
+            if adaptive {
+                failure = by_fields(c, t.bits.as_slice(), failure, |b| b.1).0;
+                unmasked = by_fields(c, t.bits.as_slice(), unmasked, |b| b.0).0;
+            }
             let per_bit = (0..c.width)
                 .zip(&t.bits)
-                .filter(|(_, &(_, n))| n > 0)
-                .map(|(bit, &(u, n))| BitSummary { bit, unmasked: Estimate::of(u, n) })
+                .filter(|(_, &(_, _, n))| n > 0)
+                .map(|(bit, &(u, _, n))| BitSummary { bit, unmasked: Estimate::of(u, n) })
                 .collect();
             ClassSummary {
                 class: c.class.clone(),
@@ -491,13 +503,18 @@ pub fn summarize<K: std::borrow::Borrow<RecordKey>>(
                 trials: total(t),
                 skipped_dead: t.skipped,
                 outcomes: shares(t),
-                unmasked: count(t, Outcome::unmasked),
+                unmasked,
                 failure,
                 failure_fit: info.spec.fit_per_bit.map(|fit| fit * c.bits as f64 * failure.p),
                 per_bit,
             }
         })
         .collect();
+    let fielded = |f: fn(&(u64, u64, u64)) -> u64, o: fn(Outcome) -> bool| -> Vec<(f64, Estimate)> {
+        (info.classes.iter().zip(&tallies))
+            .flat_map(|(c, t)| by_fields(c, &t.bits, count(t, o), f).1.into_iter().map(move |(w, e)| (c.weight * w, e)))
+            .collect()
+    };
     let combine = |f: fn(&ClassSummary) -> Estimate, pooled: Estimate| match info.spec.sampling {
         Sampling::Stratified { .. } => {
             let strata: Vec<(f64, Estimate)> = classes.iter().map(|c| (c.weight, f(c))).collect();
@@ -505,6 +522,10 @@ pub fn summarize<K: std::borrow::Borrow<RecordKey>>(
             Combined { method: "stratified".into(), p, lo, hi }
         }
         _ => Combined { method: "pooled".into(), p: pooled.p, lo: pooled.lo, hi: pooled.hi },
+    };
+    let combine_fields = |f: fn(&(u64, u64, u64)) -> u64, o: fn(Outcome) -> bool| {
+        let (p, lo, hi) = stratified(&fielded(f, o));
+        Combined { method: "adaptive".into(), p, lo, hi }
     };
     let n = total(&all);
     Summary {
@@ -515,8 +536,47 @@ pub fn summarize<K: std::borrow::Borrow<RecordKey>>(
         skipped_dead: all.skipped,
         verified_dead: verified,
         outcomes: shares(&all),
-        unmasked: combine(|c| c.unmasked, count(&all, Outcome::unmasked)),
-        failure: combine(|c| c.failure, count(&all, Outcome::failure)),
+        unmasked: if adaptive {
+            combine_fields(|b| b.0, Outcome::unmasked)
+        } else {
+            combine(|c| c.unmasked, count(&all, Outcome::unmasked))
+        },
+        failure: if adaptive {
+            combine_fields(|b| b.1, Outcome::failure)
+        } else {
+            combine(|c| c.failure, count(&all, Outcome::failure))
+        },
         classes,
     }
+}
+
+/// The estimate of class `c` from its per-bit `(unmasked, failed, trials)` counts `bits`, the
+/// `k` of each bit being `f` of its counts, stratified by the class's bit fields
+/// ([`crate::sample::fields`]; a code's check bits are one field) and combined by their bits;
+/// with the fields' weights within the class and estimates. `whole` (the class's pooled
+/// estimate) stands for a one-field class, whose trials need no per-bit counts.
+fn by_fields(
+    c: &ClassInfo,
+    bits: &[(u64, u64, u64)],
+    whole: Estimate,
+    f: fn(&(u64, u64, u64)) -> u64,
+) -> (Estimate, Vec<(f64, Estimate)>) {
+    let fields = if c.class.ends_with(".check") {
+        vec![("check bits", (0..c.width).collect())]
+    } else {
+        crate::sample::fields(c.format.as_deref(), c.width)
+    };
+    let parts: Vec<(f64, Estimate)> = (fields.iter())
+        .map(|(_, pos)| {
+            let (k, n) = pos.iter().filter_map(|&b| bits.get(b as usize)).fold((0, 0), |(k, n), x| (k + f(x), n + x.2));
+            (pos.len() as f64 / c.width as f64, Estimate::of(k, n))
+        })
+        .collect();
+    // A code's check bits are recorded past the data bits, outside `bits`: one field, pooled.
+    if fields.len() == 1 || parts.iter().all(|(_, e)| e.n == 0) {
+        return (whole, vec![(1.0, whole)]);
+    }
+    let (p, lo, hi) = stratified(&parts);
+    let (k, n) = parts.iter().fold((0, 0), |(k, n), (_, e)| (k + e.k, n + e.n));
+    (Estimate { k, n, p, lo, hi }, parts)
 }

@@ -18,6 +18,7 @@ use faultline_train::{Executor, StepFault};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
+use std::sync::{Arc, RwLock};
 
 /// One selected class, or the check bits a code adds to one: its bits and the windows in which
 /// they may be live.
@@ -74,6 +75,69 @@ pub struct Space {
     pub sampling: Sampling,
     /// Campaign seed.
     pub seed: u64,
+    /// Under `Adaptive`: the strata (a class's bit field each), class after class.
+    pub strata: Vec<FieldStratum>,
+    /// Under `Adaptive`: the trials of each stratum in each round planned so far; trials are
+    /// numbered round after round, stratum after stratum ([`Space::plan_round`]).
+    pub rounds: Arc<RwLock<Vec<Vec<u64>>>>,
+}
+
+/// A stratum of adaptive sampling: the bits of one field of one class's elements.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldStratum {
+    /// Index of the class in [`Space::classes`].
+    pub class: usize,
+    /// The field ([`field_of`]).
+    pub field: &'static str,
+    /// Its bit positions in an element (of the class's sampled width).
+    pub positions: Vec<u32>,
+    /// Its bits over all elements.
+    pub bits: u64,
+}
+
+/// The field of bit `bit` in a value of `format`: `sign`, `exponent` or `mantissa` for floats,
+/// `sign` or `magnitude` for two's-complement integers; `""` without a format.
+pub fn bit_field(format: Option<&str>, bit: u32) -> &'static str {
+    let (sign, exponent_lo) = match format {
+        Some("fp32") => (31, Some(23)),
+        Some("bf16") => (15, Some(7)),
+        Some("int8") => (7, None),
+        Some("int32") => (31, None),
+        _ => return "",
+    };
+    match exponent_lo {
+        _ if bit == sign => "sign",
+        Some(lo) if bit >= lo => "exponent",
+        Some(_) => "mantissa",
+        None => "magnitude",
+    }
+}
+
+/// The stratum field of bit `bit` of a `width`-bit register holding `format`: its
+/// [`bit_field`] when the format fills the register, else the register's `high bits` or `low
+/// bits` half (`all bits` for one bit): flips of high address or counter bits go further.
+pub fn field_of(format: Option<&str>, width: u32, bit: u32) -> &'static str {
+    let fills = matches!((format, width), (Some("fp32" | "int32"), 32) | (Some("bf16"), 16) | (Some("int8"), 8));
+    match () {
+        _ if fills => bit_field(format, bit),
+        _ if width < 2 => "all bits",
+        _ if bit >= width / 2 => "high bits",
+        _ => "low bits",
+    }
+}
+
+/// The fields of a `width`-bit register holding `format`, most significant first, with their
+/// bit positions.
+pub fn fields(format: Option<&str>, width: u32) -> Vec<(&'static str, Vec<u32>)> {
+    let mut out: Vec<(&'static str, Vec<u32>)> = Vec::new();
+    for bit in (0..width).rev() {
+        let f = field_of(format, width, bit);
+        match out.iter_mut().find(|(g, _)| *g == f) {
+            Some((_, v)) => v.push(bit),
+            None => out.push((f, vec![bit])),
+        }
+    }
+    out
 }
 
 impl Space {
@@ -125,7 +189,40 @@ impl Space {
             .collect();
         classes.extend(checks);
         let cycles = if spec.fault.whole_steps() { 1 } else { sched.total_cycles };
-        let space = Space { classes, steps: spec.inject_steps.steps(), cycles, sampling, seed };
+        let strata = match sampling {
+            Sampling::Adaptive { .. } => (classes.iter().enumerate())
+                .flat_map(|(i, c)| {
+                    let format = c.class.format(hw).filter(|_| c.check_bits == 0).map(|f| f.name());
+                    let (w, elems) = (c.width(hw), c.bits / c.width(hw) as u64);
+                    // A code's check bits are one stratum.
+                    let fs =
+                        if c.check_bits > 0 { vec![("check bits", (0..w).rev().collect())] } else { fields(format, w) };
+                    fs.into_iter().map(move |(field, positions)| FieldStratum {
+                        class: i,
+                        field,
+                        bits: elems * positions.len() as u64,
+                        positions,
+                    })
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let space =
+            Space { classes, steps: spec.inject_steps.steps(), cycles, sampling, seed, strata, rounds: Arc::default() };
+        if let Sampling::Adaptive { budget, floor, .. } = sampling {
+            let first = floor.saturating_mul(space.strata.len() as u64);
+            if first > budget {
+                return Err(FaultError::Invalid {
+                    file: file.into(),
+                    field: "sampling.budget".into(),
+                    value: budget.to_string(),
+                    allowed: format!(
+                        "at least the first round, floor x strata = {floor} x {} = {first} trials",
+                        space.strata.len()
+                    ),
+                });
+            }
+        }
         let trials = space.trials_unchecked();
         if !(1..=MAX_TRIALS as u128).contains(&trials) {
             return Err(FaultError::Invalid {
@@ -157,10 +254,36 @@ impl Space {
             Sampling::Exhaustive => self.bits() as u128 * self.cycles as u128 * self.steps.len() as u128,
             Sampling::Uniform { n } => n as u128,
             Sampling::Stratified { per_class } => per_class as u128 * self.classes.len() as u128,
+            Sampling::Adaptive { budget, .. } => budget as u128,
         }
     }
 
-    /// Trials the plan runs.
+    /// Under `Adaptive`: plans one more round, `per_stratum` trials in each stratum, and
+    /// returns its trial ids.
+    pub fn plan_round(&self, per_stratum: Vec<u64>) -> std::ops::Range<u64> {
+        let mut rounds = self.rounds.write().expect("no thread panics holding the rounds");
+        let start: u64 = rounds.iter().flatten().sum();
+        let end = start + per_stratum.iter().sum::<u64>();
+        rounds.push(per_stratum);
+        start..end
+    }
+
+    /// Under `Adaptive`: the stratum of trial `t` of the rounds planned so far.
+    pub fn stratum_of(&self, t: u64) -> Option<usize> {
+        let rounds = self.rounds.read().expect("no thread panics holding the rounds");
+        let mut start = 0;
+        for round in rounds.iter() {
+            for (s, &n) in round.iter().enumerate() {
+                if t < start + n {
+                    return Some(s);
+                }
+                start += n;
+            }
+        }
+        None
+    }
+
+    /// Trials the plan runs (under `Adaptive`, at most).
     pub fn trials(&self) -> u64 {
         self.trials_unchecked() as u64
     }
@@ -203,6 +326,15 @@ impl Space {
                 let (mut rng, class) = (trial_rng(self.seed, t), (t / per_class) as usize);
                 let idx = rng.gen_range(0..self.classes[class].bits);
                 draw(&mut rng, (class, idx))
+            }
+            Sampling::Adaptive { .. } => {
+                // A bit of the stratum's field, in a uniform element.
+                let s = &self.strata[self.stratum_of(t).expect("trial of a planned round")];
+                let mut rng = trial_rng(self.seed, t);
+                let k = rng.gen_range(0..s.bits);
+                let (elem, pos) = (k / s.positions.len() as u64, s.positions[(k % s.positions.len() as u64) as usize]);
+                let w = self.classes[s.class].width(hw) as u64;
+                draw(&mut rng, (s.class, elem * w + pos as u64))
             }
         }
     }

@@ -213,7 +213,7 @@ pub enum Along {
 }
 
 /// How trials are drawn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Sampling {
     /// Every (bit, cycle, step) of the selected classes (small spaces only).
     Exhaustive,
@@ -229,6 +229,43 @@ pub enum Sampling {
         /// Trials per class, 1..=10000000.
         per_class: u64,
     },
+    /// Rounds of trials over strata (each class's bit fields: sign, exponent and mantissa of a
+    /// number format, else the high and low halves of the register), the first giving each
+    /// stratum `floor` trials, each later one `round` trials spread by Neyman allocation from
+    /// the earlier rounds' estimates, until the combined failure rate's 95% interval is as
+    /// narrow as `target` or `budget` trials have run. Strata combine by their bits, so the
+    /// estimate is unbiased; rounds depend only on earlier records, so threads and `--resume`
+    /// give the same trials. Unsharded.
+    Adaptive {
+        /// Half-width of the combined failure rate's 95% interval to stop at.
+        target: Target,
+        /// Most trials in all, 1..=10000000, at least `floor` per stratum.
+        budget: u64,
+        /// Trials per round after the first, 1..=budget.
+        round: u64,
+        /// Trials every stratum gets in the first round, 1..=10000.
+        floor: u64,
+    },
+}
+
+/// When an adaptive campaign has run enough.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum Target {
+    /// The interval's half-width, as a fraction: in (0, 0.5] (0.002: 0.2 percentage points).
+    Absolute(f64),
+    /// The half-width over the estimate: in (0, 1] (0.5: the rate to within half of itself).
+    Relative(f64),
+}
+
+impl Target {
+    /// Whether an interval `[lo, hi]` around `p` meets the target.
+    pub fn met(self, p: f64, lo: f64, hi: f64) -> bool {
+        let half = (hi - lo) / 2.0;
+        match self {
+            Target::Absolute(e) => half <= e,
+            Target::Relative(r) => p > 0.0 && half <= r * p,
+        }
+    }
 }
 
 /// Parses RON text of any of this crate's files (campaigns, protection plans, explorations)
@@ -370,6 +407,37 @@ impl CampaignSpec {
             }
             Sampling::Stratified { per_class } if !(1..=MAX_TRIALS).contains(&per_class) => {
                 return bad("sampling.per_class", per_class.to_string(), &format!("1..={MAX_TRIALS} trials"))
+            }
+            Sampling::Adaptive { target, budget, round, floor } => {
+                if !(1..=MAX_TRIALS).contains(&budget) {
+                    return bad("sampling.budget", budget.to_string(), &format!("1..={MAX_TRIALS} trials"));
+                }
+                if !(1..=budget).contains(&round) {
+                    return bad("sampling.round", round.to_string(), &format!("1..={budget} trials (the budget)"));
+                }
+                if !(1..=10_000).contains(&floor) {
+                    return bad("sampling.floor", floor.to_string(), "1..=10000 trials per stratum");
+                }
+                match target {
+                    Target::Absolute(e) if !(e > 0.0 && e <= 0.5) => {
+                        return bad(
+                            "sampling.target",
+                            format!("Absolute({})", num(e)),
+                            "Absolute(e) with e in (0, 0.5]",
+                        )
+                    }
+                    Target::Relative(r) if !(r > 0.0 && r <= 1.0) => {
+                        return bad("sampling.target", format!("Relative({})", num(r)), "Relative(r) with r in (0, 1]")
+                    }
+                    _ => {}
+                }
+                if self.mode == Mode::Inference {
+                    return bad(
+                        "sampling",
+                        "Adaptive".into(),
+                        "Exhaustive, Uniform or Stratified for an Inference campaign",
+                    );
+                }
             }
             _ => {}
         }

@@ -68,6 +68,11 @@ pub struct ClassRow {
     pub counts: Counts,
     /// Trials skipped as provably dead.
     pub skipped: u64,
+    /// Vulnerability: the summary's, so under `Adaptive` sampling its bit fields weigh by
+    /// their bits (else the share of its trials).
+    pub unmasked: Estimate,
+    /// Failure share, as `unmasked` is.
+    pub failure: Estimate,
     /// `fit_per_bit x bits x unmasked` (lo, p, hi), when the campaign gives a raw FIT.
     pub fit_unmasked: Option<[f64; 3]>,
     /// `fit_per_bit x bits x failure` (lo, p, hi).
@@ -222,23 +227,7 @@ pub fn unit_name(unit: &str) -> &'static str {
     }
 }
 
-/// The field of bit `bit` in a value of `format`: `sign`, `exponent` or `mantissa` for floats,
-/// `sign` or `magnitude` for two's-complement integers; `""` without a format.
-pub fn bit_field(format: Option<&str>, bit: u32) -> &'static str {
-    let (sign, exponent_lo) = match format {
-        Some("fp32") => (31, Some(23)),
-        Some("bf16") => (15, Some(7)),
-        Some("int8") => (7, None),
-        Some("int32") => (31, None),
-        _ => return "",
-    };
-    match exponent_lo {
-        _ if bit == sign => "sign",
-        Some(lo) if bit >= lo => "exponent",
-        Some(_) => "mantissa",
-        None => "magnitude",
-    }
-}
+pub use faultline_fault::sample::bit_field;
 
 /// For each of `intervals` (`[p, lo, hi]`, in rank order), the other ranks (0-based) whose
 /// intervals overlap its own: the ones this campaign cannot tell it apart from. Overlapping
@@ -317,8 +306,10 @@ pub fn aggregate(trace: &Trace) -> Report {
                 info: ci.clone(),
                 counts,
                 skipped: cs.skipped_dead,
-                fit_unmasked: scale(counts.unmasked()),
-                fit_failure: scale(counts.failure()),
+                unmasked: cs.unmasked,
+                failure: cs.failure,
+                fit_unmasked: scale(cs.unmasked),
+                fit_failure: scale(cs.failure),
             }
         })
         .collect();
@@ -329,13 +320,13 @@ pub fn aggregate(trace: &Trace) -> Report {
         }
         let rows: Vec<&ClassRow> = classes.iter().filter(|c| unit_name(&c.info.unit) == name).collect();
         let ubits: u64 = rows.iter().map(|c| c.info.bits).sum();
-        let combine = |f: fn(&Counts) -> Estimate| {
-            // One class: its own (Wilson) interval; several: the bit-weighted combination.
+        let combine = |f: fn(&ClassRow) -> Estimate| {
+            // One class: its own interval; several: the bit-weighted combination.
             if let [c] = rows[..] {
-                return pih(f(&c.counts));
+                return pih(f(c));
             }
             let strata: Vec<(f64, Estimate)> =
-                rows.iter().map(|c| (c.info.bits as f64 / ubits.max(1) as f64, f(&c.counts))).collect();
+                rows.iter().map(|c| (c.info.bits as f64 / ubits.max(1) as f64, f(c))).collect();
             let (p, lo, hi) = stratified(&strata);
             [p, lo, hi]
         };
@@ -343,8 +334,8 @@ pub fn aggregate(trace: &Trace) -> Report {
             unit: name.to_string(),
             bits: ubits,
             trials: rows.iter().map(|c| c.counts.trials()).sum(),
-            unmasked: combine(Counts::unmasked),
-            failure: combine(Counts::failure),
+            unmasked: combine(|c| c.unmasked),
+            failure: combine(|c| c.failure),
             fit_failure: fit.map(|_| rows.iter().filter_map(|c| c.fit_failure.map(|f| f[0])).sum()),
         });
     }
@@ -382,11 +373,11 @@ pub fn aggregate(trace: &Trace) -> Report {
     by_layer.sort_by(|a, b| a.name.cmp(&b.name));
     let mut by_op = rows(&trace.ops, &by_op);
     by_op.sort_by(|a, b| b.counts.trials().cmp(&a.counts.trials()).then(a.name.cmp(&b.name)));
-    let total_rate: f64 = classes.iter().map(|c| c.info.bits as f64 * c.counts.failure().p).sum();
+    let total_rate: f64 = classes.iter().map(|c| c.info.bits as f64 * c.failure.p).sum();
     let mut ranking: Vec<Rank> = classes
         .iter()
         .map(|c| {
-            let e = c.counts.failure();
+            let e = c.failure;
             let p = e.p;
             Rank {
                 class: c.info.class.clone(),

@@ -283,7 +283,7 @@ fn summary(trace: &Trace, r: &Report) -> Vec<Block> {
         .iter()
         .filter(|c| c.counts.trials() > 0)
         .map(|c| {
-            let (u, f) = (c.counts.unmasked(), c.counts.failure());
+            let (u, f) = (c.unmasked, c.failure);
             (format!("`{}`", c.info.class), [u.p, u.lo, u.hi], [f.p, f.lo, f.hi])
         })
         .collect();
@@ -547,11 +547,11 @@ fn by_class(fit_given: bool, r: &Report) -> Vec<Block> {
                         c.info.format.clone().unwrap_or_else(|| "-".into()),
                         c.info.bits.to_string(),
                         c.counts.trials().to_string(),
-                        pct_of(c.counts.unmasked()),
-                        pct_of(c.counts.failure()),
+                        pct_of(c.unmasked),
+                        pct_of(c.failure),
                     ];
                     cells.extend(c.fit_failure.map(|f| format!("{} [{}, {}]", fit(f[0]), fit(f[1]), fit(f[2]))));
-                    cells.push(trials_needed(c.counts.failure()));
+                    cells.push(trials_needed(c.failure));
                     Row { cells, strong: false }
                 })
                 .collect(),

@@ -46,7 +46,7 @@ pub fn write_summary(report: &Report, fit_per_bit: Option<f64>, path: &Path) -> 
     );
     w.write_record(&head).map_err(|e| csv_error(path, e))?;
     for c in &report.classes {
-        let (u, f) = (c.counts.unmasked(), c.counts.failure());
+        let (u, f) = (c.unmasked, c.failure);
         let mut row = vec![
             c.info.unit.clone(),
             c.info.class.clone(),

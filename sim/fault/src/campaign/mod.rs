@@ -13,7 +13,9 @@ use crate::outcome::Outcome;
 use crate::protect::{self, ProtectionPlan, Rule};
 use crate::record::{CampaignInfo, ClassInfo, Golden, Summary, TrialRecord, CODE_VERSION, SCHEMA};
 use crate::sample::Space;
-use crate::spec::{CampaignSpec, FaultModel, Lasts, Mode};
+use crate::spec::{CampaignSpec, FaultModel, Lasts, Mode, Sampling, Target};
+use crate::stats::design::{next_round, Stratum};
+use crate::stats::Estimate;
 use crate::store;
 use faultline_graph::checks::{BF16_UNIT, FP32_UNIT};
 use faultline_graph::ModelSpec;
@@ -987,15 +989,86 @@ impl Campaign {
     /// trainer) and records are written in trial order; on an error, the trials before the first
     /// failing one are written.
     pub fn run(&self, out: &Path, opts: RunOptions, progress: impl Fn(Progress) + Sync) -> Result<Summary> {
-        let ids: Vec<u64> = opts.shard.trials(self.info.trials).collect();
+        if let Sampling::Adaptive { target, budget, round, floor } = self.info.spec.sampling {
+            return self.run_adaptive(out, opts, (target, budget, round, floor), &progress);
+        }
         // The lock is held until the summary is written.
         let (_lock, done) = store::open_output(out, &self.info, &self.id, opts)?;
+        let ids: Vec<u64> = opts.shard.trials(self.info.trials).collect();
         progress(Progress::Start { recorded: done as u64, trials: ids.len() as u64 });
+        self.run_ids(out, opts, &ids[done.min(ids.len())..], &progress)?;
+        store::finish(out)
+    }
+
+    /// An adaptive campaign: rounds planned from the records of the rounds before
+    /// ([`crate::stats::design::next_round`]), run until the target or the budget is reached.
+    /// A resumed run plans the same rounds from the same records and runs what is missing.
+    fn run_adaptive(
+        &self,
+        out: &Path,
+        opts: RunOptions,
+        (target, budget, round, floor): (Target, u64, u64, u64),
+        progress: &(impl Fn(Progress) + Sync),
+    ) -> Result<Summary> {
+        if opts.shard != Shard::ALL {
+            return Err(FaultError::Invalid {
+                file: out.join("campaign.json"),
+                field: "sampling".into(),
+                value: "Adaptive".into(),
+                allowed: "an unsharded run (--shard 0/1): each round is planned from every earlier trial".into(),
+            });
+        }
+        let (_lock, done) = store::open_output(out, &self.info, &self.id, opts)?;
+        progress(Progress::Start { recorded: done as u64, trials: budget });
+        let strata = &self.space.strata;
+        let mut counts = vec![(0u64, 0u64); strata.len()];
+        let mut outcomes: Vec<Outcome> = Vec::new();
+        self.space.rounds.write().expect("no thread panics holding the rounds").clear();
+        loop {
+            let have: u64 = counts.iter().map(|c| c.1).sum();
+            let next = if have == 0 {
+                vec![floor; strata.len()]
+            } else {
+                let total: f64 = strata.iter().map(|s| s.bits as f64).sum();
+                let est: Vec<(f64, Estimate)> = (strata.iter().zip(&counts))
+                    .map(|(s, &(k, n))| (s.bits as f64 / total, Estimate::of(k, n)))
+                    .collect();
+                let (p, lo, hi) = crate::stats::stratified(&est);
+                if target.met(p, lo, hi) || have >= budget {
+                    break;
+                }
+                let design: Vec<Stratum> = est.iter().map(|(w, e)| Stratum::at_wilson_centre(*w, e)).collect();
+                let have_per: Vec<u64> = counts.iter().map(|c| c.1).collect();
+                next_round(&design, &have_per, round.min(budget - have), 0)
+            };
+            let ids = self.space.plan_round(next);
+            let todo: Vec<u64> = ids.clone().filter(|&t| t >= done as u64).collect();
+            self.run_ids(out, opts, &todo, progress)?;
+            // The round's outcomes, from the records (a resumed run's too).
+            if (outcomes.len() as u64) < ids.end {
+                outcomes = store::outcomes(out)?;
+            }
+            for t in ids {
+                let o = outcomes.get(t as usize).ok_or_else(|| {
+                    FaultError::Inconsistent(format!(
+                        "trial {t} of an adaptive round is not recorded in {}",
+                        out.display()
+                    ))
+                })?;
+                let s = self.space.stratum_of(t).expect("a planned trial");
+                counts[s].0 += o.failure() as u64;
+                counts[s].1 += 1;
+            }
+        }
+        store::finish(out)
+    }
+
+    /// Runs trials `todo` (in order, after those recorded in `out`) on `opts.threads` workers.
+    fn run_ids(&self, out: &Path, opts: RunOptions, todo: &[u64], progress: &(impl Fn(Progress) + Sync)) -> Result<()> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(opts.threads.max(1))
             .build()
             .map_err(|e| FaultError::Inconsistent(format!("cannot start worker threads: {e}")))?;
-        let todo = &ids[done.min(ids.len())..];
         let mut writer = Writer::open(out)?;
         let trainer = || {
             let mut t = self.trainer();
@@ -1015,8 +1088,7 @@ impl Campaign {
         let ran = run_ordered(&pool, todo.len(), window, trainer, trial, |batch| writer.add(&batch));
         // What was recorded is kept, whatever stopped the run.
         writer.finish()?;
-        ran?;
-        store::finish(out)
+        ran
     }
 }
 

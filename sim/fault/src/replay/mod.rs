@@ -251,6 +251,12 @@ fn fail(what: impl Into<String>) -> FaultError {
 /// that reaches no instruction; else steps the instruction (or follows the word) the record
 /// reports on.
 pub fn trial(c: &Campaign, rec: &Recorded, opts: &Options) -> Result<Trace> {
+    if matches!(c.info.spec.sampling, crate::spec::Sampling::Adaptive { .. }) {
+        return Err(fail(
+            "the campaign samples Adaptive: its trials' faults depend on rounds planned from its records, which a \
+             replay does not re-plan yet; replay a trial of a Uniform or Stratified campaign",
+        ));
+    }
     let (anchor, upset) = c.upset(rec.trial);
     let text = upset.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" + ");
     if text != rec.fault {

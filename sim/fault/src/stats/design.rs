@@ -15,6 +15,16 @@ pub struct Stratum {
     pub population: f64,
 }
 
+impl Stratum {
+    /// A stratum of weight `weight` whose outcome's deviation is taken at the centre of the
+    /// Wilson interval of its estimate `e` so far (so a stratum without a hit still draws
+    /// trials), over an unbounded population: what an adaptive round is planned from.
+    pub fn at_wilson_centre(weight: f64, e: &super::Estimate) -> Stratum {
+        let c = (e.lo + e.hi) / 2.0;
+        Stratum { weight, sd: (c * (1.0 - c)).sqrt(), population: f64::INFINITY }
+    }
+}
+
 /// Trials of a simple random sample that estimate a rate near `p` to within `margin` at
 /// normal quantile `z`, over `population` faults (Leveugle et al. 2009, eq. 2:
 /// `N / (1 + e^2 (N - 1) / (z^2 p (1 - p)))`); infinite populations give `z^2 p (1 - p) / e^2`.
@@ -199,13 +209,7 @@ mod tests {
                         covered += (lo <= truth && truth <= hi) as u32;
                         break;
                     }
-                    let strata: Vec<Stratum> = est
-                        .iter()
-                        .map(|(w, e)| {
-                            let c = (e.lo + e.hi) / 2.0;
-                            Stratum { weight: *w, sd: (c * (1.0 - c)).sqrt(), population: f64::INFINITY }
-                        })
-                        .collect();
+                    let strata: Vec<Stratum> = est.iter().map(|(w, e)| Stratum::at_wilson_centre(*w, e)).collect();
                     let round = next_round(&strata, &have, 500, 30);
                     for h in 0..weights.len() {
                         fails[h] += (0..round[h]).filter(|_| rng.gen::<f64>() < rates[h]).count() as u64;
