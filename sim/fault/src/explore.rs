@@ -477,12 +477,7 @@ fn compare_plans(baseline: &Campaign, results: &[(PlanResult, Vec<Outcome>, Vec<
                 .map(|(c, k)| (k.bits as f64 / total, c.difference(z)))
                 .collect();
             let d = mover(&parts);
-            let counts = strata.iter().fold(PairedCounts::default(), |a, c| PairedCounts {
-                both: a.both + c.both,
-                first_only: a.first_only + c.first_only,
-                second_only: a.second_only + c.second_only,
-                neither: a.neither + c.neither,
-            });
+            let counts: PairedCounts = strata.iter().copied().sum();
             let p_value = counts.p_value();
             out.push(PlanComparison {
                 first: ri.plan.clone(),

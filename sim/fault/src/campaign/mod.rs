@@ -996,7 +996,7 @@ impl Campaign {
         let (_lock, done) = store::open_output(out, &self.info, &self.id, opts)?;
         let ids: Vec<u64> = opts.shard.trials(self.info.trials).collect();
         progress(Progress::Start { recorded: done as u64, trials: ids.len() as u64 });
-        self.run_ids(out, opts, &ids[done.min(ids.len())..], &progress)?;
+        self.run_ids(out, opts, &ids[done.min(ids.len())..], &progress, None)?;
         store::finish(out)
     }
 
@@ -1022,7 +1022,9 @@ impl Campaign {
         progress(Progress::Start { recorded: done as u64, trials: budget });
         let strata = &self.space.strata;
         let mut counts = vec![(0u64, 0u64); strata.len()];
-        let mut outcomes: Vec<Outcome> = Vec::new();
+        // Every trial's outcome in trial order: those recorded before (read once), then each
+        // round's as it is written.
+        let mut outcomes: Vec<Outcome> = if done > 0 { store::outcomes(out)? } else { Vec::new() };
         self.space.rounds.write().expect("no thread panics holding the rounds").clear();
         loop {
             let have: u64 = counts.iter().map(|c| c.1).sum();
@@ -1041,30 +1043,38 @@ impl Campaign {
                 let have_per: Vec<u64> = counts.iter().map(|c| c.1).collect();
                 next_round(&design, &have_per, round.min(budget - have), 0)
             };
-            let ids = self.space.plan_round(next);
+            let ids = self.space.plan_round(next.clone());
             let todo: Vec<u64> = ids.clone().filter(|&t| t >= done as u64).collect();
-            self.run_ids(out, opts, &todo, progress)?;
-            // The round's outcomes, from the records (a resumed run's too).
-            if (outcomes.len() as u64) < ids.end {
-                outcomes = store::outcomes(out)?;
-            }
-            for t in ids {
-                let o = outcomes.get(t as usize).ok_or_else(|| {
-                    FaultError::Inconsistent(format!(
-                        "trial {t} of an adaptive round is not recorded in {}",
-                        out.display()
-                    ))
-                })?;
-                let s = self.space.stratum_of(t).expect("a planned trial");
-                counts[s].0 += o.failure() as u64;
-                counts[s].1 += 1;
+            self.run_ids(out, opts, &todo, progress, Some(&mut outcomes))?;
+            // The round's trials are numbered stratum after stratum.
+            let mut t = ids.start;
+            for (s, &n) in next.iter().enumerate() {
+                for t in t..t + n {
+                    let o = outcomes.get(t as usize).ok_or_else(|| {
+                        FaultError::Inconsistent(format!(
+                            "trial {t} of an adaptive round is not recorded in {}",
+                            out.display()
+                        ))
+                    })?;
+                    counts[s].0 += o.failure() as u64;
+                }
+                counts[s].1 += n;
+                t += n;
             }
         }
         store::finish(out)
     }
 
-    /// Runs trials `todo` (in order, after those recorded in `out`) on `opts.threads` workers.
-    fn run_ids(&self, out: &Path, opts: RunOptions, todo: &[u64], progress: &(impl Fn(Progress) + Sync)) -> Result<()> {
+    /// Runs trials `todo` (in order, after those recorded in `out`) on `opts.threads` workers,
+    /// appending their outcomes, in trial order, to `outcomes` if given.
+    fn run_ids(
+        &self,
+        out: &Path,
+        opts: RunOptions,
+        todo: &[u64],
+        progress: &(impl Fn(Progress) + Sync),
+        mut outcomes: Option<&mut Vec<Outcome>>,
+    ) -> Result<()> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(opts.threads.max(1))
             .build()
@@ -1085,7 +1095,12 @@ impl Campaign {
             Ok((rec, wall, time))
         };
         let window = WINDOW_PER_THREAD * pool.current_num_threads();
-        let ran = run_ordered(&pool, todo.len(), window, trainer, trial, |batch| writer.add(&batch));
+        let ran = run_ordered(&pool, todo.len(), window, trainer, trial, |batch| {
+            if let Some(o) = outcomes.as_mut() {
+                o.extend(batch.iter().map(|(rec, _, _)| rec.outcome));
+            }
+            writer.add(&batch)
+        });
         // What was recorded is kept, whatever stopped the run.
         writer.finish()?;
         ran

@@ -20,6 +20,18 @@ pub struct PairedCounts {
     pub neither: u64,
 }
 
+impl std::iter::Sum for PairedCounts {
+    /// The counts of all the pairs, e.g. of every class's.
+    fn sum<I: Iterator<Item = PairedCounts>>(iter: I) -> PairedCounts {
+        iter.fold(PairedCounts::default(), |a, c| PairedCounts {
+            both: a.both + c.both,
+            first_only: a.first_only + c.first_only,
+            second_only: a.second_only + c.second_only,
+            neither: a.neither + c.neither,
+        })
+    }
+}
+
 impl PairedCounts {
     /// The counts of paired outcomes `(failed under the first, failed under the second)`.
     pub fn of(pairs: impl IntoIterator<Item = (bool, bool)>) -> PairedCounts {
