@@ -65,8 +65,8 @@ fn sharding_and_bad_adaptive_specs_are_refused_in_one_line() {
         ("budget: 8000", "budget: 0", "sampling.budget"),
         ("round: 200", "round: 9000", "sampling.round"),
         ("floor: 10", "floor: 0", "sampling.floor"),
-        ("Absolute(0.001)", "Absolute(0.7)", "sampling.target"),
-        ("Absolute(0.001)", "Relative(0)", "sampling.target"),
+        ("Absolute(0.0001)", "Absolute(0.7)", "sampling.target"),
+        ("Absolute(0.0001)", "Relative(0)", "sampling.target"),
         ("budget: 8000", "budget: 300", "sampling.budget"),
     ] {
         let spec = tmp.path().join("bad.ron");

@@ -6,6 +6,7 @@ use crate::spec::{Along, FaultModel, Lasts};
 use faultline_hw::{HwConfig, SiteClass, Unit};
 use faultline_num::BitFault;
 use faultline_train::StepFault;
+use std::ops::Range;
 use std::path::Path;
 
 /// Where a trial's fault is anchored: bit `bit` of element `elem` of a class, at `cycle` of
@@ -109,6 +110,28 @@ impl FaultModel {
     /// Whether the fault stays for every later step.
     pub fn permanent(self) -> bool {
         matches!(self, FaultModel::StuckAt { lasts: Lasts::Permanent, .. })
+    }
+
+    /// The anchors (elements x cycles of a class with `elements` elements) whose upset can
+    /// strike some bit of `elems` in some cycle of `cycles`: the window itself for a one-cycle
+    /// fault on one element, earlier cycles for a stuck-at that lasts, every element for one
+    /// that covers whole steps (anchored at cycle 0), and neighbouring elements for an upset
+    /// along a row. A superset is safe (its extra anchors are skipped as dead); a subset
+    /// would lose faults, which `sample`'s `anchors_outside_the_reach_are_dead` checks.
+    pub fn reach(self, elems: &Range<u64>, cycles: &Range<u64>, elements: u64) -> (Range<u64>, Range<u64>) {
+        match self {
+            _ if self.whole_steps() => (elems.clone(), 0..1),
+            FaultModel::StuckAt { lasts: Lasts::Cycles(n), .. } => {
+                (elems.clone(), cycles.start.saturating_sub(n.saturating_sub(1))..cycles.end)
+            }
+            FaultModel::MultiBit { bits, along: Along::Elements } => {
+                let by = bits.saturating_sub(1) as u64;
+                (elems.start.saturating_sub(by)..(elems.end + by).min(elements), cycles.clone())
+            }
+            FaultModel::Flip | FaultModel::MultiBit { along: Along::Bits, .. } | FaultModel::StuckAt { .. } => {
+                (elems.clone(), cycles.clone())
+            }
+        }
     }
 
     /// The bits struck, all at the anchor's step and cycle (a step of `step_cycles` cycles).

@@ -62,6 +62,11 @@ pub struct ClassInfo {
     pub weight: f64,
     /// (bit, cycle) pairs of one step that may be live; the rest are provably dead.
     pub live_bit_cycles: u128,
+    /// Under `Adaptive`: the share of the class's faults its trials are drawn from, those
+    /// whose upset may be live; the rest are provably dead and count as masked, so the class's
+    /// rates are this share of its trials' rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_share: Option<f64>,
 }
 
 /// The fault-free run trials are compared with.
@@ -488,8 +493,8 @@ pub fn summarize<K: std::borrow::Borrow<RecordKey>>(
         .map(|(c, t)| {
             let (mut failure, mut unmasked) = (count(t, Outcome::failure), count(t, Outcome::unmasked));
             if adaptive {
-                failure = by_fields(c, t.bits.as_slice(), failure, |b| b.1).0;
-                unmasked = by_fields(c, t.bits.as_slice(), unmasked, |b| b.0).0;
+                failure = of_class(&by_fields(c, t.bits.as_slice(), failure, |b| b.1));
+                unmasked = of_class(&by_fields(c, t.bits.as_slice(), unmasked, |b| b.0));
             }
             let per_bit = (0..c.width)
                 .zip(&t.bits)
@@ -512,7 +517,7 @@ pub fn summarize<K: std::borrow::Borrow<RecordKey>>(
         .collect();
     let fielded = |f: fn(&(u64, u64, u64)) -> u64, o: fn(Outcome) -> bool| -> Vec<(f64, Estimate)> {
         (info.classes.iter().zip(&tallies))
-            .flat_map(|(c, t)| by_fields(c, &t.bits, count(t, o), f).1.into_iter().map(move |(w, e)| (c.weight * w, e)))
+            .flat_map(|(c, t)| by_fields(c, &t.bits, count(t, o), f).into_iter().map(move |(w, e)| (c.weight * w, e)))
             .collect()
     };
     let combine = |f: fn(&ClassSummary) -> Estimate, pooled: Estimate| match info.spec.sampling {
@@ -550,17 +555,27 @@ pub fn summarize<K: std::borrow::Borrow<RecordKey>>(
     }
 }
 
-/// The estimate of class `c` from its per-bit `(unmasked, failed, trials)` counts `bits`, the
-/// `k` of each bit being `f` of its counts, stratified by the class's bit fields
-/// ([`crate::sample::fields`]; a code's check bits are one field) and combined by their bits;
-/// with the fields' weights within the class and estimates. `whole` (the class's pooled
-/// estimate) stands for a one-field class, whose trials need no per-bit counts.
+/// A class's estimate from its fields' weights and estimates ([`by_fields`]): their
+/// stratified estimate, with the trials and hits of them all.
+fn of_class(parts: &[(f64, Estimate)]) -> Estimate {
+    let (p, lo, hi) = stratified(parts);
+    let (k, n) = parts.iter().fold((0, 0), |(k, n), (_, e)| (k + e.k, n + e.n));
+    Estimate { k, n, p, lo, hi }
+}
+
+/// The strata of class `c` under `Adaptive` from its per-bit `(unmasked, failed, trials)`
+/// counts `bits`, the `k` of each bit being `f` of its counts: the class's bit fields
+/// ([`crate::sample::fields`]; a code's check bits are one field), each weighted by its bits'
+/// share of the class times the share of the class its trials sample (the rest is provably
+/// dead), with its estimate. `whole` (the class's pooled estimate) stands for a one-field
+/// class, whose trials need no per-bit counts.
 fn by_fields(
     c: &ClassInfo,
     bits: &[(u64, u64, u64)],
     whole: Estimate,
     f: fn(&(u64, u64, u64)) -> u64,
-) -> (Estimate, Vec<(f64, Estimate)>) {
+) -> Vec<(f64, Estimate)> {
+    let share = c.sampled_share.unwrap_or(1.0);
     let fields = if c.class.ends_with(".check") {
         vec![("check bits", (0..c.width).collect())]
     } else {
@@ -569,14 +584,12 @@ fn by_fields(
     let parts: Vec<(f64, Estimate)> = (fields.iter())
         .map(|(_, pos)| {
             let (k, n) = pos.iter().filter_map(|&b| bits.get(b as usize)).fold((0, 0), |(k, n), x| (k + f(x), n + x.2));
-            (pos.len() as f64 / c.width as f64, Estimate::of(k, n))
+            (share * pos.len() as f64 / c.width as f64, Estimate::of(k, n))
         })
         .collect();
     // A code's check bits are recorded past the data bits, outside `bits`: one field, pooled.
     if fields.len() == 1 || parts.iter().all(|(_, e)| e.n == 0) {
-        return (whole, vec![(1.0, whole)]);
+        return vec![(share, whole)];
     }
-    let (p, lo, hi) = stratified(&parts);
-    let (k, n) = parts.iter().fold((0, 0), |(k, n), (_, e)| (k + e.k, n + e.n));
-    (Estimate { k, n, p, lo, hi }, parts)
+    parts
 }

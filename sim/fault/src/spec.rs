@@ -230,12 +230,14 @@ pub enum Sampling {
         per_class: u64,
     },
     /// Rounds of trials over strata (each class's bit fields: sign, exponent and mantissa of a
-    /// number format, else the high and low halves of the register), the first giving each
-    /// stratum `floor` trials, each later one `round` trials spread by Neyman allocation from
-    /// the earlier rounds' estimates, until the combined failure rate's 95% interval is as
-    /// narrow as `target` or `budget` trials have run. Strata combine by their bits, so the
-    /// estimate is unbiased; rounds depend only on earlier records, so threads and `--resume`
-    /// give the same trials. Unsharded.
+    /// number format, else the high and low halves of the register), drawn only where a fault
+    /// may be live (the provably dead rest counts as masked; with `skip_dead: false`,
+    /// everywhere), the first giving each stratum `floor` trials, each later one `round`
+    /// trials spread by Neyman allocation from the earlier rounds' estimates, until the
+    /// combined failure rate's 95% interval is as narrow as `target` or `budget` trials have
+    /// run. Strata combine by their share of the space, so the estimate is unbiased; rounds
+    /// depend only on earlier records, so threads and `--resume` give the same trials.
+    /// Unsharded.
     Adaptive {
         /// Half-width of the combined failure rate's 95% interval to stop at.
         target: Target,

@@ -301,6 +301,7 @@ fn class_info(space: &Space, hw: &HwConfig) -> Vec<ClassInfo> {
             weight: space.weight(i),
             live_bit_cycles: c.live.iter().map(|w| w.bit_cycles(hw)).sum::<u128>() * c.width(hw) as u128
                 / c.class.width(hw) as u128,
+            sampled_share: space.reach_share(hw, i),
         })
         .collect()
 }

@@ -134,10 +134,8 @@ impl Campaign {
             let next = if have == 0 {
                 vec![floor; strata.len()]
             } else {
-                let total: f64 = strata.iter().map(|s| s.bits as f64).sum();
-                let est: Vec<(f64, Estimate)> = (strata.iter().zip(&counts))
-                    .map(|(s, &(k, n))| (s.bits as f64 / total, Estimate::of(k, n)))
-                    .collect();
+                let est: Vec<(f64, Estimate)> =
+                    (strata.iter().zip(&counts)).map(|(s, &(k, n))| (s.weight, Estimate::of(k, n))).collect();
                 let (p, lo, hi) = crate::stats::stratified(&est);
                 if target.met(p, lo, hi) || have >= budget {
                     break;

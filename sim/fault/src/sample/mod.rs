@@ -9,7 +9,7 @@
 use crate::error::{FaultError, Result};
 use crate::model::Anchor;
 use crate::protect::EccInfo;
-use crate::spec::{CampaignSpec, Sampling, MAX_TRIALS};
+use crate::spec::{CampaignSpec, FaultModel, Sampling, MAX_TRIALS};
 use faultline_graph::StepSchedule;
 use faultline_hw::fault::glob_match;
 use faultline_hw::{HwConfig, SiteClass};
@@ -19,6 +19,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
+
+pub use region::Region;
+
+mod region;
 
 /// One selected class, or the check bits a code adds to one: its bits and the windows in which
 /// they may be live.
@@ -77,12 +81,16 @@ pub struct Space {
     pub seed: u64,
     /// Under `Adaptive`: the strata (a class's bit field each), class after class.
     pub strata: Vec<FieldStratum>,
+    /// Under `Adaptive`, per class: the (element, cycle) pairs where its faults are sampled,
+    /// those whose upset may be live (with `skip_dead: false`, all of them).
+    pub reach: Vec<Arc<Region>>,
     /// Under `Adaptive`: the trials of each stratum in each round planned so far; trials are
     /// numbered round after round, stratum after stratum ([`Space::plan_round`]).
     pub rounds: Arc<RwLock<Vec<Vec<u64>>>>,
 }
 
-/// A stratum of adaptive sampling: the bits of one field of one class's elements.
+/// A stratum of adaptive sampling: the bits of one field of one class's elements, at the
+/// (element, cycle) pairs where a fault may be live ([`Space::reach`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FieldStratum {
     /// Index of the class in [`Space::classes`].
@@ -91,8 +99,9 @@ pub struct FieldStratum {
     pub field: &'static str,
     /// Its bit positions in an element (of the class's sampled width).
     pub positions: Vec<u32>,
-    /// Its bits over all elements.
-    pub bits: u64,
+    /// Its share of the whole sampled space (bits x cycles x steps of every class): the
+    /// shares sum to the live share, the rest being provably dead and masked.
+    pub weight: f64,
 }
 
 /// The field of bit `bit` in a value of `format`: `sign`, `exponent` or `mantissa` for floats,
@@ -189,26 +198,42 @@ impl Space {
             .collect();
         classes.extend(checks);
         let cycles = if spec.fault.whole_steps() { 1 } else { sched.total_cycles };
+        let reach: Vec<Arc<Region>> = match sampling {
+            Sampling::Adaptive { .. } => {
+                classes.iter().map(|c| Arc::new(reach(hw, spec.fault, spec.skip_dead, c, cycles))).collect()
+            }
+            _ => Vec::new(),
+        };
+        let total: f64 = classes.iter().map(|c| c.bits as f64 * cycles as f64).sum();
         let strata = match sampling {
             Sampling::Adaptive { .. } => (classes.iter().enumerate())
                 .flat_map(|(i, c)| {
                     let format = c.class.format(hw).filter(|_| c.check_bits == 0).map(|f| f.name());
-                    let (w, elems) = (c.width(hw), c.bits / c.width(hw) as u64);
+                    let w = c.width(hw);
                     // A code's check bits are one stratum.
                     let fs =
                         if c.check_bits > 0 { vec![("check bits", (0..w).rev().collect())] } else { fields(format, w) };
-                    fs.into_iter().map(move |(field, positions)| FieldStratum {
+                    let area = reach[i].area() as f64;
+                    fs.into_iter().map(move |(field, positions): (&'static str, Vec<u32>)| FieldStratum {
                         class: i,
                         field,
-                        bits: elems * positions.len() as u64,
+                        weight: area * positions.len() as f64 / total,
                         positions,
                     })
                 })
                 .collect(),
             _ => Vec::new(),
         };
-        let space =
-            Space { classes, steps: spec.inject_steps.steps(), cycles, sampling, seed, strata, rounds: Arc::default() };
+        let space = Space {
+            classes,
+            steps: spec.inject_steps.steps(),
+            cycles,
+            sampling,
+            seed,
+            strata,
+            reach,
+            rounds: Arc::default(),
+        };
         if let Sampling::Adaptive { budget, floor, .. } = sampling {
             let first = floor.saturating_mul(space.strata.len() as u64);
             if first > budget {
@@ -328,15 +353,22 @@ impl Space {
                 draw(&mut rng, (class, idx))
             }
             Sampling::Adaptive { .. } => {
-                // A bit of the stratum's field, in a uniform element.
+                // A bit of the stratum's field at a uniform (element, cycle) of its reach.
                 let s = &self.strata[self.stratum_of(t).expect("trial of a planned round")];
                 let mut rng = trial_rng(self.seed, t);
-                let k = rng.gen_range(0..s.bits);
-                let (elem, pos) = (k / s.positions.len() as u64, s.positions[(k % s.positions.len() as u64) as usize]);
+                let n = s.positions.len() as u64;
+                let k = rng.gen_range(0..self.reach[s.class].area() * n);
+                let ((elem, cycle), pos) = (self.reach[s.class].at(k / n), s.positions[(k % n) as usize]);
                 let w = self.classes[s.class].width(hw) as u64;
-                draw(&mut rng, (s.class, elem * w + pos as u64))
+                at(s.class, elem * w + pos as u64, rng.gen_range(0..self.steps.len()), cycle)
             }
         }
+    }
+
+    /// Under `Adaptive`: the share of class `i`'s faults whose anchor lies in its reach.
+    pub fn reach_share(&self, hw: &HwConfig, i: usize) -> Option<f64> {
+        let elements = self.classes[i].class.elements(hw);
+        self.reach.get(i).map(|r| r.area() as f64 / (elements as f64 * self.cycles as f64))
     }
 
     /// Bit `idx` of the selected classes' bits taken class after class: its class and its
@@ -366,6 +398,20 @@ impl Space {
     }
 }
 
+/// Class `c`'s reach: the (element, cycle) anchors whose upset under the spec's fault model
+/// may strike a live window ([`crate::model`]'s `reach` of each window), or every anchor when
+/// the spec runs dead faults too (`skip_dead: false`: nothing is taken as masked unseen).
+fn reach(hw: &HwConfig, fault: FaultModel, skip_dead: bool, c: &ClassSpace, cycles: u64) -> Region {
+    let elements = c.bits / c.width(hw) as u64;
+    if !skip_dead {
+        return Region::all(elements, cycles);
+    }
+    Region::union(c.live.iter().map(|w| {
+        let (e, k) = fault.reach(&w.elems, &w.cycles, elements);
+        (e, k.start.min(cycles)..k.end.min(cycles))
+    }))
+}
+
 /// The RNG of trial `t` of a campaign with seed `seed`: ChaCha8 keyed by both, independent of
 /// which thread, shard or run draws it.
 pub fn trial_rng(seed: u64, t: u64) -> ChaCha8Rng {
@@ -374,4 +420,59 @@ pub fn trial_rng(seed: u64, t: u64) -> ChaCha8Rng {
     key[8..16].copy_from_slice(&t.to_le_bytes());
     key[16..24].copy_from_slice(b"faultln1");
     ChaCha8Rng::from_seed(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Along, Lasts};
+    use faultline_hw::{Dataflow, Register, Unit};
+    use faultline_num::Precision;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// An anchor outside its class's reach gives a provably dead upset under every fault
+        /// model, so an adaptive campaign that samples only the reach loses no live fault.
+        #[test]
+        fn anchors_outside_the_reach_are_dead(
+            windows in prop::collection::vec((0u64..24, 1u64..8, 0u64..40, 1u64..12), 0..5),
+            anchors in prop::collection::vec((0u64..24, 0u32..16, 0u64..50), 64),
+        ) {
+            let hw = HwConfig::test_config(4, 6, Dataflow::WeightStationary, Precision::Bf16Fp32);
+            let class = SiteClass::all(&hw).into_iter().find(|c| c.unit == Unit::Mxu && c.register == Register::Weight).unwrap();
+            let elements = class.elements(&hw);
+            let live: Vec<LiveWindow> = (windows.into_iter())
+                .map(|(e, de, c, dc)| LiveWindow { class, elems: e.min(elements - 1)..(e + de).min(elements), cycles: c..c + dc })
+                .collect();
+            let cs = ClassSpace { class, bits: class.bit_count(&hw), live, check_bits: 0 };
+            let models = [
+                FaultModel::Flip,
+                FaultModel::MultiBit { bits: 2, along: Along::Bits },
+                FaultModel::MultiBit { bits: 3, along: Along::Elements },
+                FaultModel::StuckAt { value: 1, lasts: Lasts::Cycles(5) },
+                FaultModel::StuckAt { value: 0, lasts: Lasts::Step },
+            ];
+            for fault in models {
+                let cycles = if fault.whole_steps() { 1 } else { 50 };
+                let region = reach(&hw, fault, true, &cs, cycles);
+                let space = Space {
+                    classes: vec![cs.clone()],
+                    steps: vec![1],
+                    cycles,
+                    sampling: Sampling::Uniform { n: 1 },
+                    seed: 0,
+                    strata: Vec::new(),
+                    reach: Vec::new(),
+                    rounds: Arc::default(),
+                };
+                for &(elem, bit, cycle) in &anchors {
+                    let (elem, bit, cycle) = (elem % elements, bit % class.width(&hw), cycle % cycles);
+                    let a = Anchor { class, elem, bit, step: 1, cycle, check_bits: 0 };
+                    if !region.contains(elem, cycle) {
+                        prop_assert!(space.dead(&hw, &fault.upset(&hw, &a, 50)), "{fault:?} at {a:?}");
+                    }
+                }
+            }
+        }
+    }
 }
