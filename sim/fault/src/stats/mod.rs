@@ -77,16 +77,39 @@ pub fn wilson(k: u64, n: u64, z: f64) -> (f64, f64) {
     (lo, hi)
 }
 
-/// A stratified estimate: strata with weights `w` (summing to 1) and their estimates combine
-/// to `sum w p`, with the strata's Wilson intervals combined by MOVER ([`paired::mover`]), so
-/// that a stratum with no hits still carries uncertainty and a rare rate's interval stays
-/// skewed. Its coverage is checked by simulation, adaptive designs included
-/// ([`design`]'s tests). Returns `(p, lo, hi)` at 95%.
+/// A stratified estimate: strata with weights `w` (summing to at most 1; the rest of the space
+/// known to hold no hit) and their estimates combine to `y = sum w p`. Its 95% interval is
+/// the gamma interval of Fay & Feuer (1997) for a weighted sum of rare counts (a directly
+/// standardised rate): gamma quantiles matched to `y` and its variance `v = sum w^2 p (1 - p)
+/// / n`, the upper one with one more hit of the largest weight per trial `max w / n` added,
+/// so that strata with no hit still carry uncertainty, in proportion to how few trials their
+/// weight got. Summing the strata's own intervals instead (MOVER) widens the interval with
+/// every failure-free stratum and undercovers when hits are spread thin over many strata
+/// (91-92% where 20 strata each fail at 0.02%); the gamma interval keeps at least 94.7% on
+/// every case of [`design`]'s coverage tests, adaptive designs included. A stratum without a
+/// trial may hold anything: its weight is added to the upper end. Returns `(p, lo, hi)`.
 pub fn stratified(strata: &[(f64, Estimate)]) -> (f64, f64, f64) {
-    let parts: Vec<(f64, Interval)> =
-        (strata.iter()).filter(|(_, e)| e.n > 0).map(|&(w, e)| (w, Interval { p: e.p, lo: e.lo, hi: e.hi })).collect();
-    let m = paired::mover(&parts);
-    (m.p, m.lo.max(0.0), m.hi.min(1.0))
+    use statrs::distribution::Gamma;
+    let (seen, unseen): (Vec<&(f64, Estimate)>, Vec<&(f64, Estimate)>) =
+        strata.iter().filter(|(w, _)| *w > 0.0).partition(|(_, e)| e.n > 0);
+    let unseen: f64 = unseen.iter().map(|(w, _)| w).sum();
+    let total = seen.iter().map(|(w, _)| w).sum::<f64>() + unseen;
+    if seen.is_empty() {
+        return (0.0, 0.0, total.min(1.0));
+    }
+    let y: f64 = seen.iter().map(|(w, e)| w * e.p).sum();
+    let mut v: f64 = seen.iter().map(|(w, e)| w * w * e.p * (1.0 - e.p) / e.n as f64).sum();
+    if v <= 0.0 {
+        // Every stratum with a hit hit every time: count the hits as Poisson.
+        v = seen.iter().map(|(w, e)| (w / e.n as f64).powi(2) * e.k as f64).sum();
+    }
+    let largest = seen.iter().map(|(w, e)| w / e.n as f64).fold(0.0, f64::max);
+    let quantile = |mean: f64, var: f64, q: f64| {
+        Gamma::new(mean * mean / var, mean / var).expect("a positive mean and variance").inverse_cdf(q)
+    };
+    let lo = if y > 0.0 { quantile(y, v, 0.025) } else { 0.0 };
+    let hi = quantile(y + largest, v + largest * largest, 0.975) + unseen;
+    (y, lo.clamp(0.0, y), hi.clamp(y, total.min(1.0)))
 }
 
 #[cfg(test)]
@@ -143,5 +166,14 @@ mod tests {
         let (p, lo, hi) = stratified(&[(0.9, Estimate::of(0, 100)), (0.1, Estimate::of(50, 100))]);
         assert!((p - 0.05).abs() < 1e-12);
         assert!(lo < p && p < hi && hi < 0.1, "{lo} {hi}");
+        // One stratum without a hit: the exact Poisson bound -ln(0.025) / n.
+        let (p, lo, hi) = stratified(&[(1.0, Estimate::of(0, 100))]);
+        assert_eq!((p, lo), (0.0, 0.0));
+        assert!((hi - 0.025f64.ln().abs() / 100.0).abs() < 1e-9, "{hi}");
+        // A dead share (weights below 1) holds no hit; an unseen stratum may hold anything.
+        let (p, _, hi) = stratified(&[(0.1, Estimate::of(5, 100))]);
+        assert!((p - 0.005).abs() < 1e-12 && hi < 0.1);
+        let (_, _, hi) = stratified(&[(0.5, Estimate::of(0, 1000)), (0.2, Estimate::of(0, 0))]);
+        assert!(hi > 0.2);
     }
 }
