@@ -90,9 +90,8 @@ pub fn wilson(k: u64, n: u64, z: f64) -> (f64, f64) {
 /// trial may hold anything: its weight is added to the upper end. Returns `(p, lo, hi)`.
 pub fn stratified(strata: &[(f64, Estimate)]) -> (f64, f64, f64) {
     use statrs::distribution::Gamma;
-    let (seen, unseen): (Vec<&(f64, Estimate)>, Vec<&(f64, Estimate)>) =
-        strata.iter().filter(|(w, _)| *w > 0.0).partition(|(_, e)| e.n > 0);
-    let unseen: f64 = unseen.iter().map(|(w, _)| w).sum();
+    let seen: Vec<&(f64, Estimate)> = strata.iter().filter(|(w, e)| *w > 0.0 && e.n > 0).collect();
+    let unseen: f64 = strata.iter().filter(|(w, e)| *w > 0.0 && e.n == 0).map(|(w, _)| w).sum();
     let total = seen.iter().map(|(w, _)| w).sum::<f64>() + unseen;
     if seen.is_empty() {
         return (0.0, 0.0, total.min(1.0));
