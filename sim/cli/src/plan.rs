@@ -135,6 +135,7 @@ fn print(spec: &CampaignSpec, c: &Campaign, p: &CampaignPlan) {
         ("Uniform at the pilot's rate", p.uniform, p.uniform_seconds(p.uniform)),
         ("Stratified, equal per class, at the pilot's", p.equal_per_class, p.equal_seconds(p.equal_per_class)),
         ("Neyman allocation at the pilot's rates", p.neyman, p.neyman_seconds()),
+        ("Neyman over live faults only (Adaptive)", p.live_neyman, p.live_neyman_seconds()),
     ];
     for (name, trials, secs) in rows {
         println!("{name:<44} {trials:>10}  {}", duration(secs));

@@ -42,6 +42,10 @@ pub struct ClassPlan {
     pub at_pilot: u64,
     /// Its trials under Neyman allocation of the combined plan.
     pub neyman: u64,
+    /// Its trials under Neyman allocation over live faults only (as `Adaptive` draws them).
+    pub live_neyman: u64,
+    /// The pilot's mean wall time per live (not skipped) trial on one thread, in seconds.
+    pub live_trial_seconds: f64,
 }
 
 /// A campaign's plan.
@@ -65,6 +69,10 @@ pub struct CampaignPlan {
     pub equal_per_class: u64,
     /// Trials of Neyman-allocated stratified sampling at the pilot's rates, in all.
     pub neyman: u64,
+    /// Trials of Neyman allocation over the classes' live faults only, the dead share counted
+    /// masked (what `Adaptive` draws, by class; its bit fields can only need fewer), at the
+    /// pilot's rates among its live trials.
+    pub live_neyman: u64,
     /// Wall seconds of the golden run.
     pub golden_seconds: f64,
     /// Threads the wall times assume.
@@ -95,6 +103,12 @@ impl CampaignPlan {
     /// Wall seconds of the Neyman plan.
     pub fn neyman_seconds(&self) -> f64 {
         self.wall_seconds(&self.classes.iter().map(|c| c.neyman as f64).collect::<Vec<_>>())
+    }
+
+    /// Wall seconds of the Neyman plan over live faults, at the cost of a live trial.
+    pub fn live_neyman_seconds(&self) -> f64 {
+        let work: f64 = self.classes.iter().map(|c| c.live_trial_seconds * c.live_neyman as f64).sum();
+        self.golden_seconds + work / self.threads as f64
     }
 }
 
@@ -150,6 +164,8 @@ pub fn plan(
     let mut classes: Vec<ClassPlan> = (info.classes.iter().zip(&pilot.classes).zip(&seconds))
         .map(|((k, s), &(secs, n))| {
             let population = k.bits as f64 * cycles * steps;
+            // Dead trials cost microseconds: a class's time is its live trials'.
+            let live = s.trials - s.skipped_dead;
             ClassPlan {
                 class: k.class.clone(),
                 bits: k.bits,
@@ -160,6 +176,8 @@ pub fn plan(
                 worst_case: trials_for_margin(population, margin, z, 0.5).ceil() as u64,
                 at_pilot: trials_for_margin(population, margin, z, centre(&s.failure)).ceil() as u64,
                 neyman: 0,
+                live_neyman: 0,
+                live_trial_seconds: if live == 0 { 0.0 } else { secs / live as f64 },
             }
         })
         .collect();
@@ -172,6 +190,19 @@ pub fn plan(
     let neyman = neyman_trials(&design, margin, z).ceil() as u64;
     for (c, n) in classes.iter_mut().zip(neyman_allocation(&design, neyman, 1)) {
         c.neyman = n;
+    }
+    // Over live faults: each class's weight shrinks to its live share, its rate grows to the
+    // pilot's among its live trials (every failure is among them).
+    let live: Vec<Stratum> = (pilot.classes.iter().zip(&classes))
+        .map(|(s, c)| {
+            let q = (s.failure.k as f64 + 0.5) / ((s.trials - s.skipped_dead) as f64 + 1.0);
+            let w = s.weight * c.live_share;
+            Stratum { weight: w, sd: (q * (1.0 - q)).sqrt(), population: c.population * c.live_share }
+        })
+        .collect();
+    let live_neyman = neyman_trials(&live, margin, z).ceil() as u64;
+    for (c, n) in classes.iter_mut().zip(neyman_allocation(&live, live_neyman, 1)) {
+        c.live_neyman = n;
     }
     let total: f64 = classes.iter().map(|c| c.population).sum();
     // Uniform sampling's rate is the classes' rates weighted by their bits, at the same
@@ -188,6 +219,7 @@ pub fn plan(
         uniform: trials_for_margin(total, margin, z, pooled).ceil() as u64,
         equal_per_class: per_class * classes.len() as u64,
         neyman: classes.iter().map(|c| c.neyman).sum(),
+        live_neyman: classes.iter().map(|c| c.live_neyman).sum(),
         classes,
         golden_seconds,
         threads,
