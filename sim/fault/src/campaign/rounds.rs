@@ -1,0 +1,201 @@
+//! The rounds of an adaptive campaign, replayed from its outcomes: the one place that decides
+//! them, for an unsharded run, a shard running the next round (`--after`) and a merge saying
+//! whether another round is due. Each round is a pure function of the spec and the outcomes of
+//! the rounds before, so every process that replays the same outcomes plans the same rounds.
+
+use crate::outcome::Outcome;
+use crate::record::CampaignInfo;
+use crate::spec::{Sampling, Target};
+use crate::stats::design::{next_round, Stratum};
+use crate::stats::{stratified, Estimate};
+use std::ops::Range;
+
+/// Why an adaptive campaign stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// The combined failure rate's interval met the target.
+    Target,
+    /// The budget is spent.
+    Budget,
+}
+
+/// Where an adaptive campaign stands, given its first outcomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Round `index` (0-based) is the first whose trials are not all among the outcomes.
+    Round {
+        /// Its number, 0 for the first.
+        index: usize,
+        /// Its trial ids: trials are numbered round after round, stratum after stratum.
+        trials: Range<u64>,
+        /// Its trials in each stratum.
+        per_stratum: Vec<u64>,
+    },
+    /// No round is due: the campaign ends after `rounds` rounds, `trials` trials.
+    Finished {
+        /// Rounds run.
+        rounds: usize,
+        /// Trials run.
+        trials: u64,
+        /// Why it stopped.
+        why: Finish,
+    },
+}
+
+/// The rounds of an adaptive campaign planned so far, and the outcomes they were planned from.
+#[derive(Debug, Clone)]
+pub struct Rounds {
+    /// Bits of each stratum: their shares are the strata's weights.
+    bits: Vec<u64>,
+    target: Target,
+    budget: u64,
+    round: u64,
+    floor: u64,
+    /// Trials of each stratum in each round planned so far.
+    planned: Vec<Vec<u64>>,
+    /// Rounds whose outcomes are counted, and the trials they hold.
+    counted: usize,
+    counted_trials: u64,
+    /// `(failures, trials)` of each stratum over the counted rounds.
+    counts: Vec<(u64, u64)>,
+    finished: Option<Finish>,
+}
+
+impl Rounds {
+    /// The rounds of a campaign whose strata hold `bits` bits each, under `sampling` (`None`
+    /// unless it is `Adaptive`).
+    pub fn new(bits: Vec<u64>, sampling: Sampling) -> Option<Rounds> {
+        let Sampling::Adaptive { target, budget, round, floor } = sampling else { return None };
+        let counts = vec![(0, 0); bits.len()];
+        Some(Rounds {
+            bits,
+            target,
+            budget,
+            round,
+            floor,
+            planned: Vec::new(),
+            counted: 0,
+            counted_trials: 0,
+            counts,
+            finished: None,
+        })
+    }
+
+    /// The rounds of the campaign `campaign.json` describes (`None` unless it is adaptive): its
+    /// strata are each class's bit fields ([`crate::sample::fields`]; a code's check bits are
+    /// one), class after class, as [`crate::sample::Space`] lays them out, so that a merge can
+    /// plan without the golden run.
+    pub fn of(info: &CampaignInfo) -> Option<Rounds> {
+        let bits = (info.classes.iter())
+            .flat_map(|c| {
+                let elems = c.bits / u64::from(c.width.max(1));
+                let fields: Vec<usize> = if c.class.ends_with(".check") {
+                    vec![c.width as usize]
+                } else {
+                    crate::sample::fields(c.format.as_deref(), c.width).iter().map(|(_, p)| p.len()).collect()
+                };
+                fields.into_iter().map(move |n| elems * n as u64)
+            })
+            .collect();
+        Rounds::new(bits, info.spec.sampling)
+    }
+
+    /// Bits of each stratum.
+    pub fn bits(&self) -> &[u64] {
+        &self.bits
+    }
+
+    /// Trials of each stratum in each round planned so far.
+    pub fn planned(&self) -> &[Vec<u64>] {
+        &self.planned
+    }
+
+    /// Counts `outcomes` (the campaign's first outcomes in trial order, extending those of
+    /// earlier calls) round by round, planning each next round from the rounds before, and
+    /// returns the first round not wholly among them, or that the campaign is finished.
+    /// Outcomes past the end of a finished campaign are not looked at.
+    pub fn advance(&mut self, outcomes: &[Outcome]) -> Next {
+        loop {
+            if let Some(why) = self.finished {
+                return Next::Finished { rounds: self.planned.len(), trials: self.counted_trials, why };
+            }
+            if self.counted == self.planned.len() {
+                match self.plan() {
+                    Some(r) => self.planned.push(r),
+                    None => continue,
+                }
+            }
+            let per_stratum = &self.planned[self.counted];
+            let start = self.counted_trials;
+            let trials = start..start + per_stratum.iter().sum::<u64>();
+            if (outcomes.len() as u64) < trials.end {
+                return Next::Round { index: self.counted, trials, per_stratum: per_stratum.clone() };
+            }
+            // A round's trials are numbered stratum after stratum.
+            let mut t = start as usize;
+            for (c, &n) in self.counts.iter_mut().zip(per_stratum) {
+                c.0 += outcomes[t..t + n as usize].iter().filter(|o| o.failure()).count() as u64;
+                c.1 += n;
+                t += n as usize;
+            }
+            self.counted += 1;
+            self.counted_trials = trials.end;
+        }
+    }
+
+    /// The next round from the counted ones (`floor` per stratum first), or `None` with
+    /// `finished` set once the target is met or the budget spent.
+    fn plan(&mut self) -> Option<Vec<u64>> {
+        let have = self.counted_trials;
+        if have == 0 {
+            return Some(vec![self.floor; self.bits.len()]);
+        }
+        let total: f64 = self.bits.iter().map(|&b| b as f64).sum();
+        let est: Vec<(f64, Estimate)> =
+            (self.bits.iter().zip(&self.counts)).map(|(&b, &(k, n))| (b as f64 / total, Estimate::of(k, n))).collect();
+        let (p, lo, hi) = stratified(&est);
+        if self.target.met(p, lo, hi) {
+            self.finished = Some(Finish::Target);
+            return None;
+        }
+        if have >= self.budget {
+            self.finished = Some(Finish::Budget);
+            return None;
+        }
+        let design: Vec<Stratum> = est.iter().map(|(w, e)| Stratum::at_wilson_centre(*w, e)).collect();
+        let have_per: Vec<u64> = self.counts.iter().map(|c| c.1).collect();
+        let r = next_round(&design, &have_per, self.round.min(self.budget - have), 0);
+        // An empty round would plan itself forever.
+        if r.iter().sum::<u64>() == 0 {
+            self.finished = Some(Finish::Budget);
+            return None;
+        }
+        Some(r)
+    }
+}
+
+impl std::fmt::Display for Next {
+    /// The line `faultline campaign` and `faultline merge` end with (without the advice of
+    /// what to run next, which depends on the command).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Next::Round { index, trials, .. } => {
+                write!(
+                    f,
+                    "round {} (trials {}..{}, {})",
+                    index + 1,
+                    trials.start,
+                    trials.end,
+                    trials.end - trials.start
+                )
+            }
+            Next::Finished { rounds, trials, why } => {
+                let why = match why {
+                    Finish::Target => "target met",
+                    Finish::Budget => "budget spent",
+                };
+                write!(f, "finished: {why} after {rounds} rounds, {trials} trials")
+            }
+        }
+    }
+}
