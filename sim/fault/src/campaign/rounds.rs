@@ -199,3 +199,59 @@ impl std::fmt::Display for Next {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rounds(target: Target) -> Rounds {
+        Rounds::new(vec![1000, 10, 500], Sampling::Adaptive { target, budget: 300, round: 50, floor: 5 })
+            .expect("adaptive")
+    }
+
+    /// Every seventh trial fails.
+    fn outcomes(n: usize) -> Vec<Outcome> {
+        (0..n).map(|t| if t % 7 == 0 { Outcome::SharpDegrade } else { Outcome::HwMasked }).collect()
+    }
+
+    /// Until the campaign is finished, every round until the budget is spent.
+    fn replay(r: &mut Rounds) -> Next {
+        let mut seen = Vec::new();
+        loop {
+            match r.advance(&seen) {
+                Next::Round { trials, .. } => seen = outcomes(trials.end as usize),
+                done => return done,
+            }
+        }
+    }
+
+    /// Outcomes given all at once, round by round or one at a time plan the same rounds: the
+    /// floor first, then rounds of `round` trials, the last cut to the budget; outcomes that
+    /// end inside a round give that round.
+    #[test]
+    fn the_rounds_are_the_same_however_the_outcomes_arrive() {
+        let mut whole = rounds(Target::Absolute(1e-6));
+        let done = replay(&mut whole);
+        assert_eq!(done, Next::Finished { rounds: 7, trials: 300, why: Finish::Budget });
+        let sizes: Vec<u64> = whole.planned().iter().map(|r| r.iter().sum()).collect();
+        assert_eq!(sizes, [15, 50, 50, 50, 50, 50, 35]);
+        assert_eq!(whole.planned()[0], [5, 5, 5]);
+        let all = outcomes(300);
+        let mut at_once = rounds(Target::Absolute(1e-6));
+        assert_eq!(at_once.advance(&all), done);
+        assert_eq!(at_once.planned(), whole.planned());
+        let mut one_by_one = rounds(Target::Absolute(1e-6));
+        for n in 0..=300 {
+            let next = one_by_one.advance(&all[..n]);
+            if let Next::Round { trials, index, .. } = &next {
+                assert!(trials.contains(&(n as u64)), "{n} outcomes: {next:?}");
+                assert_eq!(whole.planned()[*index].iter().sum::<u64>(), trials.end - trials.start);
+            }
+        }
+        assert_eq!(one_by_one.advance(&all), done);
+        assert_eq!(one_by_one.planned(), whole.planned());
+        // A target a round meets stops the campaign there.
+        let mut met = rounds(Target::Absolute(0.5));
+        assert_eq!(replay(&mut met), Next::Finished { rounds: 1, trials: 15, why: Finish::Target });
+    }
+}
