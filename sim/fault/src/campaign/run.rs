@@ -123,7 +123,7 @@ impl Campaign {
             file: PathBuf::from(&self.info.spec_file),
             field: "sampling".into(),
             value: format!("{:?}", self.info.spec.sampling),
-            allowed: "Adaptive(...) with --after (the merge of an adaptive campaign's earlier rounds)".into(),
+            allowed: "Adaptive(...): only an adaptive campaign runs in rounds".into(),
         };
         let rounds = Rounds::of(&self.info).ok_or_else(not_adaptive)?;
         let strata: Vec<u64> = self.space.strata.iter().map(|s| s.bits).collect();
