@@ -1,9 +1,12 @@
 //! `faultline campaign` and `faultline merge`: fault-injection campaigns during training.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use faultline_fault::campaign::Next;
 use faultline_fault::record::Summary;
-use faultline_fault::{merge, Campaign, CampaignSpec, Outcome, Progress, RunOptions, Shard, TrialMode};
+use faultline_fault::spec::Sampling;
+use faultline_fault::store::merge_rounds;
+use faultline_fault::{Campaign, CampaignSpec, Outcome, Progress, RunOptions, Shard, TrialMode};
 use faultline_hw::budget::HostMemory;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -29,6 +32,12 @@ pub struct CampaignArgs {
     /// Continue the records in --out (after a kill or crash) instead of refusing it.
     #[arg(long)]
     pub resume: bool,
+    /// For a shard of an Adaptive campaign: run its slice of the round after those merged in
+    /// DIR (`faultline merge` of the shards' earlier rounds), appending to --out, which holds
+    /// its slices of them; without it a shard runs the first round. The last line says which
+    /// round ran, or that the campaign is finished and nothing ran.
+    #[arg(long, value_name = "DIR")]
+    pub after: Option<PathBuf>,
     /// How trials run: hybrid (the faulted instruction at register level, the rest
     /// functionally; provably dead faults not run) or cycle (every instruction of every step at
     /// register level, dead faults included). Records are identical; cycle is the reference
@@ -76,6 +85,14 @@ pub fn run(a: CampaignArgs, mem: &HostMemory) -> Result<()> {
         spec.protection = Some(std::path::absolute(plan).with_context(|| format!("--protect {}", plan.display()))?);
         spec.validate(&a.spec)?;
     }
+    if let (Some(dir), false) = (&a.after, matches!(spec.sampling, Sampling::Adaptive { .. })) {
+        bail!(
+            "--after {}: only a shard of an Adaptive campaign runs after a merge, and {} samples {:?}",
+            dir.display(),
+            a.spec.display(),
+            spec.sampling
+        );
+    }
     let threads = a.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |t| t as usize);
     let show = !a.json && std::io::stderr().is_terminal();
     let golden = if show {
@@ -113,32 +130,49 @@ pub fn run(a: CampaignArgs, mem: &HostMemory) -> Result<()> {
         Mode::Cycle => TrialMode::CycleLevel,
     };
     let opts = RunOptions { threads, shard: a.shard, resume: a.resume, mode };
-    let summary = c
-        .run(&a.out, opts, |p| match p {
-            Progress::Start { recorded, trials } => {
-                // The bar counts this run's trials, so its rate and ETA are this run's.
-                bar.set_length(trials - recorded);
-                if recorded > 0 {
-                    bar.println(format!("resuming: {recorded} of {trials} trials recorded already"));
-                }
+    let adaptive = matches!(c.info.spec.sampling, Sampling::Adaptive { .. });
+    let progress = |p: Progress| match p {
+        Progress::Start { recorded, trials } => {
+            // The bar counts this run's trials, so its rate and ETA are this run's.
+            bar.set_length(trials - recorded);
+            if recorded > 0 {
+                bar.println(format!("resuming: {recorded} of {trials} trials recorded already"));
             }
-            Progress::Trial(r) => {
-                let i = Outcome::ALL.iter().position(|&o| o == r.outcome).expect("outcome listed");
-                counts[i].fetch_add(1, Ordering::Relaxed);
-                let msg: Vec<String> = Outcome::ALL
-                    .iter()
-                    .zip(&counts)
-                    .map(|(o, n)| (o, n.load(Ordering::Relaxed)))
-                    .filter(|(_, n)| *n > 0)
-                    .map(|(o, n)| format!("{o} {n}"))
-                    .collect();
-                bar.set_message(msg.join(", "));
-                bar.inc(1);
-            }
-        })
-        .with_context(|| format!("campaign {}", a.spec.display()))?;
+        }
+        Progress::Trial(r) => {
+            let i = Outcome::ALL.iter().position(|&o| o == r.outcome).expect("outcome listed");
+            counts[i].fetch_add(1, Ordering::Relaxed);
+            let msg: Vec<String> = Outcome::ALL
+                .iter()
+                .zip(&counts)
+                .map(|(o, n)| (o, n.load(Ordering::Relaxed)))
+                .filter(|(_, n)| *n > 0)
+                .map(|(o, n)| format!("{o} {n}"))
+                .collect();
+            bar.set_message(msg.join(", "));
+            bar.inc(1);
+        }
+    };
+    let ran = if adaptive {
+        c.run_rounds(&a.out, opts, a.after.as_deref(), progress).map(|(s, n)| (s, Some(n)))
+    } else {
+        c.run(&a.out, opts, progress).map(|s| (s, None))
+    };
+    let (summary, next) = ran.with_context(|| format!("campaign {}", a.spec.display()))?;
     bar.finish_and_clear();
     print_summary(&summary, a.json, &a.out)?;
+    if let Some(n) = next {
+        // One round of a shard says what ran; the rest say whether the campaign is finished.
+        let line = match (&n, a.shard == Shard::ALL && a.after.is_none()) {
+            (Next::Round { .. }, _) => format!(
+                "adaptive: ran {n} on shard {}/{}; merge the shards, then run the next round with --after MERGED_DIR",
+                a.shard.index, a.shard.count
+            ),
+            (Next::Finished { .. }, true) => format!("adaptive: {n}"),
+            (Next::Finished { .. }, false) => format!("adaptive: {n}; nothing to run"),
+        };
+        print_status(&line, a.json);
+    }
     if let (Some(p), false) = (&c.info.protection, a.json) {
         print_protection(p);
     }
@@ -173,8 +207,26 @@ fn print_protection(p: &faultline_fault::protect::Applied) {
 
 /// Runs `faultline merge`.
 pub fn run_merge(a: MergeArgs) -> Result<()> {
-    let summary = merge(&a.out, &a.shards)?;
-    print_summary(&summary, a.json, &a.out)
+    let (summary, next) = merge_rounds(&a.out, &a.shards)?;
+    print_summary(&summary, a.json, &a.out)?;
+    match next {
+        Some(n @ Next::Round { .. }) => {
+            print_status(&format!("adaptive: next {n}; run each shard with --after {}", a.out.display()), a.json)
+        }
+        Some(n) => print_status(&format!("adaptive: {n}"), a.json),
+        None => {}
+    }
+    Ok(())
+}
+
+/// Prints an adaptive campaign's last line, `adaptive: ...` (scripts test its start): on
+/// standard output after the table, or on standard error beside `--json`'s one object.
+fn print_status(line: &str, json: bool) {
+    if json {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
 }
 
 /// Prints a summary: a table of outcome shares per class, or JSON.

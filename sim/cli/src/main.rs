@@ -70,7 +70,8 @@ enum Command {
     /// Run a fault-injection campaign during training: one fault per trial, each classified by
     /// what it did to training (resumable, shardable).
     Campaign(campaign::CampaignArgs),
-    /// Combine the shard directories of a campaign into what one run writes.
+    /// Combine the shard directories of a campaign into what one run writes (of an adaptive
+    /// campaign, the rounds run so far; its last line says whether another round is due).
     Merge(campaign::MergeArgs),
     /// Plan a campaign before running it: the trials a stated margin on its failure rate needs
     /// (per class, uniform, equal per class, Neyman-allocated) and their wall time, from a timed

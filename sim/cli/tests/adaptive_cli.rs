@@ -1,13 +1,19 @@
 //! Adaptive campaigns as a user runs them: rounds planned from the records, so one thread or
-//! two, and a run cut off mid-round and resumed, write the same records byte for byte; the
-//! summary combines the strata; sharding and bad specs are refused in one line.
+//! two, shards merged after every round, and a run cut off or killed mid-round and resumed,
+//! write the same records byte for byte; the summary combines the strata; a wrong `--after`
+//! and bad specs are refused in one line.
 
 mod common;
 use common::faultline;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const SPEC: &str = "configs/campaign-mlp-adaptive.ron";
+/// Four rounds of at most 144 trials, in well under a second.
+const SMALL: &str = "configs/campaign-slurm-adaptive.ron";
+const FILES: [&str; 3] = ["records.jsonl", "summary.json", "campaign.json"];
 
 fn run(out: &Path, extra: &[&str]) -> String {
     let mut args = vec!["campaign", SPEC, "--out", out.to_str().unwrap()];
@@ -47,13 +53,8 @@ fn rounds_are_the_same_for_any_thread_count_and_after_a_resume() {
 }
 
 #[test]
-fn sharding_and_bad_adaptive_specs_are_refused_in_one_line() {
+fn bad_adaptive_specs_are_refused_in_one_line() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("s");
-    let o = faultline(&["campaign", SPEC, "--out", out.to_str().unwrap(), "--shard", "0/2"]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("sampling") && err.contains("unsharded"), "{err}");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let text = fs::read_to_string(root.join(SPEC)).unwrap();
     // The spec's relative paths, made absolute for a copy outside configs/.
@@ -77,4 +78,247 @@ fn sharding_and_bad_adaptive_specs_are_refused_in_one_line() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(field), "{to}: {err}");
     }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `faultline ARGS`, which must succeed: its standard output.
+fn ok(args: &[&str]) -> String {
+    let o = faultline(args);
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `faultline ARGS`, which must fail with one line naming `what`s: the line.
+fn refused(args: &[&str], what: &[&str]) -> String {
+    let o = faultline(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    for w in what {
+        assert!(err.contains(w), "{args:?}: `{w}` not in {err}");
+    }
+    err
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn last_line(text: &str) -> &str {
+    text.lines().last().unwrap_or("")
+}
+
+/// Shard `i` of 3 of `spec` in `dir/s{i}`, after the merge `after` (the first round without).
+fn shard(spec: &str, dir: &Path, i: usize, after: Option<&Path>, extra: &[&str]) -> String {
+    let out = dir.join(format!("s{i}"));
+    let mut args = vec!["campaign", spec, "--out", s(&out), "--shard"];
+    let slice = format!("{i}/3");
+    args.push(&slice);
+    if let Some(a) = after {
+        args.extend(["--after", s(a)]);
+    }
+    args.extend(extra);
+    ok(&args)
+}
+
+/// Merges `dir/s0..s2` into `dir/{name}`: its path and what merge printed.
+fn merge(dir: &Path, name: &str) -> (PathBuf, String) {
+    let m = dir.join(name);
+    let shards: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("s{i}"))).collect();
+    let mut args = vec!["merge", "--out", s(&m)];
+    args.extend(shards.iter().map(|p| s(p)));
+    let text = ok(&args);
+    (m, text)
+}
+
+fn same_files(a: &Path, b: &Path) {
+    for f in FILES {
+        assert!(fs::read(a.join(f)).unwrap() == fs::read(b.join(f)).unwrap(), "{f} of {a:?} and {b:?} differ");
+    }
+}
+
+/// Three shards, merged after every round and run again after the merge until it says the
+/// campaign is finished, write what one run writes, on one thread or two; a shard run after
+/// the last merge runs nothing.
+#[test]
+fn shards_merged_after_each_round_write_the_unsharded_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let (one, two) = (d.path().join("one"), d.path().join("two"));
+    let text = ok(&["campaign", SMALL, "--out", s(&one), "--threads", "1"]);
+    assert_eq!(last_line(&text), "adaptive: finished: budget spent after 4 rounds, 240 trials");
+    ok(&["campaign", SMALL, "--out", s(&two), "--threads", "2"]);
+    same_files(&one, &two);
+    let mut after: Option<PathBuf> = None;
+    for round in 1..=4 {
+        for i in 0..3 {
+            let text = shard(SMALL, d.path(), i, after.as_deref(), &["--threads", "1"]);
+            let want = format!("adaptive: ran round {round} (trials ");
+            assert!(last_line(&text).starts_with(&want), "{text}");
+        }
+        let (m, text) = merge(d.path(), &format!("m{round}"));
+        let status = last_line(&text);
+        if round < 4 {
+            let want = format!("adaptive: next round {} (trials ", round + 1);
+            assert!(status.starts_with(&want) && status.ends_with(&format!("--after {}", s(&m))), "{text}");
+        } else {
+            assert_eq!(status, "adaptive: finished: budget spent after 4 rounds, 240 trials");
+        }
+        after = Some(m);
+    }
+    same_files(&one, after.as_deref().unwrap());
+    // The campaign is finished: a shard runs nothing and says so.
+    let text = shard(SMALL, d.path(), 1, after.as_deref(), &[]);
+    assert!(last_line(&text).ends_with("240 trials; nothing to run"), "{text}");
+    let (m, _) = merge(d.path(), "again");
+    same_files(&one, &m);
+}
+
+/// A copy of the small spec in `dir` with two rounds of 144 and 1,500 trials: slow enough at
+/// cycle level (a few seconds) to be killed in the second round.
+fn long_spec(dir: &Path) -> String {
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let text =
+        fs::read_to_string(root.join(SMALL)).unwrap().replace("budget: 240, round: 40", "budget: 1644, round: 1500");
+    let text = text.replace("\"../models/", &format!("\"{}/models/", root.display()));
+    let text = text.replace("hw: \"", &format!("hw: \"{}/configs/", root.display()));
+    let p = dir.join("long.ron");
+    fs::write(&p, text).unwrap();
+    s(&p).to_string()
+}
+
+fn lines(p: &Path) -> usize {
+    fs::read_to_string(p).map_or(0, |t| t.lines().count())
+}
+
+/// Starts `faultline campaign spec --out out ARGS` at cycle level on one thread and kills it
+/// (`kill -9`) once `records.jsonl` holds `at` lines, before it ends; returns the lines then.
+fn run_and_kill(spec: &str, out: &Path, args: &[&str], at: usize) -> usize {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_faultline"))
+        .args(["campaign", spec, "--out", s(out), "--threads", "1", "--mode", "cycle"])
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (records, start) = (out.join("records.jsonl"), Instant::now());
+    while lines(&records) < at {
+        assert!(child.try_wait().unwrap().is_none(), "the campaign ended before it could be killed");
+        assert!(start.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    lines(&records)
+}
+
+/// `kill -9` in the middle of the second round, unsharded and on a shard, then `--resume`:
+/// the same records as a run never killed.
+#[test]
+fn a_campaign_killed_mid_round_resumes_to_the_same_records() {
+    let d = tempfile::tempdir().unwrap();
+    let spec = long_spec(d.path());
+    let whole = d.path().join("whole");
+    let text = ok(&["campaign", &spec, "--out", s(&whole), "--threads", "2"]);
+    assert_eq!(last_line(&text), "adaptive: finished: target met after 2 rounds, 1644 trials");
+    // Unsharded: killed between trials 144 and 1644, resumed on two threads.
+    let killed = d.path().join("killed");
+    let at = run_and_kill(&spec, &killed, &[], 400);
+    assert!((400..1644).contains(&at), "killed at {at} records");
+    ok(&["campaign", &spec, "--out", s(&killed), "--resume", "--threads", "2"]);
+    same_files(&whole, &killed);
+    // Shard 0 of 3 killed in its slice of the second round (trials 48 to 548 of its own).
+    for i in 0..3 {
+        shard(&spec, d.path(), i, None, &["--threads", "1"]);
+    }
+    let (m1, _) = merge(d.path(), "m1");
+    let at = run_and_kill(&spec, &d.path().join("s0"), &["--shard", "0/3", "--after", s(&m1)], 150);
+    assert!((150..548).contains(&at), "killed at {at} records");
+    let text = shard(&spec, d.path(), 0, Some(&m1), &["--resume", "--threads", "2"]);
+    assert!(last_line(&text).starts_with("adaptive: ran round 2 (trials 144..1644"), "{text}");
+    for i in 1..3 {
+        shard(&spec, d.path(), i, Some(&m1), &[]);
+    }
+    let (m2, text) = merge(d.path(), "m2");
+    assert_eq!(last_line(&text), "adaptive: finished: target met after 2 rounds, 1644 trials");
+    same_files(&whole, &m2);
+}
+
+/// `--after` must be the latest merge of these shards, of this campaign, of whole rounds; a
+/// merge of shards at different rounds is refused too. Each refusal is one line naming the
+/// directory and what is wrong.
+#[test]
+fn a_wrong_after_is_refused_in_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    for i in 0..3 {
+        shard(SMALL, dir, i, None, &[]);
+    }
+    let (m1, _) = merge(dir, "m1");
+    for i in 0..3 {
+        shard(SMALL, dir, i, Some(&m1), &[]);
+    }
+    let (m2, _) = merge(dir, "m2");
+    for i in 0..3 {
+        shard(SMALL, dir, i, Some(&m2), &[]);
+    }
+    let (m3, _) = merge(dir, "m3");
+    // The round after a merge is run again: nothing to do.
+    let text = shard(SMALL, dir, 2, Some(&m2), &[]);
+    assert!(last_line(&text).starts_with("adaptive: ran round 3 (trials 184..224"), "{text}");
+    let s0 = dir.join("s0");
+    let run = |after: &Path| -> Vec<String> {
+        ["campaign", SMALL, "--out", s(&s0), "--shard", "0/3", "--after", s(after)].map(String::from).to_vec()
+    };
+    // A merge that misses the latest round: the shards have run past the round after it.
+    refused(&args(&run(&m1)), &[s(&s0), "past", "pass the latest merge of the shards as --after"]);
+    // Another campaign's directory.
+    let other = dir.join("other");
+    ok(&["campaign", "configs/campaign-slurm-test.ron", "--out", s(&other)]);
+    refused(&args(&run(&other)), &[s(&other.join("campaign.json")), "records another campaign"]);
+    // A shard's directory, not a merge.
+    refused(&args(&run(&dir.join("s1"))), &["s1/shard.json", "not a merge"]);
+    // A merge cut inside a round (as a hand-made one could be).
+    let cut = dir.join("cut");
+    fs::create_dir_all(&cut).unwrap();
+    fs::copy(m2.join("campaign.json"), cut.join("campaign.json")).unwrap();
+    let records = fs::read_to_string(m2.join("records.jsonl")).unwrap();
+    fs::write(cut.join("records.jsonl"), records.lines().take(150).map(|l| format!("{l}\n")).collect::<String>())
+        .unwrap();
+    refused(&args(&run(&cut)), &[s(&cut.join("records.jsonl")), "150 trials, which end inside round 2"]);
+    // A shard directory that did not run the earlier rounds.
+    let fresh = dir.join("fresh");
+    let err = refused(
+        &["campaign", SMALL, "--out", s(&fresh), "--shard", "0/3", "--after", s(&m2)],
+        &[s(&fresh), "holds no campaign", "ran the earlier rounds"],
+    );
+    assert!(!fresh.exists(), "{err}");
+    // Without --after, a shard past the first round.
+    refused(
+        &["campaign", SMALL, "--out", s(&s0), "--shard", "0/3", "--resume"],
+        &[s(&s0), "past the first round", "--after"],
+    );
+    // A campaign that is not adaptive has no rounds.
+    refused(
+        &[
+            "campaign",
+            "configs/campaign-slurm-test.ron",
+            "--out",
+            s(&dir.join("u")),
+            "--shard",
+            "0/3",
+            "--after",
+            s(&m2),
+        ],
+        &["--after", "only a shard of an Adaptive campaign"],
+    );
+    // Shards at different rounds do not merge.
+    shard(SMALL, dir, 0, Some(&m3), &[]);
+    let o = faultline(&["merge", "--out", s(&dir.join("m4")), s(&s0), s(&dir.join("s1")), s(&dir.join("s2"))]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!((o.status.code(), err.lines().count()), (Some(2), 1), "{err}");
+    assert!(err.contains("the shards stop at different rounds"), "{err}");
 }

@@ -236,8 +236,8 @@ pub enum Sampling {
     /// trials spread by Neyman allocation from the earlier rounds' estimates, until the
     /// combined failure rate's 95% interval is as narrow as `target` or `budget` trials have
     /// run. Strata combine by their share of the space, so the estimate is unbiased; rounds
-    /// depend only on earlier records, so threads and `--resume` give the same trials.
-    /// Unsharded.
+    /// depend only on earlier records, so threads and `--resume` give the same trials; shards
+    /// run it round by round, merged between rounds (`--after`).
     Adaptive {
         /// Half-width of the combined failure rate's 95% interval to stop at.
         target: Target,

@@ -8,7 +8,7 @@
 //!   streamed line by line; no reader holds a directory's records in memory.
 //! * **Never half-written**: whole files are written to a temporary and renamed.
 
-use crate::campaign::{RunOptions, Shard};
+use crate::campaign::{Next, Rounds, RunOptions, Shard};
 use crate::error::{FaultError, Result};
 use crate::record::{summarize, CampaignInfo, RecordKey, Summary, SCHEMA};
 use crate::Outcome;
@@ -324,6 +324,80 @@ pub fn outcomes(dir: &Path) -> Result<Vec<Outcome>> {
     err.map_or(Ok(out), Err)
 }
 
+/// The outcomes of `dir`, the merge (or unsharded run) of an adaptive campaign's earlier
+/// rounds, in trial order: its `campaign.json` must be `info_text` (the campaign being run),
+/// and its records trials 0, 1, 2, ... in order.
+pub fn merged_outcomes(dir: &Path, info_text: &str) -> Result<Vec<Outcome>> {
+    let f = read_info(dir)?;
+    if f.text != info_text {
+        return Err(FaultError::Output {
+            path: dir.join("campaign.json"),
+            why: "records another campaign than the one being run (spec, machine, code or golden run differ): \
+                  --after takes the merge of this campaign's shards"
+                .into(),
+        });
+    }
+    let shard = read_shard(dir)?;
+    if shard != Shard::ALL {
+        return Err(FaultError::Output {
+            path: dir.join("shard.json"),
+            why: format!(
+                "says shard {}/{}, not a merge: --after takes the `faultline merge` of the shards",
+                shard.index, shard.count
+            ),
+        });
+    }
+    let (mut keys, mut err, mut out) = (Keys::open(dir, &f.id)?, None, Vec::new());
+    for k in keys.iter(&mut err) {
+        if k.trial != out.len() as u64 {
+            return Err(FaultError::Output {
+                path: dir.join("records.jsonl"),
+                why: format!(
+                    "line {}: trial {} where trial {} belongs: not a whole campaign's records in order",
+                    out.len() + 1,
+                    k.trial,
+                    out.len()
+                ),
+            });
+        }
+        out.push(k.outcome);
+    }
+    err.map_or(Ok(out), Err)
+}
+
+/// Checks that the first `count` records of the directory `dir` of slice `shard` are, byte for
+/// byte, its trials' records in the merged directory `merged`: that `merged` was merged from it.
+pub fn check_slice(dir: &Path, merged: &Path, shard: Shard, count: u64) -> Result<()> {
+    let (path, merged_path) = (dir.join("records.jsonl"), merged.join("records.jsonl"));
+    let (mut mine, mut theirs) = (open_lines(&path)?, open_lines(&merged_path)?);
+    let short = |p: &Path| FaultError::Output { path: p.into(), why: "changed while being read".into() };
+    let mut t = 0;
+    for i in 0..count {
+        let want = shard.index + i * shard.count;
+        let m = theirs.as_mut().ok_or_else(|| short(&merged_path))?;
+        let other = loop {
+            let l = m.next_line().map_err(FaultError::io(&merged_path))?.ok_or_else(|| short(&merged_path))?;
+            t += 1;
+            if t > want {
+                break l.text.to_string();
+            }
+        };
+        let r = mine.as_mut().ok_or_else(|| short(&path))?;
+        let l = r.next_line().map_err(FaultError::io(&path))?.ok_or_else(|| short(&path))?;
+        if l.text != other {
+            return Err(FaultError::Output {
+                path: path.clone(),
+                why: format!(
+                    "line {}: trial {want} differs from its record in {}: not the directory merged there",
+                    i + 1,
+                    merged_path.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Writes `summary.json` of the records in `out` (streamed: memory does not grow with the
 /// records) and returns it.
 pub(crate) fn finish(out: &Path) -> Result<Summary> {
@@ -342,8 +416,17 @@ pub(crate) fn finish(out: &Path) -> Result<Summary> {
 /// writes (and the shards' `timing.jsonl`, in trial order). Streamed: every shard is read
 /// twice (checked, then copied), one line at a time.
 pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
+    Ok(merge_rounds(out, shards)?.0)
+}
+
+/// [`merge`], which for an adaptive campaign takes shards holding their slices of the same
+/// whole rounds (those run so far) and writes what an unsharded run stopped there writes;
+/// returns the summary and, for an adaptive campaign, its next round or that it is finished.
+pub fn merge_rounds(out: &Path, shards: &[PathBuf]) -> Result<(Summary, Option<Next>)> {
     let mut parts: std::collections::BTreeMap<u64, PathBuf> = std::collections::BTreeMap::new();
     let mut first: Option<(InfoFile, u64)> = None;
+    // Each shard and the records it holds, complete and in order.
+    let mut held: Vec<(PathBuf, Shard, u64)> = Vec::new();
     for dir in shards {
         let f = read_info(dir)?;
         let shard = read_shard(dir)?;
@@ -366,18 +449,17 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
         }
         let path = dir.join("records.jsonl");
         let scan = scan_records(&path, shard.trials(f.info.trials), &f.id)?;
-        let (got, in_order) = (scan.lines, scan.in_order == scan.lines);
-        let want = shard.trials(f.info.trials).count() as u64;
-        if !in_order || got != want {
+        if scan.in_order != scan.lines {
             return Err(FaultError::Output {
                 path: dir.clone(),
                 why: format!(
-                    "shard {}/{} is incomplete or out of order ({got} of its {want} trials recorded); run it with \
+                    "shard {}/{} is incomplete or out of order ({} of its records in order, {} lines); run it with \
                      --resume first",
-                    shard.index, shard.count
+                    shard.index, shard.count, scan.in_order, scan.lines
                 ),
             });
         }
+        held.push((dir.clone(), shard, scan.lines));
         if parts.insert(shard.index, dir.clone()).is_some() {
             return Err(FaultError::Output { path: dir.clone(), why: format!("shard {} is given twice", shard.index) });
         }
@@ -389,6 +471,53 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
     if !missing.is_empty() {
         return Err(FaultError::Output { path: out.into(), why: format!("shards missing: {}", missing.join(", ")) });
     }
+    // An adaptive campaign's shards hold the rounds run so far: the slices of trials 0..T
+    // partition them, so T is the sum.
+    let mut rounds = Rounds::of(&f.info);
+    let trials = match rounds {
+        Some(_) => held.iter().map(|h| h.2).sum(),
+        None => f.info.trials,
+    };
+    for (dir, shard, got) in &held {
+        let want = shard.trials(trials).count() as u64;
+        if *got != want {
+            let why = match rounds {
+                Some(_) => format!(
+                    "shard {}/{} holds {got} trials, but the shards hold {trials} in all, of which its slice is \
+                     {want}: the shards stop at different rounds; run each one's slice of the same rounds (--resume, \
+                     and the same --after)",
+                    shard.index, shard.count
+                ),
+                None => format!(
+                    "shard {}/{} is incomplete or out of order ({got} of its {want} trials recorded); run it with \
+                     --resume first",
+                    shard.index, shard.count
+                ),
+            };
+            return Err(FaultError::Output { path: dir.clone(), why });
+        }
+    }
+    let next = match rounds.as_mut() {
+        Some(r) => {
+            let outcomes = interleaved_outcomes(&parts, count, trials, &f.id)?;
+            let next = r.advance(&outcomes);
+            let start = match &next {
+                Next::Round { trials, .. } => trials.start,
+                Next::Finished { trials, .. } => *trials,
+            };
+            if start != trials {
+                return Err(FaultError::Output {
+                    path: parts[&0].clone(),
+                    why: format!(
+                        "the shards hold trials 0..{trials}, which end inside {next}: run every shard's slice of \
+                         that round to its end (--resume) first"
+                    ),
+                });
+            }
+            Some(next)
+        }
+        None => None,
+    };
     let _lock = DirLock::acquire(out).map_err(FaultError::io(out))?;
     if out.join("records.jsonl").exists() || out.join("campaign.json").exists() {
         return Err(FaultError::Output {
@@ -412,7 +541,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
     let mut readers = open("records.jsonl")?;
     let records_path = out.join("records.jsonl");
     write_streamed(&records_path, |w| {
-        for t in 0..f.info.trials {
+        for t in 0..trials {
             let (p, r) = &mut readers[(t % count) as usize];
             let l = r
                 .next_line()
@@ -424,7 +553,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
     })?;
     // Each shard's timing lines are in trial order: merge them by trial (corrupt lines dropped).
     let mut timing = open("timing.jsonl")?;
-    let next = |r: &mut JsonLines| -> Option<(u64, String)> {
+    let next_timing = |r: &mut JsonLines| -> Option<(u64, String)> {
         while let Ok(Some(l)) = r.next_line() {
             if let Some(t) = timing_trial(l.text).filter(|_| l.complete) {
                 return Some((t, l.text.to_string()));
@@ -432,7 +561,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
         }
         None
     };
-    let mut heads: Vec<Option<(u64, String)>> = timing.iter_mut().map(|(_, r)| next(r)).collect();
+    let mut heads: Vec<Option<(u64, String)>> = timing.iter_mut().map(|(_, r)| next_timing(r)).collect();
     let timing_path = out.join("timing.jsonl");
     write_streamed(&timing_path, |w| {
         while let Some(i) =
@@ -440,9 +569,29 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Summary> {
         {
             let (_, line) = heads[i].take().expect("a head");
             writeln!(w, "{line}").map_err(FaultError::io(&timing_path))?;
-            heads[i] = next(&mut timing[i].1);
+            heads[i] = next_timing(&mut timing[i].1);
         }
         Ok(())
     })?;
-    finish(out)
+    Ok((finish(out)?, next))
+}
+
+/// The outcomes of trials `0..trials` held by the shard directories `parts` (slice `i` of
+/// `count` at key `i`), in trial order.
+fn interleaved_outcomes(
+    parts: &std::collections::BTreeMap<u64, PathBuf>,
+    count: u64,
+    trials: u64,
+    id: &str,
+) -> Result<Vec<Outcome>> {
+    let mut keys: Vec<Keys> = parts.values().map(|d| Keys::open(d, id)).collect::<Result<_>>()?;
+    let mut out = Vec::with_capacity(trials as usize);
+    for t in 0..trials {
+        let k = &mut keys[(t % count) as usize];
+        match k.next_key()? {
+            Some(r) if r.trial == t => out.push(r.outcome),
+            _ => return Err(FaultError::Output { path: k.path.clone(), why: "changed while being merged".into() }),
+        }
+    }
+    Ok(out)
 }

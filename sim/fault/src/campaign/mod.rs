@@ -6,7 +6,8 @@
 //! trial order, one writer at a time, as they continue what was written (in batches, at least
 //! every 0.1 s while trials end, and synced to disk every second), so the records do not depend
 //! on the threads and a run killed at any moment resumes with nothing lost or repeated.
-//! `run.rs` runs a campaign, a shard of it, or an adaptive campaign's rounds.
+//! `run.rs` runs a campaign, a shard of it, or an adaptive campaign's rounds, which `rounds.rs`
+//! plans.
 
 use crate::error::{FaultError, Result};
 use crate::model::Anchor;
@@ -27,10 +28,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod rounds;
 mod run;
 mod trial;
 mod workers;
 
+pub use rounds::{Finish, Next, Rounds};
 pub use run::{Progress, RunOptions, Shard, TrialMode};
 
 /// The golden run's states around each injection step.
