@@ -565,7 +565,7 @@ fn of_class(parts: &[(f64, Estimate)]) -> Estimate {
 
 /// The strata of class `c` under `Adaptive` from its per-bit `(unmasked, failed, trials)`
 /// counts `bits`, the `k` of each bit being `f` of its counts: the class's bit fields
-/// ([`crate::sample::fields`]; a code's check bits are one field), each weighted by its bits'
+/// ([`crate::sample::strata_fields`]), each weighted by its bits'
 /// share of the class times the share of the class its trials sample (the rest is provably
 /// dead), with its estimate. `whole` (the class's pooled estimate) stands for a one-field
 /// class, whose trials need no per-bit counts.
@@ -576,11 +576,7 @@ fn by_fields(
     f: fn(&(u64, u64, u64)) -> u64,
 ) -> Vec<(f64, Estimate)> {
     let share = c.sampled_share.unwrap_or(1.0);
-    let fields = if c.class.ends_with(".check") {
-        vec![("check bits", (0..c.width).collect())]
-    } else {
-        crate::sample::fields(c.format.as_deref(), c.width)
-    };
+    let fields = crate::sample::strata_fields(c.format.as_deref(), c.width, c.class.ends_with(".check"));
     let parts: Vec<(f64, Estimate)> = (fields.iter())
         .map(|(_, pos)| {
             let (k, n) = pos.iter().filter_map(|&b| bits.get(b as usize)).fold((0, 0), |(k, n), x| (k + f(x), n + x.2));

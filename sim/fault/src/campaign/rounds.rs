@@ -82,19 +82,17 @@ impl Rounds {
     }
 
     /// The rounds of the campaign `campaign.json` describes (`None` unless it is adaptive): its
-    /// strata are each class's bit fields ([`crate::sample::fields`]; a code's check bits are
-    /// one), class after class, as [`crate::sample::Space`] lays them out, each weighted by the
+    /// strata are each class's bit fields ([`crate::sample::strata_fields`]), class after class, as [`crate::sample::Space`] lays them out, each weighted by the
     /// class's share of the space, the share of it that is sampled (`sampled_share`) and the
     /// field's share of its bits, as the summary weights them; so that a merge can plan
     /// without the golden run.
     pub fn of(info: &CampaignInfo) -> Option<Rounds> {
         let weights = (info.classes.iter())
             .flat_map(|c| {
-                let fields: Vec<usize> = if c.class.ends_with(".check") {
-                    vec![c.width as usize]
-                } else {
-                    crate::sample::fields(c.format.as_deref(), c.width).iter().map(|(_, p)| p.len()).collect()
-                };
+                let fields: Vec<usize> =
+                    (crate::sample::strata_fields(c.format.as_deref(), c.width, c.class.ends_with(".check")).iter())
+                        .map(|(_, p)| p.len())
+                        .collect();
                 let share = c.weight * c.sampled_share.unwrap_or(1.0);
                 fields.into_iter().map(move |n| share * n as f64 / f64::from(c.width.max(1)))
             })

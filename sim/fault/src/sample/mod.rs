@@ -135,6 +135,17 @@ pub fn field_of(format: Option<&str>, width: u32, bit: u32) -> &'static str {
     }
 }
 
+/// The bit fields an adaptive campaign stratifies a class by: its [`fields`], or for a code's
+/// check bits (`check`) one field of all of them. The one layout the sampler, the summary
+/// and the rounds of a merge all read.
+pub fn strata_fields(format: Option<&str>, width: u32, check: bool) -> Vec<(&'static str, Vec<u32>)> {
+    if check {
+        vec![("check bits", (0..width).rev().collect())]
+    } else {
+        fields(format, width)
+    }
+}
+
 /// The fields of a `width`-bit register holding `format`, most significant first, with their
 /// bit positions.
 pub fn fields(format: Option<&str>, width: u32) -> Vec<(&'static str, Vec<u32>)> {
@@ -209,10 +220,7 @@ impl Space {
             Sampling::Adaptive { .. } => (classes.iter().enumerate())
                 .flat_map(|(i, c)| {
                     let format = c.class.format(hw).filter(|_| c.check_bits == 0).map(|f| f.name());
-                    let w = c.width(hw);
-                    // A code's check bits are one stratum.
-                    let fs =
-                        if c.check_bits > 0 { vec![("check bits", (0..w).rev().collect())] } else { fields(format, w) };
+                    let fs = strata_fields(format, c.width(hw), c.check_bits > 0);
                     let area = reach[i].area() as f64;
                     fs.into_iter().map(move |(field, positions): (&'static str, Vec<u32>)| FieldStratum {
                         class: i,
