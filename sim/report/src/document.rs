@@ -7,7 +7,7 @@ use crate::aggregate::{bit_field, Counts, GroupRow, Heatmap, Report, MIN_CELL_TR
 use crate::figures::{heat_scale, Figure, HeatScale, Section};
 use crate::load::Trace;
 use faultline_fault::record::CampaignInfo;
-use faultline_fault::spec::Mode;
+use faultline_fault::spec::{Mode, Sampling};
 use faultline_fault::stats::design::trials_for_relative;
 use faultline_fault::stats::{Estimate, Z95};
 use faultline_fault::Outcome;
@@ -138,6 +138,14 @@ fn run_description(info: &CampaignInfo, dir: &str) -> Vec<String> {
     ];
     if s.mode == Mode::Inference {
         v.retain(|l| !l.starts_with("judging"));
+    }
+    if matches!(s.sampling, Sampling::Adaptive { .. }) {
+        v.push(
+            "adaptive sampling drew only faults that may be live: the class, unit and combined rates count the \
+             provably dead rest as masked, while the per-bit, per-PE, per-step and per-phase figures are shares \
+             of the live trials"
+                .into(),
+        );
     }
     v
 }
