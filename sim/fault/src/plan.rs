@@ -83,7 +83,12 @@ impl CampaignPlan {
     /// Expected wall seconds of `trials` spread over the classes as `per_class` says (trial
     /// counts), on [`CampaignPlan::threads`] threads, golden run included.
     pub fn wall_seconds(&self, per_class: &[f64]) -> f64 {
-        let work: f64 = self.classes.iter().zip(per_class).map(|(c, n)| c.trial_seconds * n).sum();
+        self.wall_at(per_class, |c| c.trial_seconds)
+    }
+
+    /// [`CampaignPlan::wall_seconds`] at `cost` per trial of each class.
+    fn wall_at(&self, per_class: &[f64], cost: fn(&ClassPlan) -> f64) -> f64 {
+        let work: f64 = self.classes.iter().zip(per_class).map(|(c, n)| cost(c) * n).sum();
         self.golden_seconds + work / self.threads as f64
     }
 
@@ -107,8 +112,8 @@ impl CampaignPlan {
 
     /// Wall seconds of the Neyman plan over live faults, at the cost of a live trial.
     pub fn live_neyman_seconds(&self) -> f64 {
-        let work: f64 = self.classes.iter().map(|c| c.live_trial_seconds * c.live_neyman as f64).sum();
-        self.golden_seconds + work / self.threads as f64
+        let per_class: Vec<f64> = self.classes.iter().map(|c| c.live_neyman as f64).collect();
+        self.wall_at(&per_class, |c| c.live_trial_seconds)
     }
 }
 
@@ -160,7 +165,8 @@ pub fn plan(
     let (steps, cycles) = (info.spec.inject_steps.count() as f64, cycles_sampled(info));
     // The Jeffreys estimate (the posterior mean under Jeffreys' prior): a class without
     // failures still has a variance, and a pilot without any does not plan for p = 0.
-    let centre = |e: &Estimate| (e.k as f64 + 0.5) / (e.n as f64 + 1.0);
+    let jeffreys = |k: u64, n: u64| (k as f64 + 0.5) / (n as f64 + 1.0);
+    let centre = |e: &Estimate| jeffreys(e.k, e.n);
     let mut classes: Vec<ClassPlan> = (info.classes.iter().zip(&pilot.classes).zip(&seconds))
         .map(|((k, s), &(secs, n))| {
             let population = k.bits as f64 * cycles * steps;
@@ -187,22 +193,19 @@ pub fn plan(
             Stratum { weight: s.weight, sd: (q * (1.0 - q)).sqrt(), population: c.population }
         })
         .collect();
-    let neyman = neyman_trials(&design, margin, z).ceil() as u64;
-    for (c, n) in classes.iter_mut().zip(neyman_allocation(&design, neyman, 1)) {
-        c.neyman = n;
-    }
     // Over live faults: each class's weight shrinks to its live share, its rate grows to the
     // pilot's among its live trials (every failure is among them).
     let live: Vec<Stratum> = (pilot.classes.iter().zip(&classes))
         .map(|(s, c)| {
-            let q = (s.failure.k as f64 + 0.5) / ((s.trials - s.skipped_dead) as f64 + 1.0);
+            let q = jeffreys(s.failure.k, s.trials - s.skipped_dead);
             let w = s.weight * c.live_share;
             Stratum { weight: w, sd: (q * (1.0 - q)).sqrt(), population: c.population * c.live_share }
         })
         .collect();
-    let live_neyman = neyman_trials(&live, margin, z).ceil() as u64;
-    for (c, n) in classes.iter_mut().zip(neyman_allocation(&live, live_neyman, 1)) {
-        c.live_neyman = n;
+    // The fewest trials that reach the margin, spread by Neyman allocation (one at least each).
+    let neyman_plan = |strata: &[Stratum]| neyman_allocation(strata, neyman_trials(strata, margin, z).ceil() as u64, 1);
+    for ((c, n), l) in classes.iter_mut().zip(neyman_plan(&design)).zip(neyman_plan(&live)) {
+        (c.neyman, c.live_neyman) = (n, l);
     }
     let total: f64 = classes.iter().map(|c| c.population).sum();
     // Uniform sampling's rate is the classes' rates weighted by their bits, at the same

@@ -501,11 +501,7 @@ pub fn merge_rounds(out: &Path, shards: &[PathBuf]) -> Result<(Summary, Option<N
         Some(r) => {
             let outcomes = interleaved_outcomes(&parts, count, trials, &f.id)?;
             let next = r.advance(&outcomes);
-            let start = match &next {
-                Next::Round { trials, .. } => trials.start,
-                Next::Finished { trials, .. } => *trials,
-            };
-            if start != trials {
+            if next.start() != trials {
                 return Err(FaultError::Output {
                     path: parts[&0].clone(),
                     why: format!(

@@ -173,6 +173,17 @@ impl Rounds {
     }
 }
 
+impl Next {
+    /// The first trial of the round due, or, once finished, the trials run: where the outcomes
+    /// of whole earlier rounds end.
+    pub fn start(&self) -> u64 {
+        match self {
+            Next::Round { trials, .. } => trials.start,
+            Next::Finished { trials, .. } => *trials,
+        }
+    }
+}
+
 impl std::fmt::Display for Next {
     /// The line `faultline campaign` and `faultline merge` end with (without the advice of
     /// what to run next, which depends on the command).

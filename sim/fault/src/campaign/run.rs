@@ -215,7 +215,7 @@ impl Campaign {
         let next = rounds.advance(&merged);
         let (start, end) = match &next {
             Next::Round { trials, .. } => (trials.start, trials.end),
-            Next::Finished { trials, .. } => (*trials, *trials),
+            Next::Finished { .. } => (next.start(), next.start()),
         };
         let after_path = after.unwrap_or(Path::new(""));
         if n != start {
