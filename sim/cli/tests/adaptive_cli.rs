@@ -4,11 +4,9 @@
 //! and bad specs are refused in one line.
 
 mod common;
-use common::faultline;
+use common::{faultline, run_and_kill};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 const SPEC: &str = "configs/campaign-mlp-adaptive.ron";
 /// Four rounds of at most 144 trials, in well under a second.
@@ -187,32 +185,6 @@ fn long_spec(dir: &Path) -> String {
     let p = dir.join("long.ron");
     fs::write(&p, text).unwrap();
     s(&p).to_string()
-}
-
-fn lines(p: &Path) -> usize {
-    fs::read_to_string(p).map_or(0, |t| t.lines().count())
-}
-
-/// Starts `faultline campaign spec --out out ARGS` at cycle level on one thread and kills it
-/// (`kill -9`) once `records.jsonl` holds `at` lines, before it ends; returns the lines then.
-fn run_and_kill(spec: &str, out: &Path, args: &[&str], at: usize) -> usize {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_faultline"))
-        .args(["campaign", spec, "--out", s(out), "--threads", "1", "--mode", "cycle"])
-        .args(args)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (records, start) = (out.join("records.jsonl"), Instant::now());
-    while lines(&records) < at {
-        assert!(child.try_wait().unwrap().is_none(), "the campaign ended before it could be killed");
-        assert!(start.elapsed() < Duration::from_secs(120), "no progress");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    lines(&records)
 }
 
 /// `kill -9` in the middle of the second round, unsharded and on a shard, then `--resume`:

@@ -3,10 +3,8 @@
 //! directory is refused unless it resumes; shards merge to the unsharded bytes.
 
 mod common;
-use common::faultline;
+use common::{faultline, lines, run_and_kill};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 const SPEC: &str = "configs/campaign-slurm-test.ron";
 
@@ -31,40 +29,14 @@ fn ok(out: std::process::Output) -> std::process::Output {
     out
 }
 
-fn lines(p: &Path) -> usize {
-    std::fs::read_to_string(p).map_or(0, |t| t.lines().count())
-}
-
-/// Starts a cycle-level campaign (slow enough to kill part-way) into `out` and kills it once
-/// `records.jsonl` holds at least `at` lines; returns the lines it had then.
-fn run_and_kill(spec: &str, out: &Path, at: usize) -> usize {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_faultline"))
-        .args(["campaign", spec, "--out", s(out), "--threads", "1", "--mode", "cycle", "--resume"])
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let records = out.join("records.jsonl");
-    let start = Instant::now();
-    while lines(&records) < at {
-        assert!(child.try_wait().unwrap().is_none(), "the campaign ended before it could be killed");
-        assert!(start.elapsed() < Duration::from_secs(120), "no progress");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    lines(&records)
-}
-
 #[test]
 fn a_killed_campaign_resumes_to_the_same_records() {
     let d = tempfile::tempdir().unwrap();
     let spec = long_spec(d.path());
     let (whole, killed) = (d.path().join("whole"), d.path().join("killed"));
     ok(faultline(&["campaign", &spec, "--out", s(&whole), "--threads", "2"]));
-    let first = run_and_kill(&spec, &killed, 20);
-    let second = run_and_kill(&spec, &killed, first + 60);
+    let first = run_and_kill(&spec, &killed, &["--resume"], 20);
+    let second = run_and_kill(&spec, &killed, &["--resume"], first + 60);
     assert!(first < second && second < 3000, "killed at {first} and {second} records of 3000");
     // A half-written last line (as a kill mid-write leaves) is cut on resume.
     let records = killed.join("records.jsonl");

@@ -1,6 +1,8 @@
 //! Running the `faultline` binary from the repository root, as a user would.
 
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// Runs `faultline ARGS` in the repository root.
 #[allow(dead_code)] // not every test binary runs it this way
@@ -51,4 +53,34 @@ pub fn limit_address_space(cmd: &mut Command, bytes: u64) {
     }
     #[cfg(not(unix))]
     let _ = (cmd, bytes);
+}
+
+/// Lines of the file `p` (0 if it does not exist).
+#[allow(dead_code)] // not every test binary counts lines
+pub fn lines(p: &Path) -> usize {
+    std::fs::read_to_string(p).map_or(0, |t| t.lines().count())
+}
+
+/// Starts `faultline campaign SPEC --out OUT ARGS` at cycle level on one thread and kills it
+/// (`kill -9`) once `records.jsonl` holds `at` lines, before it ends; returns the lines then.
+#[allow(dead_code)] // not every test binary kills a campaign
+pub fn run_and_kill(spec: &str, out: &Path, args: &[&str], at: usize) -> usize {
+    let out_arg = out.to_str().expect("a UTF-8 path");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_faultline"))
+        .args(["campaign", spec, "--out", out_arg, "--threads", "1", "--mode", "cycle"])
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (records, start) = (out.join("records.jsonl"), Instant::now());
+    while lines(&records) < at {
+        assert!(child.try_wait().unwrap().is_none(), "the campaign ended before it could be killed");
+        assert!(start.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    lines(&records)
 }
