@@ -7,25 +7,26 @@
 
 use crate::campaign::{Campaign, Progress, RunOptions, Shard, TrialMode};
 use crate::error::{FaultError, Result};
-use crate::model::Anchor;
 use crate::outcome::Outcome;
 use crate::protect;
 use crate::protect::ProtectionPlan;
 use crate::record::Summary;
 use crate::spec::{check_dir_name, num, read_ron, relative_to, CampaignSpec, MAX_FIT_PER_BIT};
-use crate::stats::paired::{mover, PairedCounts};
+use crate::stats::paired::PairedCounts;
 use crate::stats::Estimate;
 pub use crate::stats::Interval;
 use faultline_graph::op::{Op, Phase};
-use faultline_graph::NodeIndex;
 use faultline_hw::budget::HostMemory;
-use faultline_hw::isa::ExecUnit;
-use faultline_hw::Unit;
-use faultline_train::{StepFault, Trainer};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+
+mod front;
+mod pairing;
+
+use front::{compare_plans, mark_front_at_confidence, mark_pareto};
+use pairing::pair_with_baseline;
 
 /// `explore.json`: the results of one exploration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -448,141 +449,6 @@ fn explore_campaign<P: Fn(ExploreProgress) + Sync>(
     })
 }
 
-/// Every pair of `results` (plan result, outcomes, which trials pair with the baseline's)
-/// compared on the trials paired under both, stratified by the `baseline`'s classes.
-fn compare_plans(baseline: &Campaign, results: &[(PlanResult, Vec<Outcome>, Vec<bool>)]) -> Vec<PlanComparison> {
-    let classes = &baseline.info.classes;
-    let total: f64 = classes.iter().map(|k| k.bits as f64).sum();
-    // Each baseline trial's class, as an index into `classes`.
-    let class_of: Vec<usize> = (0..baseline.info.trials)
-        .map(|t| {
-            let name = baseline.upset(t).0.pattern();
-            classes.iter().position(|k| k.class == name).expect("a trial's stratum is a class of its campaign")
-        })
-        .collect();
-    let z = crate::stats::z(CONFIDENCE);
-    let mut out = Vec::new();
-    for i in 0..results.len() {
-        for j in i + 1..results.len() {
-            let ((ri, oi, pi), (rj, oj, pj)) = (&results[i], &results[j]);
-            let mut per_class = vec![Vec::new(); classes.len()];
-            for (t, &k) in class_of.iter().enumerate() {
-                if pi[t] && pj[t] {
-                    per_class[k].push((oi[t].failure(), oj[t].failure()));
-                }
-            }
-            let strata: Vec<PairedCounts> = per_class.into_iter().map(PairedCounts::of).collect();
-            let parts: Vec<(f64, Interval)> = (strata.iter().zip(classes))
-                .filter(|(c, _)| c.n() > 0)
-                .map(|(c, k)| (k.bits as f64 / total, c.difference(z)))
-                .collect();
-            let d = mover(&parts);
-            let counts: PairedCounts = strata.iter().copied().sum();
-            let p_value = counts.p_value();
-            out.push(PlanComparison {
-                first: ri.plan.clone(),
-                second: rj.plan.clone(),
-                counts,
-                difference: Interval { p: d.p, lo: d.lo.max(-1.0), hi: d.hi.min(1.0) },
-                p_value,
-                separated: p_value < 1.0 - CONFIDENCE,
-                trials_needed: counts.trials_to_separate(1.0 - CONFIDENCE, POWER),
-            });
-        }
-    }
-    out
-}
-
-/// Marks [`PlanResult::front_at_confidence`]: the front with failure rates that `comparisons`
-/// cannot tell apart counted as equal.
-fn mark_front_at_confidence(plans: &mut [PlanResult], comparisons: &[PlanComparison]) {
-    let cmp = |a: &str, b: &str| -> Option<std::cmp::Ordering> {
-        let c = comparisons.iter().find(|c| (c.first == a && c.second == b) || (c.first == b && c.second == a))?;
-        if !c.separated {
-            return Some(std::cmp::Ordering::Equal);
-        }
-        // Told apart: the first fails less when more trials failed under the second alone.
-        let first_less = c.counts.second_only > c.counts.first_only;
-        Some(if first_less == (c.first == a) { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater })
-    };
-    let costs = |p: &PlanResult| [p.area_bits as f64, p.cycle_overhead];
-    let dominated: Vec<bool> = plans
-        .iter()
-        .map(|b| {
-            plans.iter().any(|a| {
-                let (ca, cb) = (costs(a), costs(b));
-                if a.plan == b.plan || !ca.iter().zip(&cb).all(|(x, y)| x <= y) {
-                    return false;
-                }
-                match cmp(&a.plan, &b.plan) {
-                    Some(std::cmp::Ordering::Less) => true,
-                    Some(std::cmp::Ordering::Equal) => ca.iter().zip(&cb).any(|(x, y)| x < y),
-                    _ => false,
-                }
-            })
-        })
-        .collect();
-    for (p, d) in plans.iter_mut().zip(dominated) {
-        p.front_at_confidence = !d;
-    }
-}
-
-/// Campaign `c` (of spec `base`, under plan `pname`) set to run the unprotected `baseline`'s
-/// very faults where it can, and which of its trials those are: all of them under a plan that
-/// leaves the program alone; under one that adds instructions, the register faults translated
-/// onto the longer step (the rest are this campaign's own draws). Trials past the baseline's
-/// are a code's check-bit strata, which it lacks. Without a baseline (`c` is it), every trial.
-fn pair_with_baseline(
-    mut c: Campaign,
-    baseline: Option<&Campaign>,
-    base: &CampaignSpec,
-    pname: &str,
-    mem: &HostMemory,
-) -> Result<(Campaign, Pairing)> {
-    let mut paired: Vec<bool> = (0..c.info.trials).map(|t| baseline.is_none_or(|b| t < b.info.trials)).collect();
-    let mut translated = HashSet::new();
-    if let (Some(b), Some(p)) = (baseline, &c.info.protection) {
-        if p.cycles != p.base_cycles || !p.checks.is_empty() {
-            let (bt, pt) = (b.trainer(), c.trainer());
-            let maps: BTreeMap<ExecUnit, Option<CycleMap>> =
-                ExecUnit::ALL.iter().map(|&u| (u, CycleMap::new(&bt, &pt, u))).collect();
-            // Held for the whole run: one fault, of `bits` step faults, per trial.
-            let per_trial = std::mem::size_of::<(Anchor, Vec<StepFault>)>() as u64
-                + base.fault.bits() as u64 * std::mem::size_of::<StepFault>() as u64;
-            mem.check(
-                &format!("the {} translated faults of campaign `{}` under `{pname}`", c.info.trials, base.name),
-                c.info.trials.checked_mul(per_trial),
-            )?;
-            let mut faults = Vec::with_capacity(c.info.trials as usize);
-            paired.clear();
-            for t in 0..b.info.trials {
-                match translate(b, &maps, t) {
-                    Some((f, exact)) => {
-                        translated.insert(f.0.class.pattern());
-                        faults.push(f);
-                        paired.push(exact);
-                    }
-                    None => {
-                        faults.push(c.upset(t));
-                        paired.push(false);
-                    }
-                }
-            }
-            // Trials past the baseline's: this campaign's own strata (a code's check bits).
-            for t in b.info.trials..c.info.trials {
-                faults.push(c.upset(t));
-                paired.push(false);
-            }
-            let from = format!(
-                "the trials of unprotected campaign `{}`, register faults translated onto this step",
-                base.name
-            );
-            c = c.with_faults(faults, from);
-        }
-    }
-    Ok((c, Pairing { paired, translated }))
-}
-
 /// The result of campaign `c` under `plan` (`None`: unprotected), whose run summed up to
 /// `summary` with `outcomes`, against an unprotected step of `base_cycles`; its paired
 /// comparison with the baseline (`failures_removed`, `failures_added`) is left at 0.
@@ -638,17 +504,6 @@ fn plan_result(
     })
 }
 
-/// Marks the plans no other plan dominates in (residual FIT, check bits, cycle overhead).
-fn mark_pareto(plans: &mut [PlanResult]) {
-    let key = |p: &PlanResult| [p.failure_fit.p, p.area_bits as f64, p.cycle_overhead];
-    let keys: Vec<[f64; 3]> = plans.iter().map(key).collect();
-    for (i, p) in plans.iter_mut().enumerate() {
-        p.pareto = !keys.iter().enumerate().any(|(j, k)| {
-            j != i && k.iter().zip(&keys[i]).all(|(a, b)| a <= b) && k.iter().zip(&keys[i]).any(|(a, b)| a < b)
-        });
-    }
-}
-
 /// The ABFT cost of each forward rank-2 GEMM of the unprotected campaign `c`, alone.
 fn layer_costs(c: &Campaign, threshold: f64) -> Result<Vec<LayerAbft>> {
     let t = c.trainer();
@@ -674,174 +529,4 @@ fn layer_costs(c: &Campaign, threshold: f64) -> Result<Vec<LayerAbft>> {
         });
     }
     Ok(out)
-}
-
-/// The instructions a fault at a site of `unit` can strike: the MXU's for PE and sequencer
-/// registers, the VPU's for lanes, the DMA engine's for its address registers; `None` for
-/// memories, whose words hold different buffers once a plan adds instructions.
-fn exec_unit(unit: Unit) -> Option<ExecUnit> {
-    match unit {
-        Unit::Mxu | Unit::Seq => Some(ExecUnit::Mxu),
-        Unit::Vpu => Some(ExecUnit::Vpu),
-        Unit::Dma => Some(ExecUnit::Dma),
-        _ => None,
-    }
-}
-
-/// Maps cycles of a base step onto a protected step of the same program plus checks and clamps, for the
-/// instructions of one unit: a cycle inside the `j`-th instruction (of the unit's original
-/// ones) maps to the same offset inside its counterpart; a cycle in the idle gap before it,
-/// to the same distance before the counterpart, if that is idle too; a cycle after the last,
-/// to the same distance after its counterpart, if the protected step lasts that long.
-struct CycleMap {
-    /// Base `(start, end)` of each instruction of the unit.
-    base: Vec<(u64, u64)>,
-    /// Protected `(start, end, end of the unit's previous instruction)` of each counterpart.
-    prot: Vec<(u64, u64, u64)>,
-    /// Cycles of the protected step: its idle tail after the unit's last instruction can be
-    /// shorter than the base step's, when the plan's instructions overlap the tail.
-    prot_total: u64,
-}
-
-impl CycleMap {
-    /// The map for `unit` from `base`'s step to `prot`'s (`None` if the unit's original
-    /// instructions do not pair up one to one).
-    fn new(base: &Trainer, prot: &Trainer, unit: ExecUnit) -> Option<CycleMap> {
-        let tg = &prot.exec.tg;
-        let check_nodes: HashSet<NodeIndex> = tg
-            .checks()
-            .iter()
-            .flat_map(|c| c.nodes.iter().copied())
-            .chain(tg.clamps().iter().map(|c| c.node))
-            .collect();
-        let b: Vec<(u64, u64)> =
-            base.schedule.instrs.iter().filter(|c| c.unit == unit).map(|c| (c.start, c.start + c.cycles)).collect();
-        let tags = &prot.exec.program().tags;
-        let mut prev_end = 0;
-        let mut p = Vec::new();
-        for (i, c) in prot.schedule.instrs.iter().enumerate().filter(|(_, c)| c.unit == unit) {
-            if !check_nodes.contains(&tags[i].node) {
-                p.push((c.start, c.start + c.cycles, prev_end));
-            }
-            prev_end = c.start + c.cycles;
-        }
-        (b.len() == p.len()).then_some(CycleMap { base: b, prot: p, prot_total: prot.schedule.total_cycles })
-    }
-
-    /// The protected cycle of base cycle `c`, and whether it is the same point of the same
-    /// instruction (or idle gap).
-    fn map(&self, c: u64) -> (u64, bool) {
-        match self.base.iter().position(|&(_, end)| end > c) {
-            Some(j) => {
-                let ((bs, _), (ps, _, prev)) = (self.base[j], self.prot[j]);
-                if c >= bs {
-                    (ps + (c - bs), true)
-                } else {
-                    let back = ps.saturating_sub(bs - c);
-                    (back.max(prev), back >= prev)
-                }
-            }
-            None => {
-                let c = match (self.base.last(), self.prot.last()) {
-                    (Some(&(_, be)), Some(&(_, pe, _))) => pe + (c - be),
-                    _ => c,
-                };
-                // Past the protected step's end: its last cycle, still in the idle tail.
-                if c < self.prot_total {
-                    (c, true)
-                } else {
-                    (self.prot_total.saturating_sub(1), false)
-                }
-            }
-        }
-    }
-}
-
-/// Trial `t` of `base` translated onto `prot` (the same program with a plan's checks): the
-/// same bits at the corresponding cycle ([`CycleMap`]), with whether that pairing is exact;
-/// `None` for faults that do not translate (memory words, whole-step stuck-ats).
-fn translate(
-    base: &Campaign,
-    maps: &BTreeMap<ExecUnit, Option<CycleMap>>,
-    t: u64,
-) -> Option<((Anchor, Vec<StepFault>), bool)> {
-    if base.spec().fault.whole_steps() {
-        return None;
-    }
-    let (mut a, mut upset) = base.upset(t);
-    let map = maps.get(&exec_unit(a.class.unit)?)?.as_ref()?;
-    let (c, exact) = map.map(a.cycle);
-    a.cycle = c;
-    upset.iter_mut().for_each(|f| f.cycle = c);
-    Some(((a, upset), exact))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn plan(name: &str, cycle_overhead: f64, failure: f64) -> PlanResult {
-        let e = Estimate::of(0, 0);
-        let i = Interval { p: failure, lo: failure, hi: failure };
-        PlanResult {
-            plan: name.into(),
-            file: None,
-            cycles: 0,
-            cycle_overhead,
-            area_bits: 0,
-            failure: i,
-            failure_fit: i,
-            detected: e,
-            corrected: e,
-            unrecovered: e,
-            paired_trials: 0,
-            failures_removed: 0,
-            failures_added: 0,
-            coverage: e,
-            false_positives: e,
-            pareto: false,
-            front_at_confidence: false,
-        }
-    }
-
-    fn compare(first: &str, second: &str, first_only: u64, second_only: u64) -> PlanComparison {
-        let counts = PairedCounts { both: 0, first_only, second_only, neither: 1000 };
-        PlanComparison {
-            first: first.into(),
-            second: second.into(),
-            counts,
-            difference: counts.difference(crate::stats::Z95),
-            p_value: counts.p_value(),
-            separated: counts.p_value() < 1.0 - CONFIDENCE,
-            trials_needed: counts.trials_to_separate(1.0 - CONFIDENCE, POWER),
-        }
-    }
-
-    /// The front at 95%: a dearer plan stays on it only if it fails demonstrably less than
-    /// every cheaper one. `cheap` (3/0 against `none`, not told apart) is dominated by `none`;
-    /// `dear` is told apart from `none` (8/0) but not from the cheaper `cheap`, so it is off;
-    /// `dearest` is told apart from both and stays. Point estimates alone keep all four.
-    #[test]
-    fn front_at_confidence_counts_ties_as_equal() {
-        let mut plans = vec![
-            plan("none", 0.0, 0.010),
-            plan("cheap", 0.1, 0.007),
-            plan("dear", 0.5, 0.002),
-            plan("dearest", 0.9, 0.0),
-        ];
-        let comparisons = vec![
-            compare("none", "cheap", 3, 0),
-            compare("none", "dear", 8, 0),
-            compare("none", "dearest", 10, 0),
-            compare("cheap", "dear", 5, 0),
-            compare("cheap", "dearest", 7, 0),
-            compare("dear", "dearest", 7, 0),
-        ];
-        mark_pareto(&mut plans);
-        mark_front_at_confidence(&mut plans, &comparisons);
-        assert!(plans.iter().all(|p| p.pareto));
-        let front: Vec<&str> = plans.iter().filter(|p| p.front_at_confidence).map(|p| p.plan.as_str()).collect();
-        assert_eq!(front, ["none", "dearest"]);
-        assert!(comparisons[3].p_value > 0.05 && comparisons[4].p_value < 0.05);
-    }
 }
