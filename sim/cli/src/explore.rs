@@ -36,8 +36,9 @@ pub fn run(a: ExploreArgs, mem: &HostMemory) -> Result<()> {
             .progress_chars("=> "),
     );
     let result = explore::run(&spec, &a.spec, &a.out, threads, mem, |p| match p {
-        ExploreProgress::Plan { campaign, plan } => {
-            bar.set_message(format!("{campaign} under {plan}"));
+        ExploreProgress::Plan { campaign, plan, round } => {
+            let round = if round > 1 { format!(", round {round}") } else { String::new() };
+            bar.set_message(format!("{campaign} under {plan}{round}"));
             bar.set_position(0);
         }
         ExploreProgress::Campaign(Progress::Start { recorded, trials }) => {
@@ -85,6 +86,9 @@ fn print(r: &ExploreResult) {
                 if p.pareto { "yes" } else { "" },
                 if p.front_at_confidence { "yes" } else { "" }
             );
+        }
+        if let Some(r) = faultline_report::pareto::compare::rounds(c) {
+            println!("  {r}");
         }
         // The decision, then every pair of point-estimate Pareto plans.
         if !c.comparisons.is_empty() {

@@ -240,6 +240,12 @@ fn fit_rates_whose_products_overflow_are_refused() {
     std::fs::write(&x, "ExploreSpec(name: \"x\", campaigns: [\"fine.ron\"], plans: [], fit_per_bit: 1e300)").unwrap();
     let e = ExploreSpec::load(&x).map(|_| ()).unwrap_err().to_string();
     assert_eq!(e, format!("{}: field `fit_per_bit` = 1e300: a positive FIT per bit, at most 1e9", x.display()));
+    for rounds in [0, 101] {
+        std::fs::write(&x, format!("ExploreSpec(name: \"x\", campaigns: [\"fine.ron\"], plans: [], rounds: {rounds})"))
+            .unwrap();
+        let e = ExploreSpec::load(&x).map(|_| ()).unwrap_err().to_string();
+        assert_eq!(e, format!("{}: field `rounds` = {rounds}: 1 to 100 rounds per campaign", x.display()));
+    }
 }
 
 /// An exploration `x.ron` in `dir` of `campaigns` under `plans` (file names in `dir`).

@@ -453,3 +453,46 @@ fn a_norm_spike_detector_with_a_bad_factor_or_window_names_its_field() {
     assert!(e.contains("field `mechanisms[1].window` = 0") && e.contains("1 to 1000"), "{e}");
     assert!(load("mechanisms: [GradNormSpike(factor: NaN, window: 3)]").contains("mechanisms[0].factor"));
 }
+
+/// An exploration in rounds: each round is the campaign again with the next seed, in
+/// `<plan>/round-<r>`; the rounds stop for the reason they give, the pooled trials are every
+/// round's, and running it again resumes every round to the same result.
+#[test]
+fn explore_in_rounds_pools_each_round_and_resumes_to_the_same_result() {
+    let d = tempfile::tempdir().unwrap();
+    let r = root();
+    let campaign = d.path().join("c.ron");
+    std::fs::write(
+        &campaign,
+        format!(
+            "CampaignSpec(name: \"small\", model: \"{}\", hw: \"{}\", golden_steps: 12, inject_steps: List([6]), \
+             sites: [\"mxu.pe[*][*].psum\"], fault: Flip, sampling: Uniform(n: 40), \
+             follow_up: 4, seed: 2)",
+            r.join("models/mlp-digits.ron").display(),
+            r.join("configs/tpu-32x32.ron").display()
+        ),
+    )
+    .unwrap();
+    plan_file(d.path(), "codes", "mechanisms: [Ecc(code: Secded, on: [\"ub.word[*]\"])]");
+    plan_file(d.path(), "abft", "mechanisms: [Abft(nodes: [\"*\"], tile: Global)]");
+    let fields = "campaigns: [\"c.ron\"], plans: [\"codes.ron\", \"abft.ron\"], rounds: 6";
+    let res = explore(d.path(), fields);
+    let c = &res.campaigns[0];
+    let rounds = c.rounds.as_ref().expect("rounds recorded");
+    // Nothing fails in the first round: the plans fail alike, any may yet fail less, and
+    // rounds run until no pair could be told apart within the six.
+    assert!(rounds.run >= 2, "{rounds:?}");
+    assert_eq!((rounds.max, rounds.trials_per_round), (6, 40));
+    assert!((rounds.alpha - 0.05 / 6.0).abs() < 1e-12);
+    assert_eq!(c.trials, 40 * rounds.run as u64);
+    let out = d.path().join("out/small");
+    for plan in ["none", "codes", "abft"] {
+        for k in 2..=6 {
+            assert_eq!(out.join(plan).join(format!("round-{k}")).exists(), k <= rounds.run, "{plan} round {k}");
+        }
+    }
+    let text = std::fs::read_to_string(d.path().join("out/explore.json")).unwrap();
+    std::fs::remove_file(d.path().join("out/explore.json")).unwrap();
+    assert_eq!(explore(d.path(), fields), res);
+    assert_eq!(std::fs::read_to_string(d.path().join("out/explore.json")).unwrap(), text);
+}

@@ -223,6 +223,32 @@ fn a_single_plan_with_zero_fit_and_no_layers_still_reports() {
     }
 }
 
+/// An exploration run in rounds says how many ran and why they stopped, and calls paired
+/// changes beyond chance at its level per look, not at 5%.
+#[test]
+fn rounds_are_reported_with_their_level_per_look() {
+    use faultline_fault::explore::{RoundsRun, Stopped};
+    let mut result = fixture();
+    let (_dir, one) = report(&result);
+    assert!(!one.contains("rounds of") && !one.contains("per look"));
+    // `parity`'s 8/0 (p = 0.008) is beyond chance at 5%, not at 0.625%.
+    assert!(section(&one, "mlp-mxu").contains("beyond chance at 5%: `parity`"));
+    let c = &mut result.campaigns[0];
+    c.rounds = Some(RoundsRun { run: 3, max: 8, trials_per_round: 500, alpha: 0.05 / 8.0, stopped: Stopped::Futile });
+    let (_dir, md) = report(&result);
+    let mlp = section(&md, "mlp-mxu");
+    assert!(
+        md.contains(
+            "It ran 3 of at most 8 rounds of 500 trials per plan and stopped because each pair left tied would need \
+             more paired trials than the rounds allowed give. Each look tested at 0.625% so that 95% confidence \
+             holds over all of them (Bonferroni)."
+        ),
+        "{md}"
+    );
+    assert!(!mlp.contains("beyond chance") && mlp.contains("within chance: `parity`"), "{mlp}");
+    assert!(!section(&md, "cnn-memory").contains("rounds of"));
+}
+
 /// The shipped example (`reports/examples/explore-mlp/`, which the README points to) is what
 /// this code renders from its `explore.json`: the page and tables are not stale.
 #[test]

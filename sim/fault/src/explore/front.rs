@@ -2,54 +2,45 @@
 //! (McNemar's exact test, the paired difference), and the Pareto fronts by point estimate and
 //! at [`CONFIDENCE`].
 
-use super::{PlanComparison, PlanResult, CONFIDENCE, POWER};
-use crate::campaign::Campaign;
+use super::{PlanComparison, PlanResult, POWER};
 use crate::outcome::Outcome;
 use crate::stats::paired::{mover, PairedCounts};
 use crate::stats::Interval;
 
-/// Every pair of `results` (plan result, outcomes, which trials pair with the baseline's)
-/// compared on the trials paired under both, stratified by the `baseline`'s classes.
+/// Every pair of `runs` (plan name, outcomes, which trials pair with the baseline's)
+/// compared on the trials paired under both, stratified by the baseline's classes (of
+/// `weights`, each trial's in `class_of`), each test at level `alpha`.
 pub(super) fn compare_plans(
-    baseline: &Campaign,
-    results: &[(PlanResult, Vec<Outcome>, Vec<bool>)],
+    weights: &[f64],
+    class_of: &[usize],
+    runs: &[(&str, &[Outcome], &[bool])],
+    alpha: f64,
 ) -> Vec<PlanComparison> {
-    let classes = &baseline.info.classes;
-    let total: f64 = classes.iter().map(|k| k.bits as f64).sum();
-    // Each baseline trial's class, as an index into `classes`.
-    let class_of: Vec<usize> = (0..baseline.info.trials)
-        .map(|t| {
-            let name = baseline.upset(t).0.pattern();
-            classes.iter().position(|k| k.class == name).expect("a trial's stratum is a class of its campaign")
-        })
-        .collect();
-    let z = crate::stats::z(CONFIDENCE);
+    let z = crate::stats::z(1.0 - alpha);
     let mut out = Vec::new();
-    for i in 0..results.len() {
-        for j in i + 1..results.len() {
-            let ((ri, oi, pi), (rj, oj, pj)) = (&results[i], &results[j]);
-            let mut per_class = vec![Vec::new(); classes.len()];
+    for i in 0..runs.len() {
+        for j in i + 1..runs.len() {
+            let ((ni, oi, pi), (nj, oj, pj)) = (runs[i], runs[j]);
+            let mut per_class = vec![Vec::new(); weights.len()];
             for (t, &k) in class_of.iter().enumerate() {
                 if pi[t] && pj[t] {
                     per_class[k].push((oi[t].failure(), oj[t].failure()));
                 }
             }
             let strata: Vec<PairedCounts> = per_class.into_iter().map(PairedCounts::of).collect();
-            let parts: Vec<(f64, Interval)> = (strata.iter().zip(classes))
-                .filter(|(c, _)| c.n() > 0)
-                .map(|(c, k)| (k.bits as f64 / total, c.difference(z)))
-                .collect();
+            let parts: Vec<(f64, Interval)> =
+                (strata.iter().zip(weights)).filter(|(c, _)| c.n() > 0).map(|(c, &w)| (w, c.difference(z))).collect();
             let d = mover(&parts);
             let counts: PairedCounts = strata.iter().copied().sum();
             let p_value = counts.p_value();
             out.push(PlanComparison {
-                first: ri.plan.clone(),
-                second: rj.plan.clone(),
+                first: ni.to_string(),
+                second: nj.to_string(),
                 counts,
                 difference: Interval { p: d.p, lo: d.lo.max(-1.0), hi: d.hi.min(1.0) },
                 p_value,
-                separated: p_value < 1.0 - CONFIDENCE,
-                trials_needed: counts.trials_to_separate(1.0 - CONFIDENCE, POWER),
+                separated: p_value < alpha,
+                trials_needed: counts.trials_to_separate(alpha, POWER),
             });
         }
     }
@@ -102,11 +93,12 @@ pub(super) fn mark_pareto(plans: &mut [PlanResult]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
+    use super::super::CONFIDENCE;
     use super::*;
     use crate::stats::Estimate;
 
-    fn plan(name: &str, cycle_overhead: f64, failure: f64) -> PlanResult {
+    pub(crate) fn plan(name: &str, cycle_overhead: f64, failure: f64) -> PlanResult {
         let e = Estimate::of(0, 0);
         let i = Interval { p: failure, lo: failure, hi: failure };
         PlanResult {

@@ -60,6 +60,37 @@ pub struct CampaignResult {
     /// faults under both, in plan order (`(0, 1)`, `(0, 2)`, ... `(1, 2)`, ...).
     #[serde(default)]
     pub comparisons: Vec<PlanComparison>,
+    /// The rounds run, for an exploration of more than one ([`ExploreSpec::rounds`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<RoundsRun>,
+}
+
+/// The rounds a campaign of an exploration ran, and why they stopped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundsRun {
+    /// Rounds run.
+    pub run: u32,
+    /// Rounds allowed ([`ExploreSpec::rounds`]).
+    pub max: u32,
+    /// Trials per plan in each round.
+    pub trials_per_round: u64,
+    /// The level each look tests at: `(1 - CONFIDENCE) / max`, so that over every look the
+    /// chance of telling apart plans that fail alike stays within `1 - CONFIDENCE`
+    /// (Bonferroni).
+    pub alpha: f64,
+    /// Why no further round ran.
+    pub stopped: Stopped,
+}
+
+/// Why an exploration's rounds stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Stopped {
+    /// Every pair whose order could change the front at confidence was told apart.
+    Separated,
+    /// Such pairs were left, each needing more paired trials than the allowed rounds give.
+    Futile,
+    /// The allowed rounds ran.
+    Budget,
 }
 
 /// Confidence at which plans are told apart: McNemar's exact test at level `1 -` this, and
@@ -68,6 +99,9 @@ pub const CONFIDENCE: f64 = 0.95;
 
 /// Power the trials needed to separate two plans are sized for.
 pub const POWER: f64 = 0.8;
+
+/// Most rounds an exploration may run per campaign.
+pub const MAX_ROUNDS: u32 = 100;
 
 /// Two plans compared on the same faults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -193,6 +227,18 @@ pub struct ExploreSpec {
     /// Training seed of the held-out fault-free run false positives are counted on; any `u64`.
     #[serde(default = "held_out_seed")]
     pub held_out_seed: u64,
+    /// Rounds each campaign may run, 1 to 100. Round `r` (from 0) runs the campaign with its
+    /// seed plus `r`, unprotected and under every plan; after each, the plans are compared on
+    /// every round's trials, and another round runs while some pair is not told apart whose
+    /// order could change the front at 95% (one plan costs no more, the other fails no more)
+    /// and could be told apart within the rounds allowed. Each look tests at
+    /// `(1 - 0.95) / rounds` so that the 95% holds over all of them. 1 runs each campaign once.
+    #[serde(default = "one_round")]
+    pub rounds: u32,
+}
+
+fn one_round() -> u32 {
+    1
 }
 
 fn one_fit() -> f64 {
@@ -221,6 +267,9 @@ impl ExploreSpec {
         }
         if !(spec.fit_per_bit > 0.0 && spec.fit_per_bit <= MAX_FIT_PER_BIT) {
             return bad("fit_per_bit", num(spec.fit_per_bit), "a positive FIT per bit, at most 1e9");
+        }
+        if !(1..=MAX_ROUNDS).contains(&spec.rounds) {
+            return bad("rounds", spec.rounds.to_string(), "1 to 100 rounds per campaign");
         }
         if !(spec.intensity_threshold.is_finite() && spec.intensity_threshold > 0.0) {
             return bad(
@@ -341,6 +390,8 @@ pub enum ExploreProgress<'a> {
         campaign: &'a str,
         /// Plan name.
         plan: &'a str,
+        /// Round, from 1.
+        round: u32,
     },
     /// A campaign's progress.
     Campaign(Progress<'a>),
@@ -387,121 +438,265 @@ struct Pairing {
     translated: HashSet<String>,
 }
 
-/// Campaign `base` (read from `cfile`) unprotected, then under each of `plan_files`, each run
-/// into `out/<campaign>/<plan>`; the plans compared with the baseline and marked Pareto.
+/// One plan's trials, pooled over the rounds run so far.
+struct Pooled {
+    /// The plan's costs and held-out false positives (its rates are refilled from the pool).
+    result: PlanResult,
+    /// Per class: its weight in the combined rate and its failures over every round.
+    strata: Vec<(f64, Estimate)>,
+    /// The sampled classes' bits.
+    bits: f64,
+    /// The outcome of each of the baseline's trials, round after round: trial `t` of a round
+    /// is the baseline's `t` where `paired` says so.
+    outcomes: Vec<Outcome>,
+    /// Which of them are the baseline's very faults.
+    paired: Vec<bool>,
+    /// Outcomes of the trials past the baseline's in each round (a code's check-bit strata):
+    /// they count in the plan's rates, and pair with nothing.
+    extra: Vec<Outcome>,
+}
+
+/// Campaign `base` (read from `cfile`) unprotected, then under each of `plan_files`, in
+/// rounds ([`ExploreSpec::rounds`]): round `r` (from 0) runs the campaign with its seed plus
+/// `r` into `out/<campaign>/<plan>` (round 0) or `out/<campaign>/<plan>/round-<r + 1>`; after
+/// each, the plans pooled over the rounds are compared pair by pair and marked Pareto, and
+/// another round runs while [`next_round`] says so.
 fn explore_campaign<P: Fn(ExploreProgress) + Sync>(
     ctx: &Context<P>,
     cfile: &Path,
     base: &CampaignSpec,
     plan_files: &[PlanFile],
 ) -> Result<CampaignResult> {
+    let max = ctx.spec.rounds;
+    let alpha = (1.0 - CONFIDENCE) / max as f64;
+    let mut pooled: Vec<Pooled> = Vec::new();
+    let (mut class_of, mut weights, mut layers) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut model, mut hw, mut per_round) = (String::new(), String::new(), 0);
+    for round in 0..max {
+        let spec = CampaignSpec { seed: base.seed.wrapping_add(round as u64), ..base.clone() };
+        let b = run_round(ctx, cfile, &spec, plan_files, round, &mut pooled)?;
+        if round == 0 {
+            layers = layer_costs(&b, ctx.spec.intensity_threshold)?;
+            (model, hw, per_round) = (b.model().to_string(), b.info.hw.clone(), b.info.trials);
+            let total: f64 = b.info.classes.iter().map(|k| k.bits as f64).sum();
+            weights = b.info.classes.iter().map(|k| k.bits as f64 / total).collect();
+        }
+        // Each baseline trial's class, as an index into the classes.
+        class_of.extend((0..b.info.trials).map(|t| {
+            let name = b.upset(t).0.pattern();
+            b.info.classes.iter().position(|k| k.class == name).expect("a trial's stratum is a class of its campaign")
+        }));
+        let (plans, comparisons) = decide(ctx.spec.fit_per_bit, &pooled, &weights, &class_of, alpha);
+        let stop = next_round(&plans, &comparisons, round + 1, max);
+        if let Some(stopped) = stop {
+            let rounds =
+                (max > 1).then_some(RoundsRun { run: round + 1, max, trials_per_round: per_round, alpha, stopped });
+            return Ok(CampaignResult {
+                campaign: base.name.clone(),
+                model,
+                hw,
+                trials: pooled[0].outcomes.len() as u64,
+                base_cycles: plans[0].cycles,
+                plans,
+                layers,
+                comparisons,
+                rounds,
+            });
+        }
+    }
+    unreachable!("the last round stops")
+}
+
+/// Runs round `round` of campaign `spec` (read from `cfile`) unprotected, then under each of
+/// `plan_files`, adding each plan's results to `pooled` (made on round 0); returns the
+/// unprotected campaign.
+fn run_round<P: Fn(ExploreProgress) + Sync>(
+    ctx: &Context<P>,
+    cfile: &Path,
+    spec: &CampaignSpec,
+    plan_files: &[PlanFile],
+    round: u32,
+    pooled: &mut Vec<Pooled>,
+) -> Result<Campaign> {
     let (mem, threads) = (ctx.mem, ctx.threads);
     let plans: Vec<Option<&PlanFile>> = std::iter::once(None).chain(plan_files.iter().map(Some)).collect();
-    let mut results: Vec<(PlanResult, Vec<Outcome>, Vec<bool>)> = Vec::new();
-    let mut layers = Vec::new();
     let mut baseline: Option<Campaign> = None;
-    for &plan in &plans {
-        let cspec = CampaignSpec { protection: plan.map(|p| p.absolute.clone()), ..base.clone() };
+    for (i, &plan) in plans.iter().enumerate() {
+        let cspec = CampaignSpec { protection: plan.map(|p| p.absolute.clone()), ..spec.clone() };
         let c = Campaign::prepare(cspec, cfile, mem)?;
         let pname = c.info.protection.as_ref().map_or("none".to_string(), |p| p.plan.name.clone());
-        (ctx.progress)(ExploreProgress::Plan { campaign: &base.name, plan: &pname });
+        (ctx.progress)(ExploreProgress::Plan { campaign: &spec.name, plan: &pname, round: round + 1 });
         // The baseline campaign stays alive beside each plan's, with what it keeps whole.
         let alive = baseline.as_ref().map_or(0, Campaign::kept_bytes);
         let need = c.host_bytes(threads).and_then(|b| b.checked_add(alive));
-        mem.check(&format!("campaign `{}` on {threads} threads", base.name), need)?;
-        let (c, pairing) = pair_with_baseline(c, baseline.as_ref(), base, &pname, mem)?;
-        let dir = ctx.out.join(&base.name).join(&pname);
+        mem.check(&format!("campaign `{}` on {threads} threads", spec.name), need)?;
+        let (c, pairing) = pair_with_baseline(c, baseline.as_ref(), spec, &pname, mem)?;
+        let mut dir = ctx.out.join(&spec.name).join(&pname);
+        if round > 0 {
+            dir = dir.join(format!("round-{}", round + 1));
+        }
         fs::create_dir_all(&dir).map_err(FaultError::io(&dir))?;
         let opts = RunOptions { threads, shard: Shard::ALL, resume: true, mode: TrialMode::Hybrid };
         let summary = c.run(&dir, opts, |p| (ctx.progress)(ExploreProgress::Campaign(p)))?;
-        let outcomes: Vec<Outcome> = crate::store::outcomes(&dir)?;
+        let mut outcomes: Vec<Outcome> = crate::store::outcomes(&dir)?;
+        let (mut paired, trials) = (pairing.paired, baseline.as_ref().map_or(c.info.trials, |b| b.info.trials));
+        let extra = outcomes.split_off(trials as usize);
+        paired.truncate(trials as usize);
         let base_cycles = baseline.as_ref().map_or(c.info.cycles_per_step, |b| b.info.cycles_per_step);
-        if plan.is_none() {
-            layers = layer_costs(&c, ctx.spec.intensity_threshold)?;
+        let strata = class_strata(&c, &summary, &pairing.translated, base_cycles);
+        if round == 0 {
+            // False positives are a property of the plan: counted once, on the first round.
+            let result = plan_result(ctx.spec, &c, plan, base_cycles)?;
+            let bits = summary.classes.iter().map(|k| k.bits as f64).sum();
+            pooled.push(Pooled { result, strata, bits, outcomes, paired, extra });
+        } else {
+            let p = &mut pooled[i];
+            for ((_, into), (_, e)) in p.strata.iter_mut().zip(strata) {
+                *into = Estimate::of(into.k + e.k, into.n + e.n);
+            }
+            p.outcomes.extend(outcomes);
+            p.paired.extend(paired);
+            p.extra.extend(extra);
         }
-        let r = plan_result(ctx.spec, &c, plan, &summary, &outcomes, &pairing, base_cycles)?;
-        results.push((r, outcomes, pairing.paired));
         if plan.is_none() {
             baseline = Some(c);
         }
     }
-    // Paired with the baseline, trial by trial, where the trials are the same faults.
-    let base_outcomes = results[0].1.clone();
-    for (r, outcomes, paired) in &mut results {
-        let pairs = || base_outcomes.iter().zip(outcomes.iter()).zip(paired.iter()).filter(|(_, &p)| p).map(|(x, _)| x);
-        r.failures_removed = pairs().filter(|(b, p)| b.failure() && !p.failure()).count() as u64;
-        r.failures_added = pairs().filter(|(b, p)| !b.failure() && p.failure()).count() as u64;
-    }
-    let b = baseline.as_ref().expect("the baseline runs first");
-    let comparisons = compare_plans(b, &results);
-    let mut plans: Vec<PlanResult> = results.into_iter().map(|(r, _, _)| r).collect();
-    mark_pareto(&mut plans);
-    mark_front_at_confidence(&mut plans, &comparisons);
-    Ok(CampaignResult {
-        campaign: base.name.clone(),
-        model: b.model().to_string(),
-        hw: b.info.hw.clone(),
-        trials: base_outcomes.len() as u64,
-        base_cycles: plans[0].cycles,
-        plans,
-        layers,
-        comparisons,
-    })
+    Ok(baseline.expect("the baseline runs first"))
 }
 
-/// The result of campaign `c` under `plan` (`None`: unprotected), whose run summed up to
-/// `summary` with `outcomes`, against an unprotected step of `base_cycles`; its paired
-/// comparison with the baseline (`failures_removed`, `failures_added`) is left at 0.
-fn plan_result(
-    spec: &ExploreSpec,
-    c: &Campaign,
-    plan: Option<&PlanFile>,
-    summary: &Summary,
-    outcomes: &[Outcome],
-    pairing: &Pairing,
-    base_cycles: u64,
-) -> Result<PlanResult> {
-    // Rates per unit of training work (the unprotected step): a translated class's share
-    // already is; a class drawn over the longer step scales by its length.
-    let longer = c.info.cycles_per_step as f64 / base_cycles as f64;
-    let total_bits: f64 = summary.classes.iter().map(|k| k.bits as f64).sum();
-    let strata: Vec<(f64, Estimate)> = summary
-        .classes
-        .iter()
-        .map(|k| {
-            let drawn = c.info.faults_from.is_some() && !pairing.translated.contains(&k.class);
-            (k.bits as f64 / total_bits * if drawn { longer } else { 1.0 }, k.failure)
+/// The plans' results from their `pooled` trials, compared pair by pair (each test at level
+/// `alpha`) and marked Pareto, on classes of `weights` (by bits) with the baseline's trials
+/// in classes `class_of`.
+fn decide(
+    fit_per_bit: f64,
+    pooled: &[Pooled],
+    weights: &[f64],
+    class_of: &[usize],
+    alpha: f64,
+) -> (Vec<PlanResult>, Vec<PlanComparison>) {
+    let mut plans: Vec<PlanResult> = pooled.iter().map(|p| with_rates(fit_per_bit, p)).collect();
+    // Paired with the baseline, trial by trial, where the trials are the same faults.
+    let base = &pooled[0].outcomes;
+    for (r, p) in plans.iter_mut().zip(pooled) {
+        let pairs = || base.iter().zip(&p.outcomes).zip(&p.paired).filter(|(_, &q)| q).map(|(x, _)| x);
+        r.failures_removed = pairs().filter(|(b, q)| b.failure() && !q.failure()).count() as u64;
+        r.failures_added = pairs().filter(|(b, q)| !b.failure() && q.failure()).count() as u64;
+    }
+    let runs: Vec<(&str, &[Outcome], &[bool])> =
+        plans.iter().zip(pooled).map(|(r, p)| (r.plan.as_str(), &p.outcomes[..], &p.paired[..])).collect();
+    let comparisons = compare_plans(weights, class_of, &runs, alpha);
+    mark_pareto(&mut plans);
+    mark_front_at_confidence(&mut plans, &comparisons);
+    (plans, comparisons)
+}
+
+/// Why an exploration's rounds stop after `run` of at most `max`, or `None` to run another.
+/// A pair of plans is open while the paired trials do not tell it apart and telling it apart
+/// could change the front at confidence: one plan costs no more on either axis and the other
+/// fails no more on point estimates (so it may yet prove better). The rounds stop when no
+/// pair is open, when the last round has run, or when no open pair could be told apart
+/// within the rounds allowed (each needs more paired trials, at the power and level its
+/// comparison was sized with, than `max` rounds would pair).
+fn next_round(plans: &[PlanResult], comparisons: &[PlanComparison], run: u32, max: u32) -> Option<Stopped> {
+    let plan = |name: &str| plans.iter().find(|p| p.plan == name).expect("a compared plan is a plan");
+    // `b` could prove to fail less than `a`, which costs no more.
+    let could = |a: &PlanResult, b: &PlanResult| {
+        a.area_bits <= b.area_bits && a.cycle_overhead <= b.cycle_overhead && b.failure_fit.p <= a.failure_fit.p
+    };
+    let open: Vec<&PlanComparison> = (comparisons.iter())
+        .filter(|c| !c.separated)
+        .filter(|c| {
+            let (a, b) = (plan(&c.first), plan(&c.second));
+            could(a, b) || could(b, a)
         })
         .collect();
-    let (fp_, flo, fhi) = crate::stats::stratified(&strata);
-    let scale = spec.fit_per_bit * total_bits;
+    if open.is_empty() {
+        return Some(Stopped::Separated);
+    }
+    if run >= max {
+        return Some(Stopped::Budget);
+    }
+    let within = |c: &&PlanComparison| {
+        let at_most = c.counts.n().div_ceil(run as u64) * max as u64;
+        c.trials_needed.is_some_and(|n| n <= at_most)
+    };
+    if !open.iter().any(within) {
+        return Some(Stopped::Futile);
+    }
+    None
+}
+
+/// Campaign `c`'s classes as strata of the combined failure rate: each its share of the
+/// sampled bits and its failures, per unit of training work (the unprotected step of
+/// `base_cycles`): a translated class's share already is; a class drawn over the longer
+/// step scales by its length.
+fn class_strata(
+    c: &Campaign,
+    summary: &Summary,
+    translated: &HashSet<String>,
+    base_cycles: u64,
+) -> Vec<(f64, Estimate)> {
+    let longer = c.info.cycles_per_step as f64 / base_cycles as f64;
+    let total_bits: f64 = summary.classes.iter().map(|k| k.bits as f64).sum();
+    (summary.classes.iter())
+        .map(|k| {
+            let drawn = c.info.faults_from.is_some() && !translated.contains(&k.class);
+            (k.bits as f64 / total_bits * if drawn { longer } else { 1.0 }, k.failure)
+        })
+        .collect()
+}
+
+/// The costs and held-out false positives of campaign `c` under `plan` (`None`:
+/// unprotected) against an unprotected step of `base_cycles`; its rates are left empty
+/// ([`with_rates`] fills them).
+fn plan_result(spec: &ExploreSpec, c: &Campaign, plan: Option<&PlanFile>, base_cycles: u64) -> Result<PlanResult> {
     let fp = c.held_out_false_positives(spec.held_out_seed)?.unwrap_or(Estimate::of(0, 0));
     let p = c.info.protection.as_ref();
-    let count =
-        |f: fn(Outcome) -> bool| Estimate::of(outcomes.iter().filter(|o| f(**o)).count() as u64, outcomes.len() as u64);
+    let (e, i) = (Estimate::of(0, 0), Interval { p: 0.0, lo: 0.0, hi: 0.0 });
     Ok(PlanResult {
         plan: p.map_or("none".to_string(), |p| p.plan.name.clone()),
         file: plan.map(|p| p.written.display().to_string()),
         cycles: c.info.cycles_per_step,
         cycle_overhead: c.info.cycles_per_step as f64 / base_cycles as f64 - 1.0,
         area_bits: p.map_or(0, |p| p.area_bits),
+        failure: i,
+        failure_fit: i,
+        detected: e,
+        corrected: e,
+        unrecovered: e,
+        paired_trials: 0,
+        failures_removed: 0,
+        failures_added: 0,
+        coverage: e,
+        false_positives: fp,
+        pareto: false,
+        front_at_confidence: false,
+    })
+}
+
+/// A plan's result with its rates from its pooled trials `p`; its paired comparison with the
+/// baseline (`failures_removed`, `failures_added`) is left at 0.
+fn with_rates(fit_per_bit: f64, p: &Pooled) -> PlanResult {
+    let (fp_, flo, fhi) = crate::stats::stratified(&p.strata);
+    let scale = fit_per_bit * p.bits;
+    let outcomes = || p.outcomes.iter().chain(&p.extra);
+    let n = (p.outcomes.len() + p.extra.len()) as u64;
+    let count = |f: fn(Outcome) -> bool| Estimate::of(outcomes().filter(|o| f(**o)).count() as u64, n);
+    PlanResult {
         failure: Interval { p: fp_, lo: flo, hi: fhi },
         failure_fit: Interval { p: scale * fp_, lo: scale * flo, hi: scale * fhi },
         detected: count(|o| matches!(o, Outcome::DetectedRecovered | Outcome::Detected)),
         corrected: count(|o| o == Outcome::Corrected),
         unrecovered: count(|o| o == Outcome::Detected),
-        paired_trials: pairing.paired.iter().filter(|&&x| x).count() as u64,
-        failures_removed: 0,
-        failures_added: 0,
+        paired_trials: p.paired.iter().filter(|&&x| x).count() as u64,
         coverage: {
-            let caught = outcomes.iter().filter(|o| o.detected() || **o == Outcome::Corrected).count();
-            let failed = outcomes.iter().filter(|o| o.failure()).count();
+            let caught = outcomes().filter(|o| o.detected() || **o == Outcome::Corrected).count();
+            let failed = outcomes().filter(|o| o.failure()).count();
             Estimate::of(caught as u64, (caught + failed) as u64)
         },
-        false_positives: fp,
-        pareto: false,
-        front_at_confidence: false,
-    })
+        ..p.result.clone()
+    }
 }
 
 /// The ABFT cost of each forward rank-2 GEMM of the unprotected campaign `c`, alone.
@@ -529,4 +724,106 @@ fn layer_costs(c: &Campaign, threshold: f64) -> Result<Vec<LayerAbft>> {
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::front::tests::plan;
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// A plan of `cost` (cycle overhead) with no trials yet.
+    fn empty(name: &str, cost: f64) -> Pooled {
+        let result = PlanResult { cycle_overhead: cost, ..plan(name, cost, 0.0) };
+        let strata = vec![(1.0, Estimate::of(0, 0))];
+        Pooled { result, strata, bits: 1.0, outcomes: Vec::new(), paired: Vec::new(), extra: Vec::new() }
+    }
+
+    /// Adds `n` trials to both plans: the baseline fails with `p`, the plan with `p` on the
+    /// same fault unless it `cures` (then never) or, independently, with `q` when the baseline
+    /// did not (so two plans that fail alike see discordant pairs both ways).
+    fn add(rng: &mut ChaCha8Rng, pooled: &mut [Pooled], n: usize, p: f64, cures: f64, q: f64) {
+        for _ in 0..n {
+            let base = rng.gen::<f64>() < p;
+            let other = if base { rng.gen::<f64>() >= cures } else { rng.gen::<f64>() < q };
+            for (pl, failed) in pooled.iter_mut().zip([base, other]) {
+                let o = if failed { Outcome::SlowDegrade } else { Outcome::Masked };
+                pl.outcomes.push(o);
+                pl.paired.push(true);
+                let e = pl.strata[0].1;
+                pl.strata[0].1 = Estimate::of(e.k + failed as u64, e.n + 1);
+            }
+        }
+    }
+
+    /// Runs one simulated exploration of at most `max` rounds of `n` trials, testing each look
+    /// at `alpha`; returns whether the plans ended told apart, and the rounds run.
+    fn simulate(seed: u64, max: u32, alpha: f64, n: usize, (p, cures, q): (f64, f64, f64)) -> (bool, u32, Stopped) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut pooled = vec![empty("none", 0.0), empty("plan", 0.1)];
+        for run in 1..=max {
+            add(&mut rng, &mut pooled, n, p, cures, q);
+            let class_of = vec![0; pooled[0].outcomes.len()];
+            let (plans, comparisons) = decide(1.0, &pooled, &[1.0], &class_of, alpha);
+            if let Some(stopped) = next_round(&plans, &comparisons, run, max) {
+                return (comparisons[0].separated, run, stopped);
+            }
+        }
+        unreachable!("the last round stops")
+    }
+
+    /// Rounds that stop once the plans are told apart would, at 5% per look, tell plans that
+    /// fail alike apart more often than 5% of the time (optional stopping); at 5% shared out
+    /// over the looks (Bonferroni) they do not. Plans that do differ are still told apart,
+    /// some at the first look and some later.
+    #[test]
+    fn rounds_hold_the_false_positive_rate_on_plans_that_fail_alike() {
+        let (sims, max, alike) = (2000, 16, (0.2, 0.5, 0.125));
+        let rate = |alpha: f64| {
+            let told = (0..sims).filter(|&s| simulate(s, max, alpha, 200, alike).0).count();
+            told as f64 / sims as f64
+        };
+        let (naive, shared) = (rate(0.05), rate(0.05 / max as f64));
+        assert!(naive > 0.05, "naive looks: {naive}");
+        assert!(shared <= 0.05, "Bonferroni looks: {shared}");
+        let differ = (0.05, 0.6, 0.0);
+        let runs: Vec<(bool, u32, Stopped)> =
+            (0..200).map(|s| simulate(s, max, 0.05 / max as f64, 200, differ)).collect();
+        let told = runs.iter().filter(|r| r.0).count();
+        assert!(told >= 190, "{told} of 200 told apart");
+        assert!(runs.iter().all(|r| r.0 == (r.2 == Stopped::Separated)));
+        assert!(runs.iter().any(|r| r.1 > 1) && runs.iter().any(|r| r.1 == 1), "{runs:?}");
+    }
+
+    /// A pair no round left could tell apart stops the rounds as futile; one that could runs
+    /// another; the last round stops whatever is left.
+    #[test]
+    fn rounds_stop_when_no_tied_pair_could_be_told_apart() {
+        let mut plans = vec![plan("none", 0.0, 0.02), plan("plan", 0.1, 0.019)];
+        let tied = |first_only, second_only, neither| {
+            let counts = crate::stats::paired::PairedCounts { both: 0, first_only, second_only, neither };
+            vec![PlanComparison {
+                first: "none".into(),
+                second: "plan".into(),
+                counts,
+                difference: counts.difference(crate::stats::Z95),
+                p_value: counts.p_value(),
+                separated: false,
+                trials_needed: counts.trials_to_separate(0.05 / 8.0, POWER),
+            }]
+        };
+        // 3/2 of 200, the dearer plan failing less: thousands of paired trials needed, 8
+        // rounds give 1,600.
+        assert_eq!(next_round(&plans, &tied(3, 2, 195), 1, 8), Some(Stopped::Futile));
+        // 6/1 of 200: within reach.
+        assert_eq!(next_round(&plans, &tied(6, 1, 193), 1, 8), None);
+        assert_eq!(next_round(&plans, &tied(6, 1, 193), 8, 8), Some(Stopped::Budget));
+        // The dearer plan failing more: more trials would not put it on the front.
+        plans[1].failure_fit.p = 0.021;
+        assert_eq!(next_round(&plans, &tied(6, 1, 193), 1, 8), Some(Stopped::Separated));
+        // Failing alike (none failed under either): it may yet fail less.
+        plans[1].failure_fit.p = 0.02;
+        assert_eq!(next_round(&plans, &tied(0, 0, 200), 1, 8), None);
+    }
 }

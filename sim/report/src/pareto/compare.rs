@@ -6,7 +6,7 @@
 use crate::document::{about, fit, Block, Row};
 use crate::error::{ReportError, Result};
 use crate::tables::{csv_error, writer};
-use faultline_fault::explore::{CampaignResult, ExploreResult, PlanComparison, CONFIDENCE, POWER};
+use faultline_fault::explore::{CampaignResult, ExploreResult, PlanComparison, Stopped, CONFIDENCE, POWER};
 use std::path::Path;
 
 /// A p-value as a reader should see it: two decimals, and small ones not rounded to zero.
@@ -48,6 +48,26 @@ pub fn verdict(c: &PlanComparison) -> String {
         format!("{at_least}~{} to separate", about(n))
     });
     format!("tied, {}/{} of {} paired; {need}", k.first_only, k.second_only, k.n())
+}
+
+/// The rounds an exploration ran on campaign `c`, and why it stopped, in words; `None` for an
+/// exploration of one round.
+pub fn rounds(c: &CampaignResult) -> Option<String> {
+    let r = c.rounds.as_ref()?;
+    let why = match r.stopped {
+        Stopped::Separated => "every pair of point-estimate Pareto plans was told apart",
+        Stopped::Futile => "each pair left tied would need more paired trials than the rounds allowed give",
+        Stopped::Budget => "the rounds allowed had run",
+    };
+    Some(format!(
+        "It ran {} of at most {} rounds of {} trials per plan and stopped because {why}. Each look tested at {}% \
+         so that {:.0}% confidence holds over all of them (Bonferroni).",
+        r.run,
+        r.max,
+        r.trials_per_round,
+        fit(100.0 * r.alpha),
+        100.0 * CONFIDENCE
+    ))
 }
 
 /// The front at [`CONFIDENCE`], in words: the plans on it, the pairs of point-estimate

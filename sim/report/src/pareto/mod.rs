@@ -232,8 +232,19 @@ pub fn abft_summary(c: &CampaignResult) -> String {
     )
 }
 
-/// Paired changes McNemar's exact test calls beyond chance at 5%.
-const SIGNIFICANT: f64 = 0.05;
+/// The level McNemar's exact test calls paired changes beyond chance at on campaign `c`:
+/// 5%, or its share per look when the exploration ran in rounds.
+fn level(c: &CampaignResult) -> f64 {
+    c.rounds.as_ref().map_or(1.0 - faultline_fault::explore::CONFIDENCE, |r| r.alpha)
+}
+
+/// [`level`] in words: `5%`, or `0.625% per look`.
+fn level_words(c: &CampaignResult) -> String {
+    match &c.rounds {
+        None => format!("{:.0}%", 100.0 * level(c)),
+        Some(_) => format!("{}% per look", crate::document::fit(100.0 * level(c))),
+    }
+}
 
 /// What the noise allows this campaign's plans to claim, in words: whether their residual
 /// FIT intervals overlap the baseline's (then FIT cannot rank them), and which plans' paired
@@ -269,7 +280,7 @@ pub fn noise_summary(c: &CampaignResult) -> String {
         }
         let q = mcnemar_exact(p.failures_removed, p.failures_added);
         let text = format!("`{}` ({}/{}, {})", p.plan, p.failures_removed, p.failures_added, p_value(q));
-        if q < SIGNIFICANT {
+        if q < level(c) {
             sharp.push(text);
         } else {
             chance.push(text);
@@ -277,7 +288,7 @@ pub fn noise_summary(c: &CampaignResult) -> String {
     }
     let mut parts = Vec::new();
     if !sharp.is_empty() {
-        parts.push(format!("beyond chance at 5%: {}", sharp.join(", ")));
+        parts.push(format!("beyond chance at {}: {}", level_words(c), sharp.join(", ")));
     }
     if !chance.is_empty() {
         parts.push(format!("within chance: {}", chance.join(", ")));
@@ -332,12 +343,13 @@ fn summary(result: &ExploreResult) -> Vec<Block> {
                 .filter(|&(i, _)| Some(i) != base)
                 .map(|(_, p)| p)
                 .filter(|p| p.failures_removed > p.failures_added)
-                .filter(|p| mcnemar_exact(p.failures_removed, p.failures_added) < SIGNIFICANT)
+                .filter(|p| mcnemar_exact(p.failures_removed, p.failures_added) < level(c))
                 .map(|p| format!("`{}`", p.plan))
                 .collect();
+            let rounds = compare::rounds(c).map_or(String::new(), |r| r + " ");
             let decided = if c.comparisons.is_empty() { String::new() } else { compare::decision(c) + " " };
             format!(
-                "**{}** ({} on {}, {} trials per plan): {decided}Pareto-optimal on point estimates {}. On residual FIT \
+                "**{}** ({} on {}, {} trials per plan): {rounds}{decided}Pareto-optimal on point estimates {}. On residual FIT \
                  {}. On paired trials with the baseline {}.",
                 c.campaign,
                 c.model,
