@@ -50,6 +50,20 @@ pub fn verdict(c: &PlanComparison) -> String {
     format!("tied, {}/{} of {} paired; {need}", k.first_only, k.second_only, k.n())
 }
 
+/// The level McNemar's exact test tells plans apart at on campaign `c`: 5%, or its share per
+/// look when the exploration ran in rounds.
+pub fn level(c: &CampaignResult) -> f64 {
+    c.rounds.as_ref().map_or(1.0 - CONFIDENCE, |r| r.alpha)
+}
+
+/// [`level`] in words: `5%`, or `0.625% per look`.
+pub fn level_words(c: &CampaignResult) -> String {
+    match &c.rounds {
+        None => format!("{:.0}%", 100.0 * level(c)),
+        Some(r) => format!("{}% per look", fit(100.0 * r.alpha)),
+    }
+}
+
 /// The rounds an exploration ran on campaign `c`, and why it stopped, in words; `None` for an
 /// exploration of one round.
 pub fn rounds(c: &CampaignResult) -> Option<String> {
@@ -104,8 +118,8 @@ pub fn decision(c: &CampaignResult) -> String {
     if !tied.is_empty() {
         s += &format!(
             " Of the point-estimate Pareto plans, these cannot be told apart on failures (McNemar's exact test, \
-             {:.0}%): {}.",
-            100.0 - pct,
+             {}): {}.",
+            level_words(c),
             tied.join("; ")
         );
     }

@@ -232,20 +232,6 @@ pub fn abft_summary(c: &CampaignResult) -> String {
     )
 }
 
-/// The level McNemar's exact test calls paired changes beyond chance at on campaign `c`:
-/// 5%, or its share per look when the exploration ran in rounds.
-fn level(c: &CampaignResult) -> f64 {
-    c.rounds.as_ref().map_or(1.0 - faultline_fault::explore::CONFIDENCE, |r| r.alpha)
-}
-
-/// [`level`] in words: `5%`, or `0.625% per look`.
-fn level_words(c: &CampaignResult) -> String {
-    match &c.rounds {
-        None => format!("{:.0}%", 100.0 * level(c)),
-        Some(_) => format!("{}% per look", crate::document::fit(100.0 * level(c))),
-    }
-}
-
 /// What the noise allows this campaign's plans to claim, in words: whether their residual
 /// FIT intervals overlap the baseline's (then FIT cannot rank them), and which plans' paired
 /// changes McNemar's exact test calls beyond chance.
@@ -280,7 +266,7 @@ pub fn noise_summary(c: &CampaignResult) -> String {
         }
         let q = mcnemar_exact(p.failures_removed, p.failures_added);
         let text = format!("`{}` ({}/{}, {})", p.plan, p.failures_removed, p.failures_added, p_value(q));
-        if q < level(c) {
+        if q < compare::level(c) {
             sharp.push(text);
         } else {
             chance.push(text);
@@ -288,7 +274,7 @@ pub fn noise_summary(c: &CampaignResult) -> String {
     }
     let mut parts = Vec::new();
     if !sharp.is_empty() {
-        parts.push(format!("beyond chance at {}: {}", level_words(c), sharp.join(", ")));
+        parts.push(format!("beyond chance at {}: {}", compare::level_words(c), sharp.join(", ")));
     }
     if !chance.is_empty() {
         parts.push(format!("within chance: {}", chance.join(", ")));
@@ -343,7 +329,7 @@ fn summary(result: &ExploreResult) -> Vec<Block> {
                 .filter(|&(i, _)| Some(i) != base)
                 .map(|(_, p)| p)
                 .filter(|p| p.failures_removed > p.failures_added)
-                .filter(|p| mcnemar_exact(p.failures_removed, p.failures_added) < level(c))
+                .filter(|p| mcnemar_exact(p.failures_removed, p.failures_added) < compare::level(c))
                 .map(|p| format!("`{}`", p.plan))
                 .collect();
             let rounds = compare::rounds(c).map_or(String::new(), |r| r + " ");
@@ -363,11 +349,18 @@ fn summary(result: &ExploreResult) -> Vec<Block> {
                     format!("{} {verb} from unprotected; the rest are within the noise", apart.join(", "))
                 },
                 if sharp.is_empty() {
-                    "no plan removes more failures than it adds beyond chance (McNemar's exact test, 5%)".to_string()
+                    format!(
+                        "no plan removes more failures than it adds beyond chance (McNemar's exact test, {})",
+                        compare::level_words(c)
+                    )
                 } else {
                     let (verb, adds) =
                         (agree(sharp.len(), "removes", "remove"), agree(sharp.len(), "it adds", "they add"));
-                    format!("{} {verb} more failures than {adds} beyond chance (McNemar's exact test, 5%)", sharp.join(", "))
+                    format!(
+                        "{} {verb} more failures than {adds} beyond chance (McNemar's exact test, {})",
+                        sharp.join(", "),
+                        compare::level_words(c)
+                    )
                 }
             )
         })
