@@ -131,6 +131,18 @@ pub struct BitProfile {
     pub format: Option<String>,
     /// Per bit (index = bit): counts.
     pub bits: Vec<Counts>,
+    /// The share of the class's faults its trials were drawn from: 1, or under `Adaptive`
+    /// sampling its live share (the rest is provably dead: masked).
+    pub share: f64,
+}
+
+impl BitProfile {
+    /// A rate among this class's trials as a rate over all its faults: the trials' rate times
+    /// [`BitProfile::share`]. Exact per bit, since a class's live share is the same for each
+    /// of its bits.
+    pub fn over_all(&self, e: Estimate) -> Estimate {
+        Estimate { p: e.p * self.share, lo: e.lo * self.share, hi: e.hi * self.share, ..e }
+    }
 }
 
 /// One row of a breakdown (by phase, layer, instruction or step).
@@ -357,7 +369,12 @@ pub fn aggregate(trace: &Trace) -> Report {
         .iter()
         .zip(bits)
         .filter(|(ci, _)| ci.width > 1)
-        .map(|(ci, bits)| BitProfile { class: ci.class.clone(), format: ci.format.clone(), bits })
+        .map(|(ci, bits)| BitProfile {
+            class: ci.class.clone(),
+            format: ci.format.clone(),
+            bits,
+            share: ci.sampled_share.unwrap_or(1.0),
+        })
         .collect();
     let rows = |names: &[String], counts: &[Counts]| -> Vec<GroupRow> {
         names.iter().zip(counts).map(|(n, &counts)| GroupRow { name: n.clone(), counts }).collect()

@@ -141,9 +141,10 @@ fn run_description(info: &CampaignInfo, dir: &str) -> Vec<String> {
     }
     if matches!(s.sampling, Sampling::Adaptive { .. }) {
         v.push(
-            "adaptive sampling drew only faults that may be live: the class, unit and combined rates count the \
-             provably dead rest as masked, while the per-bit, per-PE, per-step and per-phase figures are shares \
-             of the live trials"
+            "adaptive sampling drew only faults that may be live: the class, unit, combined and per-bit rates \
+             count the provably dead rest as masked (per bit, each class's rates among its trials times its live \
+             share), while the per-PE, per-step and per-phase figures are shares of the live trials (a PE's or a \
+             step's live share differs from its class's)"
                 .into(),
         );
     }
@@ -737,8 +738,8 @@ fn bit_position(r: &Report, figures: &[Figure]) -> Vec<Block> {
                     f.to_string(),
                     nbits.to_string(),
                     c.trials().to_string(),
-                    pct_of(c.unmasked()),
-                    pct_of(c.failure()),
+                    pct_of(p.over_all(c.unmasked())),
+                    pct_of(p.over_all(c.failure())),
                 ],
                 strong: false,
             });

@@ -394,3 +394,24 @@ fn ties_rank_lists_and_trials_to_separate() {
     assert_eq!(trials_to_separate(8.0 / 300.0, 2.0 / 300.0), Some(570));
     assert_eq!(trials_to_separate(0.1, 0.1), None);
 }
+
+/// Under `Adaptive` sampling a class's trials are drawn from its live faults only: the bit
+/// table counts the provably dead rest as masked, so each rate is the trials' times the live
+/// share (here the weight registers' exponent field: 5 and 1 of 32 trials, at half).
+#[test]
+fn adaptive_bit_rates_count_the_dead_share_as_masked() {
+    use faultline_fault::stats::Estimate;
+    let mut trace = load(Path::new(FIXTURE), &HostMemory::default(), |_, _| {}).unwrap();
+    trace.info.classes[0].sampled_share = Some(0.5);
+    let report = aggregate(&trace);
+    assert_eq!((report.bit_profiles[0].share, report.bit_profiles[1].share), (0.5, 1.0));
+    let out = tempfile::tempdir().unwrap();
+    let w = faultline_report::write_report(&trace, &report, out.path()).unwrap();
+    let md = fs::read_to_string(&w.markdown).unwrap();
+    let half = |k, n| pct_of(report.bit_profiles[0].over_all(Estimate::of(k, n)));
+    let row = format!("| `mxu.pe[*][*].weight` | bf16 | exponent | 8 | 32 | {} | {} |", half(5, 32), half(1, 32));
+    assert!(md.contains(&row), "{row}\n{md}");
+    assert_eq!(half(5, 32), "7.8 [3.4, 15.9]");
+    // The psum class keeps its trials' rates.
+    assert!(md.contains("| `mxu.pe[*][*].psum` | fp32 | mantissa | 23 | 45 | 11.1 [4.8, 23.5] | 0.0 [0.0, 7.9] |"));
+}

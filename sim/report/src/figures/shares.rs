@@ -66,7 +66,9 @@ where
     bands.retain(|b| !b.0.is_empty());
     // Room above the data for the field names.
     const HEADROOM: f64 = 0.12;
-    let highest = measured.iter().map(|(_, c)| c.unmasked().hi.max(c.failure().hi)).fold(0.0, f64::max);
+    let highest = (measured.iter())
+        .map(|(_, c)| profile.over_all(c.unmasked()).hi.max(profile.over_all(c.failure()).hi))
+        .fold(0.0, f64::max);
     let (ytop, yticks, ystep) = share_axis(highest, if bands.is_empty() { 0.03 } else { HEADROOM });
     let xticks = bit_ticks(width, format).into_iter().map(pos).collect();
     let mut chart = chart(&area, (-0.5, width as f64 - 0.5, xticks), (0.0, ytop, yticks), 60)?;
@@ -75,7 +77,8 @@ where
         Rectangle::new([(pos(msb) - 0.5, 0.0), (pos(lsb) + 0.5, ytop)], field_color(f).filled())
     }))?;
     let x_fmt = |x: &f64| format!("{}", width as i64 - 1 - x.round() as i64);
-    mesh(&mut chart, "bit position (MSB left)", "share of trials", &x_fmt, &|y| percent(*y, ystep))?;
+    let y_label = if profile.share < 1.0 { "share of faults" } else { "share of trials" };
+    mesh(&mut chart, "bit position (MSB left)", y_label, &x_fmt, &|y| percent(*y, ystep))?;
     // Field names in the headroom; a one- or two-bit band at either end (fp32's sign) is
     // labelled from its outer edge inwards, so the plot edge does not cut the name.
     let label_y = ytop * (1.0 + HEADROOM / 2.0) / (1.0 + HEADROOM);
@@ -90,7 +93,7 @@ where
         Text::new(f.to_string(), (x, label_y), font(13.0).pos(Pos::new(h, VPos::Center)))
     }))?;
     let series = |f: fn(&Counts) -> Estimate, dx: f64| -> Vec<(f64, Estimate)> {
-        measured.iter().map(|&(bit, c)| (pos(bit) + dx, f(c))).collect()
+        measured.iter().map(|&(bit, c)| (pos(bit) + dx, profile.over_all(f(c)))).collect()
     };
     rate_series(&mut chart, &series(Counts::unmasked, -0.17), UNMASKED, false, 0.1, false)?;
     rate_series(&mut chart, &series(Counts::failure, 0.17), FAILURE, true, 0.1, false)?;

@@ -170,7 +170,12 @@ fn figures_without_data_are_left_out() {
     // Inference campaigns have no loss curve; a heatmap of a class with no trials says nothing.
     report.golden_losses.clear();
     report.heatmaps.push(Heatmap { cells: vec![Cell::default(); 16], ..small_heatmap() });
-    report.bit_profiles.push(BitProfile { class: "x.y".into(), format: None, bits: vec![Counts::default(); 8] });
+    report.bit_profiles.push(BitProfile {
+        class: "x.y".into(),
+        format: None,
+        bits: vec![Counts::default(); 8],
+        share: 1.0,
+    });
     let dir = tempfile::tempdir().unwrap();
     assert!(write_figures(&report, dir.path()).unwrap().is_empty());
 }
@@ -211,6 +216,7 @@ fn slugs_are_lowercase_filesystem_safe_and_unique() {
         class: class.into(),
         format: Some("int8".into()),
         bits: vec![Counts { outcomes: [1; Outcome::ALL.len()] }; 8],
+        share: 1.0,
     };
     report.bit_profiles = vec![profile("a.b_c"), profile("a.b.c"), profile("a.b-c")];
     let names: Vec<String> = plan(&report).into_iter().map(|p| p.name).collect();
