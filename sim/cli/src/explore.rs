@@ -15,7 +15,8 @@ pub struct ExploreArgs {
     /// Exploration file (RON), e.g. configs/explore-mlp.ron.
     pub spec: PathBuf,
     /// Output directory: explore.json, the Pareto report (index.html, pareto.md, pareto.csv,
-    /// figures/), and each campaign's records under `<campaign>/<plan>/` (a rerun resumes them).
+    /// figures/), and each campaign's records under `<campaign>/<plan>/`, later rounds' under
+    /// `<campaign>/<plan>/round-<r>/` (a rerun resumes them).
     #[arg(long)]
     pub out: PathBuf,
     /// Worker threads [default: all cores].

@@ -222,6 +222,22 @@ fn a_plan_that_guards_nothing_names_its_file_and_field() {
     assert!(spec(&p, "sgd").starts_with(&format!("{}:1:", p.display())));
 }
 
+/// Writes `c.ron` in `dir`: campaign `small` of mlp-digits on tpu-32x32 (12 golden steps, step 6
+/// injected, a 4-step follow-up, seed 2) over `sites` with `fault` and `sampling`.
+fn small_campaign(dir: &Path, sites: &str, fault: &str, sampling: &str) {
+    let r = root();
+    std::fs::write(
+        dir.join("c.ron"),
+        format!(
+            "CampaignSpec(name: \"small\", model: \"{}\", hw: \"{}\", golden_steps: 12, inject_steps: List([6]), \
+             sites: {sites}, fault: {fault}, sampling: {sampling}, follow_up: 4, seed: 2)",
+            r.join("models/mlp-digits.ron").display(),
+            r.join("configs/tpu-32x32.ron").display()
+        ),
+    )
+    .unwrap();
+}
+
 /// Runs the exploration `ExploreSpec(name: "x", FIELDS)` written in `dir`, into `dir/out`.
 fn explore(dir: &Path, fields: &str) -> faultline_fault::explore::ExploreResult {
     use faultline_fault::explore::{run, ExploreSpec};
@@ -234,19 +250,7 @@ fn explore(dir: &Path, fields: &str) -> faultline_fault::explore::ExploreResult 
 #[test]
 fn explore_pairs_register_faults_across_programs_and_costs_each_layer() {
     let d = tempfile::tempdir().unwrap();
-    let r = root();
-    let campaign = d.path().join("c.ron");
-    std::fs::write(
-        &campaign,
-        format!(
-            "CampaignSpec(name: \"small\", model: \"{}\", hw: \"{}\", golden_steps: 12, inject_steps: List([6]), \
-             sites: [\"mxu.pe[*][*].psum\", \"ub.word[*]\"], fault: Flip, sampling: Stratified(per_class: 40), \
-             follow_up: 4, seed: 2)",
-            r.join("models/mlp-digits.ron").display(),
-            r.join("configs/tpu-32x32.ron").display()
-        ),
-    )
-    .unwrap();
+    small_campaign(d.path(), r#"["mxu.pe[*][*].psum", "ub.word[*]"]"#, "Flip", "Stratified(per_class: 40)");
     plan_file(d.path(), "codes", "mechanisms: [Ecc(code: Secded, on: [\"ub.word[*]\"])]");
     plan_file(d.path(), "abft", "mechanisms: [Abft(nodes: [\"*\"], tile: Global)]");
     let res = explore(d.path(), "campaigns: [\"c.ron\"], plans: [\"codes.ron\", \"abft.ron\"]");
@@ -460,19 +464,7 @@ fn a_norm_spike_detector_with_a_bad_factor_or_window_names_its_field() {
 #[test]
 fn explore_in_rounds_pools_each_round_and_resumes_to_the_same_result() {
     let d = tempfile::tempdir().unwrap();
-    let r = root();
-    let campaign = d.path().join("c.ron");
-    std::fs::write(
-        &campaign,
-        format!(
-            "CampaignSpec(name: \"small\", model: \"{}\", hw: \"{}\", golden_steps: 12, inject_steps: List([6]), \
-             sites: [\"mxu.pe[*][*].psum\"], fault: Flip, sampling: Uniform(n: 40), \
-             follow_up: 4, seed: 2)",
-            r.join("models/mlp-digits.ron").display(),
-            r.join("configs/tpu-32x32.ron").display()
-        ),
-    )
-    .unwrap();
+    small_campaign(d.path(), r#"["mxu.pe[*][*].psum"]"#, "Flip", "Uniform(n: 40)");
     plan_file(d.path(), "codes", "mechanisms: [Ecc(code: Secded, on: [\"ub.word[*]\"])]");
     plan_file(d.path(), "abft", "mechanisms: [Abft(nodes: [\"*\"], tile: Global)]");
     let fields = "campaigns: [\"c.ron\"], plans: [\"codes.ron\", \"abft.ron\"], rounds: 6";

@@ -96,30 +96,10 @@ pub(super) fn mark_pareto(plans: &mut [PlanResult]) {
 pub(super) mod tests {
     use super::super::CONFIDENCE;
     use super::*;
-    use crate::stats::Estimate;
 
     pub(crate) fn plan(name: &str, cycle_overhead: f64, failure: f64) -> PlanResult {
-        let e = Estimate::of(0, 0);
         let i = Interval { p: failure, lo: failure, hi: failure };
-        PlanResult {
-            plan: name.into(),
-            file: None,
-            cycles: 0,
-            cycle_overhead,
-            area_bits: 0,
-            failure: i,
-            failure_fit: i,
-            detected: e,
-            corrected: e,
-            unrecovered: e,
-            paired_trials: 0,
-            failures_removed: 0,
-            failures_added: 0,
-            coverage: e,
-            false_positives: e,
-            pareto: false,
-            front_at_confidence: false,
-        }
+        PlanResult { cycle_overhead, failure: i, failure_fit: i, ..PlanResult::blank(name.into()) }
     }
 
     fn compare(first: &str, second: &str, first_only: u64, second_only: u64) -> PlanComparison {

@@ -398,7 +398,8 @@ pub enum ExploreProgress<'a> {
 }
 
 /// Runs the exploration `spec` (read from `file`) into `out`: each campaign unprotected
-/// (`out/<campaign>/none`) and under each plan (`out/<campaign>/<plan>`), resuming whatever
+/// (`out/<campaign>/none`) and under each plan (`out/<campaign>/<plan>`), in rounds when the
+/// spec asks (later rounds in `round-<r>` beneath), resuming whatever
 /// records are there, then writes `out/explore.json` and returns it. Everything
 /// [`ExploreSpec::load`] checks is checked again first, before any golden run or file.
 pub fn run(
@@ -653,26 +654,40 @@ fn class_strata(
 fn plan_result(spec: &ExploreSpec, c: &Campaign, plan: Option<&PlanFile>, base_cycles: u64) -> Result<PlanResult> {
     let fp = c.held_out_false_positives(spec.held_out_seed)?.unwrap_or(Estimate::of(0, 0));
     let p = c.info.protection.as_ref();
-    let (e, i) = (Estimate::of(0, 0), Interval { p: 0.0, lo: 0.0, hi: 0.0 });
     Ok(PlanResult {
-        plan: p.map_or("none".to_string(), |p| p.plan.name.clone()),
         file: plan.map(|p| p.written.display().to_string()),
         cycles: c.info.cycles_per_step,
         cycle_overhead: c.info.cycles_per_step as f64 / base_cycles as f64 - 1.0,
         area_bits: p.map_or(0, |p| p.area_bits),
-        failure: i,
-        failure_fit: i,
-        detected: e,
-        corrected: e,
-        unrecovered: e,
-        paired_trials: 0,
-        failures_removed: 0,
-        failures_added: 0,
-        coverage: e,
         false_positives: fp,
-        pareto: false,
-        front_at_confidence: false,
+        ..PlanResult::blank(p.map_or("none".to_string(), |p| p.plan.name.clone()))
     })
+}
+
+impl PlanResult {
+    /// Plan `plan` with no costs, no trials and no marks.
+    fn blank(plan: String) -> PlanResult {
+        let (e, i) = (Estimate::of(0, 0), Interval { p: 0.0, lo: 0.0, hi: 0.0 });
+        PlanResult {
+            plan,
+            file: None,
+            cycles: 0,
+            cycle_overhead: 0.0,
+            area_bits: 0,
+            failure: i,
+            failure_fit: i,
+            detected: e,
+            corrected: e,
+            unrecovered: e,
+            paired_trials: 0,
+            failures_removed: 0,
+            failures_added: 0,
+            coverage: e,
+            false_positives: e,
+            pareto: false,
+            front_at_confidence: false,
+        }
+    }
 }
 
 /// A plan's result with its rates from its pooled trials `p`; its paired comparison with the
