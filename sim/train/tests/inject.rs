@@ -600,3 +600,58 @@ fn a_stuck_at_over_several_instructions_is_its_parts_in_each() {
     assert_eq!(inj.instrs().collect::<Vec<_>>(), gemms);
     assert!(gemms.iter().all(|&g| inj.register_faults(g).unwrap().events.len() == 2), "{inj:?}");
 }
+
+/// The PEs right of a GEMM's widest fold are dead while it runs, in every dataflow: on the
+/// 32x32 array mlp-digits' GEMMs of 10 output columns (the logits and their gradients) leave
+/// columns 10..32 idle, and a flip of any MXU register there, at any cycle of the GEMM, leaves
+/// the step bit-identical, where the same flip in the last used column does not always.
+#[test]
+fn pes_right_of_a_gemms_columns_are_dead_in_every_dataflow() {
+    for dataflow in [Dataflow::WeightStationary, Dataflow::OutputStationary, Dataflow::InputStationary] {
+        let spec = ModelSpec::load(root().join("models/mlp-digits.ron")).unwrap();
+        let mut hw = HwConfig::load(root().join("configs/tpu-32x32.ron")).unwrap();
+        hw.mxu.dataflow = dataflow;
+        let data = source::shipped(&spec, 1, &Default::default()).unwrap();
+        let t = Trainer::new(&spec, &hw, data, TrainOptions { batch: 4, eval_every: 0, ..TrainOptions::default() })
+            .unwrap();
+        let (hw, p, sched) = (&t.exec.hw, t.exec.program(), &t.schedule);
+        let (x, y, golden) = golden_step(&t);
+        let windows = space::windows(&t.exec, sched);
+        let mut narrow = 0;
+        for g in (0..p.instrs.len()).filter(|&i| matches!(p.instrs[i], Instr::Gemm { .. })) {
+            let map = faultline_train::inject::gemm_fold::GemmMap::new(hw, &p.instrs[g], sched.instrs[g].start);
+            let used = map.unwrap().unwrap().s.as_ws().folds.iter().map(|f| f.nc).max().unwrap();
+            if used >= hw.mxu.cols {
+                continue;
+            }
+            narrow += 1;
+            let (start, cycles) = (sched.instrs[g].start, sched.instrs[g].cycles);
+            for class in SiteClass::all(hw).into_iter().filter(|c| c.unit == Unit::Mxu) {
+                let mut live_in_used = false;
+                for (k, c) in (start..start + cycles).step_by(3).enumerate() {
+                    let row = k % hw.mxu.rows;
+                    let fault = |col| StepFault {
+                        kind: faultline_num::BitFault::Flip,
+                        site: FaultSite::pe(row, col, class.register, bit(class, hw)),
+                        step: 1,
+                        cycle: c,
+                        duration: 1,
+                    };
+                    let dead = fault(used + k % (hw.mxu.cols - used));
+                    assert!(!windows.iter().any(|w| w.contains(hw, &dead.site, c)), "{dataflow:?} {dead}");
+                    let (rep, s) = faulty_step(&t, &dead, &x, &y);
+                    assert!(rep.masked() && s == golden, "{dataflow:?}: {dead} right of {used} columns: {rep}");
+                    if !live_in_used && class.register == Register::Psum {
+                        live_in_used = !faulty_step(&t, &fault(used - 1), &x, &y).0.masked();
+                    }
+                }
+                assert!(
+                    live_in_used || class.register != Register::Psum,
+                    "{dataflow:?}: no psum flip in column {}",
+                    used - 1
+                );
+            }
+        }
+        assert!(narrow > 0, "{dataflow:?}: no GEMM narrower than the array");
+    }
+}

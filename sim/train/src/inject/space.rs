@@ -5,7 +5,9 @@
 //! control register), all their bits, over a range of cycles. Every pair outside every window
 //! is dead: a fault there is masked without running anything (a test samples dead pairs and
 //! checks). Pairs inside may still be masked; the windows over-approximate, never under:
-//! * MXU and VPU registers: every element while an instruction runs on the unit.
+//! * MXU registers: while a GEMM runs, every PE of the columns its widest fold uses (columns
+//!   right of them feed nothing the accumulators capture); VPU registers: every element while
+//!   an instruction runs on the unit.
 //! * DMA address registers: a transfer's data phase.
 //! * `seq.tile`: a GEMM's issue up to its last fold's start (the counter's last read);
 //!   `seq.acc_addr`: each fold's first to last result-row write ([`crate::inject::sequencer`]).
@@ -66,7 +68,23 @@ pub fn windows(exec: &dyn Placed, sched: &StepSchedule) -> Vec<LiveWindow> {
         let all = 0..class.elements(hw);
         let on = |u: ExecUnit| (0..p.instrs.len()).filter(move |&i| p.instrs[i].unit() == u);
         match class.unit {
-            Unit::Mxu => on(ExecUnit::Mxu).for_each(|i| push(all.clone(), span(i))),
+            Unit::Mxu => {
+                for g in on(ExecUnit::Mxu) {
+                    // A GEMM's PEs right of its widest fold's columns: nothing they hold
+                    // reaches a used column (activations and strobes move right, partial sums
+                    // down) and the accumulators capture used columns only.
+                    let used = match GemmMap::new(hw, &p.instrs[g], sched.instrs[g].start) {
+                        Ok(Some(map)) => map.s.as_ws().folds.iter().map(|f| f.nc).max().unwrap_or(0) as u64,
+                        _ => hw.mxu.cols as u64,
+                    };
+                    let cols = hw.mxu.cols as u64;
+                    if used >= cols {
+                        push(all.clone(), span(g));
+                    } else {
+                        (0..hw.mxu.rows as u64).for_each(|r| push(r * cols..r * cols + used, span(g)));
+                    }
+                }
+            }
             Unit::Vpu => on(ExecUnit::Vpu).for_each(|i| push(all.clone(), span(i))),
             Unit::Dma => on(ExecUnit::Dma).for_each(|i| push(all.clone(), span(i).start + p.dma_overhead..span(i).end)),
             Unit::Seq | Unit::Wbuf => {
