@@ -246,6 +246,13 @@ fn fit_rates_whose_products_overflow_are_refused() {
         let e = ExploreSpec::load(&x).map(|_| ()).unwrap_err().to_string();
         assert_eq!(e, format!("{}: field `rounds` = {rounds}: 1 to 100 rounds per campaign", x.display()));
     }
+    // Every round of an exhaustive campaign would run the same trials.
+    let ex = campaign_file(d.path(), "ex", &body.replace("Uniform(n: 2)", "Exhaustive"));
+    std::fs::write(&x, "ExploreSpec(name: \"x\", campaigns: [\"ex.ron\"], plans: [], rounds: 2)").unwrap();
+    let e = ExploreSpec::load(&x).map(|_| ()).unwrap_err().to_string();
+    assert!(e.starts_with(&format!("{}: field `sampling` = Exhaustive: Uniform or Stratified", ex.display())), "{e}");
+    std::fs::write(&x, "ExploreSpec(name: \"x\", campaigns: [\"ex.ron\"], plans: [], rounds: 1)").unwrap();
+    ExploreSpec::load(&x).unwrap();
 }
 
 /// An exploration `x.ron` in `dir` of `campaigns` under `plans` (file names in `dir`).

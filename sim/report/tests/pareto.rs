@@ -343,7 +343,8 @@ fn comparisons_say_which_plans_are_told_apart() {
     // Told apart: in bold.
     assert!(table[0].contains("| **400** | **9 / 0** |") && table[0].ends_with("| **yes** |"), "{}", table[0]);
     let tied = mlp.lines().find(|l| l.starts_with("| parity | range |")).unwrap();
-    assert!(tied.contains("| no: about ") && tied.contains("at the difference seen"), "{tied}");
+    // The trials that would separate it, briefly (the column must fit a 1280-px page).
+    assert!(tied.contains("| no: ~") && tied.ends_with(" to separate |"), "{tied}");
     let csv = fs::read_to_string(dir.path().join("comparisons.csv")).unwrap();
     assert_eq!(csv.lines().count(), 4);
     assert!(csv.lines().nth(1).unwrap().starts_with("mlp-mxu,none,parity,400,0,9,0,391,"));

@@ -319,6 +319,19 @@ impl ExploreSpec {
                         .into(),
                 });
             }
+            if self.rounds > 1 && matches!(spec.sampling, crate::spec::Sampling::Exhaustive) {
+                return Err(FaultError::Invalid {
+                    file: cfile.clone(),
+                    field: "sampling".into(),
+                    value: "Exhaustive".into(),
+                    allowed: format!(
+                        "Uniform or Stratified when the exploration runs rounds ({} in {}): every round of an \
+                         exhaustive campaign would run the same trials",
+                        self.rounds,
+                        file.display()
+                    ),
+                });
+            }
             check_dir_name(&spec.name, &cfile, "name")?;
             if let Some(other) = seen.claim(&spec.name, format!("campaigns[{i}]")) {
                 return Err(dup(format!("campaigns[{i}]"), c, &spec.name, other));

@@ -43,11 +43,18 @@ pub fn verdict(c: &PlanComparison) -> String {
         return format!("told apart ({})", p_value(c.p_value));
     }
     let k = c.counts;
-    let need = c.trials_needed.map_or("-".into(), |n| {
+    format!("tied, {}/{} of {} paired; {}", k.first_only, k.second_only, k.n(), need_short(c))
+}
+
+/// The paired trials that would separate a pair, in a few words: `~16,000 to separate`, or
+/// `>= ~4,100 to separate` where the plans failed alike (sized at the largest difference
+/// their interval allows).
+fn need_short(c: &PlanComparison) -> String {
+    let k = c.counts;
+    c.trials_needed.map_or("-".into(), |n| {
         let at_least = if k.first_only == k.second_only { ">= " } else { "" };
         format!("{at_least}~{} to separate", about(n))
-    });
-    format!("tied, {}/{} of {} paired; {need}", k.first_only, k.second_only, k.n())
+    })
 }
 
 /// The level McNemar's exact test tells plans apart at on campaign `c`: 5%, or its share per
@@ -165,7 +172,7 @@ pub fn table(c: &CampaignResult) -> Block {
                 format!("{} / {}", x.counts.first_only, x.counts.second_only),
                 diff_pct(x.difference),
                 p_value(x.p_value).trim_start_matches("p ").trim_start_matches("= ").to_string(),
-                if x.separated { "yes".into() } else { format!("no: {}", to_separate(x)) },
+                if x.separated { "yes".into() } else { format!("no: {}", need_short(x)) },
             ],
             strong: x.separated,
         })
@@ -181,8 +188,8 @@ pub fn table_intro(c: &CampaignResult) -> String {
          McNemar's exact test asks whether they split more unevenly than chance, and the difference in failure \
          share carries Newcombe's interval per class, combined by class bits. Where a pair is not told apart, the \
          last column gives the paired trials that would separate it with {:.0}% power (Connor 1987) at the \
-         difference observed, or, where none was observed, at the largest the interval allows; this campaign ran \
-         {} per plan.",
+         difference observed, or, where none was observed (`>=`), at least those at the largest the interval \
+         allows; this campaign ran {} per plan.",
         100.0 * POWER,
         c.trials
     )
