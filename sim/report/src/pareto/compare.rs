@@ -76,7 +76,7 @@ pub fn level_words(c: &CampaignResult) -> String {
 pub fn rounds(c: &CampaignResult) -> Option<String> {
     let r = c.rounds.as_ref()?;
     let why = match r.stopped {
-        Stopped::Separated => "every pair of point-estimate Pareto plans was told apart",
+        Stopped::Separated => "every pair whose order could change the front at 95% was told apart",
         Stopped::Futile => "each pair left tied would need more paired trials than the rounds allowed give",
         Stopped::Budget => "the rounds allowed had run",
     };
