@@ -403,6 +403,44 @@ fn bad_specs_name_the_file_and_field() {
     assert!(e.contains("field `sampling`") && e.contains("use Uniform or Stratified"), "{e}");
 }
 
+/// A machine whose compiler forwards stored values and reuses the least recently used words
+/// (`placement`): memory, DMA and sequencer trials record the same in hybrid and cycle-level
+/// mode, and the SRAM classes corrupt reads, forwarded Adam moments included.
+#[test]
+fn memory_campaigns_with_forwarded_stores_and_least_recently_used_words() {
+    let d = tempfile::tempdir().unwrap();
+    let hw = std::fs::read_to_string(root().join("configs/tpu-8x8.ron")).unwrap();
+    let hw = format!(
+        "{},\n    placement: (forward_stored: true, words: LeastRecentlyUsed),\n)",
+        hw.trim_end().trim_end_matches(')').trim_end().trim_end_matches(',')
+    );
+    let hw_file = d.path().join("tpu-8x8-placed.ron");
+    std::fs::write(&hw_file, hw).unwrap();
+    let text = format!(
+        "CampaignSpec(name: \"placed\", model: \"{}\", hw: \"{}\", train: (batch: 8, optimizer: adam), \
+         golden_steps: 8, inject_steps: List([3]), sites: [\"ub.*\", \"acc.*\", \"dma.*\", \"seq.*\"], \
+         fault: Flip, sampling: Stratified(per_class: 60), follow_up: 3, seed: 21, verify_dead_every: 0)",
+        root().join("models/mlp-digits.ron").display(),
+        hw_file.display()
+    );
+    let f = d.path().join("placed.ron");
+    std::fs::write(&f, text).unwrap();
+    let c = prepare(&f);
+    let (h, cy) = (d.path().join("h"), d.path().join("c"));
+    let s = c.run(&h, opts(2, Shard::ALL), |_| {}).unwrap();
+    c.run(&cy, RunOptions { mode: TrialMode::CycleLevel, ..opts(2, Shard::ALL) }, |_| {}).unwrap();
+    assert_eq!(read(&h, "records.jsonl"), read(&cy, "records.jsonl"));
+    let records = String::from_utf8(read(&h, "records.jsonl")).unwrap();
+    for class in ["ub.word[*]", "acc.word[*]"] {
+        let corrupting = records
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["class"] == class && r["injection"]["corrupted"].as_u64().unwrap_or(0) > 0)
+            .count();
+        assert!(corrupting > 0, "{class}: no trial corrupted a read ({:?})", s.classes);
+    }
+}
+
 /// Memory, DMA and sequencer sites on an input-stationary machine: every class corrupts what
 /// some trial's step reads (the memory fault path maps IS GEMMs as it does WS ones), and
 /// hybrid and cycle-level trials record the same.

@@ -15,7 +15,8 @@
 //! * every transfer of `S` moves all of `S` to or from exactly those words;
 //! * it starts as their copy: its first access is a load, or (no load) `D` is computed by the
 //!   step, nothing wrote those words before, and `S`'s first access only writes it;
-//! * no load follows a change to `S`, and its last access is a store if anything changed it;
+//! * no load follows a change to `S`, and a store follows its last change if anything changed
+//!   it (later reads of `S` read what the store left in those words);
 //! * while `S` lives (first access to last), no other instruction touches those words.
 //!
 //! Then at every instruction `S` holds what those words of `D` hold in the direct form, and `D`
@@ -160,7 +161,8 @@ impl Program {
             loads[0] == first
         };
         let no_reload = u.writes.is_none_or(|(w, _)| loads.iter().all(|&l| l < w));
-        let stored = u.writes.is_none_or(|_| u.transfers.last().is_some_and(|&(t, load)| t == u.last && !load));
+        // Stored after its last change; reads after the store see what the DRAM words hold.
+        let stored = u.writes.is_none_or(|(_, w)| u.transfers.iter().any(|&(t, load)| t > w && !load));
         starts && no_reload && stored && !touched(first..u.last + 1, false)
     }
 }

@@ -12,10 +12,13 @@
 //! into a staged copy in the unified buffer just before the instruction (later instructions of
 //! the same graph node read that copy too); a write goes to a
 //! staged copy (in the accumulators for a GEMM) that a DMA store writes back after the buffer's
-//! last writer. SRAM words are assigned by a linear scan over the instruction order: a buffer
-//! holds its words from its first access to its last, then they are reused, and the buffer
-//! that reuses them records whose words it takes so the schedule does not overwrite them early
-//! ([`Program::issue_times`]). When an SRAM is full, the longest-lived value live there is
+//! last writer; with `placement.forward_stored` ([`faultline_hw::PlacementConfig`]) later
+//! readers of a value the step keeps read that copy instead of loading the value back. SRAM
+//! words are assigned by a linear scan over the instruction order: a buffer holds its words
+//! from its first access to its last, then they are reused (the lowest free words first, or
+//! with `placement.words: LeastRecentlyUsed` those last used the earliest, where that is
+//! faster), and the buffer that reuses them records whose words it takes so the schedule does
+//! not overwrite them early ([`Program::issue_times`]). When an SRAM is full, the longest-lived value live there is
 //! spilled to DRAM and placement starts again. DRAM words are never reused within a step.
 //!
 //! When one instruction's tensors do not fit even with every other value spilled, the
@@ -31,7 +34,7 @@ use crate::error::GraphError;
 use crate::program::{Buffer, Program, Role, Tag};
 use faultline_hw::isa::{BufId, Instr};
 use faultline_hw::memory::dma::Direction;
-use faultline_hw::{HwConfig, Unit};
+use faultline_hw::{HwConfig, Unit, WordChoice};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -76,27 +79,48 @@ pub fn place(p: &Program, cfg: &HwConfig) -> Result<Program, GraphError> {
     // K tiles of a GEMM are whole folds.
     let ku = cfg.mxu.rows;
     loop {
-        let (mut q, origin, staged_for) = stage(&tiled, &dram, &private);
+        let (mut q, origin, staged_for) = stage(&tiled, &dram, &private, cfg.placement.forward_stored);
         let mut on_dram = dram.clone();
         on_dram.resize(q.buffers.len(), false);
-        match allocate(&q, cfg, &on_dram, false) {
+        match allocate(&q, cfg, &on_dram, Policy::FirstFit) {
             Ok(placement) => {
                 q.dma_overhead = faultline_hw::memory::dma::overhead(cfg).unwrap_or(0);
-                let single = with_homes(q.clone(), placement);
-                // Double buffering: alternate tiles take their words from the other end of
-                // the SRAM, so a tile's loads need not wait for the previous tile to finish
-                // with the same words. Kept only if it fits and the step is faster.
-                if q.tags.iter().any(|t| t.tile.is_some()) {
-                    if let Ok(placement) = allocate(&q, cfg, &on_dram, true) {
-                        let double = with_homes(q, placement);
-                        if static_cycles(&double, cfg) < static_cycles(&single, cfg) {
-                            return Ok(double);
+                // Double buffering (alternate tiles take their words from the other end of the
+                // SRAM, so a tile's loads need not wait for the previous tile to finish with
+                // the same words) and the least recently used words: each kept only if it
+                // fits and the step is faster.
+                let tiled = q.tags.iter().any(|t| t.tile.is_some());
+                let mut best = with_homes(q.clone(), placement);
+                let mut cycles = static_cycles(&best, cfg);
+                let lru = cfg.placement.words == WordChoice::LeastRecentlyUsed;
+                for policy in [Policy::Alternate, Policy::Oldest] {
+                    if (policy == Policy::Alternate && !tiled) || (policy == Policy::Oldest && !lru) {
+                        continue;
+                    }
+                    if let Ok(placement) = allocate(&q, cfg, &on_dram, policy) {
+                        let other = with_homes(q.clone(), placement);
+                        let c = static_cycles(&other, cfg);
+                        if c < cycles {
+                            (best, cycles) = (other, c);
                         }
                     }
                 }
-                return Ok(single);
+                return Ok(best);
             }
             Err(full) => {
+                // First read back what was forwarded from a stored copy (as without forwarding),
+                // longest-lived first. (With forwarding, the only copies of values the step
+                // keeps that are not private are the ones they were written in.)
+                let forwarded = full
+                    .live
+                    .iter()
+                    .filter_map(|&(b, span)| Some((origin[b.index()]?, span)))
+                    .filter(|&(o, span)| span > 0 && !private[o.index()] && p.kept.contains(&o))
+                    .max_by_key(|&(o, span)| (span, std::cmp::Reverse(o)));
+                if let (true, Some((o, _))) = (cfg.placement.forward_stored, forwarded) {
+                    private[o.index()] = true;
+                    continue;
+                }
                 // Spill the longest-lived value of the program (not a staged copy) live there.
                 let victim = full
                     .live
@@ -230,7 +254,7 @@ fn capacity(cfg: &HwConfig, mem: Unit) -> u64 {
 /// A tile (an instruction cut along its rows) stages only the words it touches: it loads the
 /// rows of each DRAM tensor it reads into a copy of their size, and stores its result rows
 /// right after it runs.
-fn stage(p: &Program, dram: &[bool], private: &[bool]) -> (Program, Vec<Option<BufId>>, Vec<usize>) {
+fn stage(p: &Program, dram: &[bool], private: &[bool], forward: bool) -> (Program, Vec<Option<BufId>>, Vec<usize>) {
     let n = p.buffers.len();
     let mut q = Program {
         instrs: Vec::new(),
@@ -253,6 +277,12 @@ fn stage(p: &Program, dram: &[bool], private: &[bool]) -> (Program, Vec<Option<B
     }
     // The staged copy of a DRAM-homed buffer that is being written (in parts) and not yet stored.
     let mut open: Vec<Option<BufId>> = vec![None; n];
+    // The staged copy a DRAM-homed value was written in and stored from: it still holds the
+    // value, so with `forward` later readers read it there instead of loading it back. Only
+    // for values the step keeps (a spilled value went to DRAM to free its words) and that are
+    // not `private`.
+    let mut stored: Vec<Option<BufId>> = vec![None; n];
+    let forwards = |b: BufId| forward && !private[b.index()] && p.kept.contains(&b);
     // The copies loaded for the current graph node, by the words they hold: its other
     // instructions read them too.
     let mut loaded: BTreeMap<(BufId, usize, usize), BufId> = BTreeMap::new();
@@ -269,7 +299,7 @@ fn stage(p: &Program, dram: &[bool], private: &[bool]) -> (Program, Vec<Option<B
         // holds the rows its operands read, any other copy the whole tensor.
         let mut ranges: Vec<(BufId, (usize, usize))> = Vec::new();
         for (b, r) in ins.read_ranges().into_iter().filter(|(b, _)| dram[b.index()]) {
-            if let Some(s) = open[b.index()] {
+            if let Some(s) = open[b.index()].or(stored[b.index()]) {
                 staged.insert(b, (s, 0));
                 continue;
             }
@@ -327,6 +357,11 @@ fn stage(p: &Program, dram: &[bool], private: &[bool]) -> (Program, Vec<Option<B
             if last_writer[b.index()] == Some(i) && !stores.iter().any(|&(t, ..)| t == s) {
                 open[b.index()] = None;
                 stores.push((s, 0, b, 0, len));
+                if forwards(b) {
+                    stored[b.index()] = Some(s);
+                    origin.resize(q.buffers.len(), None);
+                    origin[s.index()] = Some(b);
+                }
             }
         }
         let moved = |m: &BTreeMap<BufId, (BufId, usize)>, b: BufId, off: usize| match m.get(&b) {
@@ -377,50 +412,79 @@ struct Full {
     live: Vec<(BufId, usize)>,
 }
 
-/// Words of one memory, handed out first-fit.
+/// Words of one memory, handed out first-fit, or (`oldest`) from the free range whose words
+/// were last used the earliest.
 struct Arena {
-    /// Free `(start, len)` ranges, sorted by start.
-    free: Vec<(u64, u64)>,
+    /// Free `(start, len, last used)` ranges, sorted by start; "last used" is the instruction
+    /// that last touched the words (0 for words never used).
+    free: Vec<(u64, u64, usize)>,
+    /// Prefer the least recently used free words to the lowest.
+    oldest: bool,
 }
 
 impl Arena {
-    fn new(words: u64) -> Arena {
-        Arena { free: vec![(0, words)] }
+    fn new(words: u64, oldest: bool) -> Arena {
+        Arena { free: vec![(0, words, 0)], oldest }
     }
 
-    /// `len` words from the first free range that fits (`high`: the last words of the last
-    /// one, so buffers placed from both ends stay apart).
+    /// `len` words from the first free range that fits, or the least recently used one
+    /// (`high`: the last words of the last one, so buffers placed from both ends stay apart).
     fn alloc(&mut self, len: u64, high: bool) -> Option<u64> {
-        let fits = |&(_, l): &(u64, u64)| l >= len;
-        let i = if high { self.free.iter().rposition(fits) } else { self.free.iter().position(fits) }?;
-        let (start, l) = self.free[i];
+        let fits = |&(_, l, _): &(u64, u64, usize)| l >= len;
+        let i = if self.oldest {
+            self.free.iter().enumerate().filter(|(_, r)| fits(r)).min_by_key(|(_, r)| r.2).map(|(i, _)| i)
+        } else if high {
+            self.free.iter().rposition(fits)
+        } else {
+            self.free.iter().position(fits)
+        }?;
+        let (start, l, used) = self.free[i];
         if l == len {
             self.free.remove(i);
         } else {
-            self.free[i] = if high { (start, l - len) } else { (start + len, l - len) };
+            self.free[i] = if high { (start, l - len, used) } else { (start + len, l - len, used) };
         }
         Some(if high { start + l - len } else { start })
     }
 
-    fn release(&mut self, start: u64, len: u64) {
-        let i = self.free.partition_point(|&(s, _)| s < start);
-        self.free.insert(i, (start, len));
-        // Merge with the neighbours.
+    /// Frees `len` words from `start`, last used by instruction `used`.
+    fn release(&mut self, start: u64, len: u64, used: usize) {
+        let i = self.free.partition_point(|&(s, ..)| s < start);
+        self.free.insert(i, (start, len, used));
+        // Merge with the neighbours (a merged range was last used when its latest part was).
         if i + 1 < self.free.len() && self.free[i].0 + self.free[i].1 == self.free[i + 1].0 {
-            self.free[i].1 += self.free.remove(i + 1).1;
+            let (_, l, u) = self.free.remove(i + 1);
+            self.free[i].1 += l;
+            self.free[i].2 = self.free[i].2.max(u);
         }
         if i > 0 && self.free[i - 1].0 + self.free[i - 1].1 == self.free[i].0 {
-            self.free[i - 1].1 += self.free.remove(i).1;
+            let (_, l, u) = self.free.remove(i);
+            self.free[i - 1].1 += l;
+            self.free[i - 1].2 = self.free[i - 1].2.max(u);
         }
     }
 }
 
 type Placement = (Vec<Home>, Vec<Vec<BufId>>);
 
+/// How [`allocate`] picks a buffer's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Policy {
+    /// The lowest free words that fit.
+    FirstFit,
+    /// First fit, with the buffers odd tiles of an instruction touch first placed from the top
+    /// (double buffering).
+    Alternate,
+    /// The free words last used the earliest: a buffer does not take words an instruction
+    /// still in flight (a store reading them out) holds, so it need not wait for it.
+    Oldest,
+}
+
 /// Linear-scan homes for the buffers of staged program `q` (`dram[b]`: lives in DRAM), and for
 /// each buffer the earlier buffers whose SRAM words it reuses. With `alternate`, the buffers
 /// first touched by odd tiles of an instruction are placed from the top of their SRAM.
-fn allocate(q: &Program, cfg: &HwConfig, dram: &[bool], alternate: bool) -> Result<Placement, Full> {
+fn allocate(q: &Program, cfg: &HwConfig, dram: &[bool], policy: Policy) -> Result<Placement, Full> {
+    let (alternate, oldest) = (policy == Policy::Alternate, policy == Policy::Oldest);
     let n = q.buffers.len();
     let (mut first, mut last) = (vec![usize::MAX; n], vec![0usize; n]);
     let mut gemm_out = vec![false; n];
@@ -442,8 +506,8 @@ fn allocate(q: &Program, cfg: &HwConfig, dram: &[bool], alternate: bool) -> Resu
         }
     }
     let mut reuses = vec![Vec::new(); n];
-    let mut ub = Arena::new(cfg.memory.unified_buffer.words());
-    let mut acc = Arena::new(cfg.memory.accumulator.words());
+    let mut ub = Arena::new(cfg.memory.unified_buffer.words(), oldest);
+    let mut acc = Arena::new(cfg.memory.accumulator.words(), oldest);
     // Buffers by first access; live ones by last access.
     let mut order: Vec<usize> = (0..n).filter(|&b| !dram[b] && first[b] != usize::MAX).collect();
     order.sort_by_key(|&b| (first[b], b));
@@ -456,7 +520,7 @@ fn allocate(q: &Program, cfg: &HwConfig, dram: &[bool], alternate: bool) -> Resu
             if last[o] < first[b] {
                 let h = homes[o];
                 let arena = if h.mem == Unit::Acc { &mut acc } else { &mut ub };
-                arena.release(h.base, q.buffers[o].len as u64);
+                arena.release(h.base, q.buffers[o].len as u64, last[o]);
                 false
             } else {
                 true
@@ -503,7 +567,83 @@ fn allocate(q: &Program, cfg: &HwConfig, dram: &[bool], alternate: bool) -> Resu
 mod tests {
     use super::*;
     use crate::{ModelSpec, OptimizerSpec, TrainGraph};
+    use faultline_hw::PlacementConfig;
     use std::path::Path;
+
+    /// `model`'s step on shipped config `hw` with `placement`, placed.
+    fn placed(model: &str, hw: &str, optimizer: OptimizerSpec, placement: PlacementConfig) -> (Program, HwConfig) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let spec = ModelSpec::load(root.join(format!("models/{model}.ron"))).unwrap();
+        let mut cfg = HwConfig::load(root.join(format!("configs/{hw}.ron"))).unwrap();
+        cfg.placement = placement;
+        let tg = TrainGraph::build(&spec, 32, optimizer).unwrap();
+        (Program::step(&tg).place(&cfg).unwrap(), cfg)
+    }
+
+    const FORWARD: PlacementConfig = PlacementConfig { forward_stored: true, words: WordChoice::FirstFit };
+    const LRU: PlacementConfig = PlacementConfig { forward_stored: false, words: WordChoice::LeastRecentlyUsed };
+
+    /// With `forward_stored`, a value the step keeps (the logits, Adam's moments) is written to
+    /// an on-chip copy and stored, and later readers read that copy: no DMA load reads DRAM
+    /// words the step stored. Without it they load it back.
+    #[test]
+    fn with_forwarding_values_the_step_stores_are_read_where_they_were_written() {
+        let adam = OptimizerSpec::Adam { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8 };
+        let reloads = |q: &Program| {
+            let mut stored = vec![false; q.buffers.len()];
+            let mut n = 0;
+            for ins in &q.instrs {
+                match ins {
+                    Instr::Dma { dir: Direction::Store, dst, .. } => stored[dst.index()] = true,
+                    Instr::Dma { src, .. } => n += usize::from(stored[src.index()]),
+                    _ => {}
+                }
+            }
+            n
+        };
+        for (model, hw) in [("mlp-digits", "tpu-8x8"), ("transformer-tiny", "tpu-32x32"), ("cnn-small", "tpu-32x32")] {
+            let (q, _) = placed(model, hw, adam, PlacementConfig::default());
+            assert!(reloads(&q) > 0, "{model}: nothing loaded back without forwarding");
+            let (q, _) = placed(model, hw, adam, FORWARD);
+            // DRAM buffers stored so far, and the copies they were stored from.
+            let (mut stored, mut copies) = (vec![false; q.buffers.len()], vec![false; q.buffers.len()]);
+            let mut forwarded = 0;
+            for ins in &q.instrs {
+                match ins {
+                    Instr::Dma { dir: Direction::Store, src, dst, .. } => {
+                        stored[dst.index()] = true;
+                        copies[src.index()] = true;
+                    }
+                    Instr::Dma { src, .. } => {
+                        assert!(!stored[src.index()], "{model}: `{}` loaded back", q.buffers[src.index()].name)
+                    }
+                    _ => forwarded += ins.reads().iter().filter(|b| copies[b.index()]).count(),
+                }
+            }
+            assert!(forwarded > 0, "{model}: no value read after its store");
+        }
+    }
+
+    /// On tpu-128x128, placing buffers in the least recently used words removes waits for
+    /// stores still reading the words a buffer would take: resnet-mini's step is faster than
+    /// with first fit, and placement never keeps a slower one.
+    #[test]
+    fn least_recently_used_words_make_the_step_faster_where_stores_are_in_flight() {
+        let momentum = OptimizerSpec::Momentum { lr: 0.05, momentum: 0.9 };
+        let (q, cfg) = placed("resnet-mini", "tpu-128x128", momentum, LRU);
+        let dram: Vec<bool> = q.homes.iter().map(|h| h.mem == Unit::Dram).collect();
+        let Ok(first_fit) = allocate(&q, &cfg, &dram, Policy::FirstFit) else { panic!("first fit fits") };
+        let first_fit = static_cycles(&with_homes(q.clone(), first_fit), &cfg);
+        let chosen = static_cycles(&q, &cfg);
+        assert!(chosen * 10 < first_fit * 9, "{chosen} cycles against first fit's {first_fit}");
+        let (q, cfg) = placed("mlp-digits", "tpu-8x8", OptimizerSpec::Sgd { lr: 0.1 }, LRU);
+        let dram: Vec<bool> = q.homes.iter().map(|h| h.mem == Unit::Dram).collect();
+        for policy in [Policy::FirstFit, Policy::Oldest] {
+            if let Ok(p) = allocate(&q, &cfg, &dram, policy) {
+                assert!(static_cycles(&q, &cfg) <= static_cycles(&with_homes(q.clone(), p), &cfg), "{policy:?}");
+            }
+        }
+    }
 
     /// cnn-small at batch 128 on tpu-8x8 is tiled; placement double-buffers its tiles: the
     /// copies consecutive tiles of one instruction load are in disjoint words, and the step is
@@ -543,7 +683,7 @@ mod tests {
         assert!(disjoint >= 8, "{disjoint} double-buffered tile pairs");
         // The same staged program with first-fit words is slower.
         let dram: Vec<bool> = q.homes.iter().map(|h| h.mem == Unit::Dram).collect();
-        let Ok(first_fit) = allocate(&q, &cfg, &dram, false) else { panic!("first fit fits") };
+        let Ok(first_fit) = allocate(&q, &cfg, &dram, Policy::FirstFit) else { panic!("first fit fits") };
         let single = with_homes(q.clone(), first_fit);
         assert!(static_cycles(&q, &cfg) < static_cycles(&single, &cfg));
     }

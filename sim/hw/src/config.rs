@@ -265,6 +265,45 @@ pub struct HwConfig {
     pub dram: DramConfig,
     /// The DMA engine.
     pub dma: DmaConfig,
+    /// How the compiler places a training step's buffers in the SRAMs (optional; omitted:
+    /// the placement every shipped config uses).
+    #[serde(default, skip_serializing_if = "PlacementConfig::is_default")]
+    pub placement: PlacementConfig,
+}
+
+/// How the step's buffers get SRAM words: what a real compiler for the machine would do. It
+/// changes the step's cycles and which words hold what when, so the SRAM classes'
+/// vulnerability, never a value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlacementConfig {
+    /// Read a value the step keeps in DRAM (the logits, the next optimizer state) from the
+    /// on-chip copy it was written in and stored from, instead of loading it back. The copy
+    /// then lives until its last reader. `false` (the default): every later reader loads it.
+    #[serde(default)]
+    pub forward_stored: bool,
+    /// Which free words a buffer takes: `FirstFit` (the default: the lowest that fit) or
+    /// `LeastRecentlyUsed` (those last used the earliest, so a buffer need not wait for a store
+    /// still reading its words out; kept only where the step gets faster than first fit).
+    #[serde(default)]
+    pub words: WordChoice,
+}
+
+/// Which free SRAM words a buffer takes ([`PlacementConfig::words`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum WordChoice {
+    /// The lowest free words that fit.
+    #[default]
+    FirstFit,
+    /// The free words last used the earliest, where that makes the step faster.
+    LeastRecentlyUsed,
+}
+
+impl PlacementConfig {
+    /// Whether this is the default placement (not written out).
+    pub fn is_default(&self) -> bool {
+        *self == PlacementConfig::default()
+    }
 }
 
 impl HwConfig {
@@ -491,6 +530,7 @@ impl HwConfig {
                 fault_sites: false,
             },
             dma: DmaConfig { setup_cycles: 0, buffers: 2 },
+            placement: PlacementConfig::default(),
         }
     }
 }

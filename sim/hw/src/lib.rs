@@ -54,7 +54,7 @@ pub mod protect;
 pub mod timing;
 pub mod vpu;
 
-pub use config::{Dataflow, HwConfig, MxuConfig};
+pub use config::{Dataflow, HwConfig, MxuConfig, PlacementConfig, WordChoice};
 pub use error::{ConfigError, HwError};
 pub use fault::{FaultEvent, FaultSchedule, FaultSite, Register, SiteClass, SiteKind, Unit};
 pub use matrix::Matrix;

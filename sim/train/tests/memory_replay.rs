@@ -8,7 +8,7 @@
 use faultline_graph::ModelSpec;
 use faultline_hw::fault::{FaultEvent, FaultSite, FaultTime, DMA_ADDR_BITS};
 use faultline_hw::isa::Instr;
-use faultline_hw::{Dataflow, HwConfig, Register, Unit};
+use faultline_hw::{Dataflow, HwConfig, PlacementConfig, Register, Unit, WordChoice};
 use faultline_num::BitFault;
 use faultline_train::data::source;
 use faultline_train::inject::memory::{self, StepMap, WordHit, WordSource};
@@ -23,12 +23,28 @@ fn root() -> PathBuf {
 }
 
 const MODELS: [&str; 3] = ["mlp-digits", "cnn-small", "transformer-tiny"];
+/// Every placement: forwarded stores or not, first-fit or least recently used words.
+const PLACEMENTS: [PlacementConfig; 4] = [
+    PlacementConfig { forward_stored: false, words: WordChoice::FirstFit },
+    PlacementConfig { forward_stored: true, words: WordChoice::FirstFit },
+    PlacementConfig { forward_stored: false, words: WordChoice::LeastRecentlyUsed },
+    PlacementConfig { forward_stored: true, words: WordChoice::LeastRecentlyUsed },
+];
 const DATAFLOWS: [Dataflow; 3] = [Dataflow::WeightStationary, Dataflow::OutputStationary, Dataflow::InputStationary];
 
-/// A trainer of shipped model `model` on tpu-8x8 reshaped to `rows x cols` with `dataflow`.
-fn trainer(model: &str, batch: usize, dataflow: Dataflow, rows: usize, cols: usize) -> Trainer {
+/// A trainer of shipped model `model` on tpu-8x8 reshaped to `rows x cols` with `dataflow`
+/// and `placement`.
+fn trainer(
+    model: &str,
+    batch: usize,
+    dataflow: Dataflow,
+    rows: usize,
+    cols: usize,
+    placement: PlacementConfig,
+) -> Trainer {
     let spec = ModelSpec::load(root().join(format!("models/{model}.ron"))).unwrap();
     let mut hw = HwConfig::load(root().join("configs/tpu-8x8.ron")).unwrap();
+    hw.placement = placement;
     (hw.mxu.dataflow, hw.mxu.rows, hw.mxu.cols) = (dataflow, rows, cols);
     hw.dram.fault_sites = true;
     let data = source::shipped(&spec, 1, &Default::default()).unwrap();
@@ -40,13 +56,13 @@ fn trainer(model: &str, batch: usize, dataflow: Dataflow, rows: usize, cols: usi
 #[test]
 fn a_fault_free_replay_reads_back_every_write() {
     for model in MODELS {
-        for df in DATAFLOWS {
-            let t = trainer(model, 4, df, 8, 8);
+        for (df, placement) in DATAFLOWS.into_iter().flat_map(|d| PLACEMENTS.map(|p| (d, p))) {
+            let t = trainer(model, 4, df, 8, 8, placement);
             let r = replay(t.exec.program(), &t.schedule, &t.exec.hw, None).unwrap();
             assert!(r.reads > 0);
             assert!(
                 r.changed.is_empty(),
-                "{model} {df:?}: {} reads changed, first {:?}",
+                "{model} {df:?} {placement:?}: {} reads changed, first {:?}",
                 r.changed.len(),
                 r.changed[0]
             );
@@ -97,9 +113,10 @@ proptest! {
     #[test]
     fn predicted_hits_are_the_reads_a_real_memory_replay_sees_changed(
         model in 0usize..3, df in 0usize..3, batch in 1usize..5, rows in 2usize..9, cols in 2usize..9,
-        unit in 0usize..5, pick in any::<u64>(), bit in 0u32..32, at in any::<u64>(),
+        unit in 0usize..5, pick in any::<u64>(), bit in 0u32..32, at in any::<u64>(), placement in 0usize..4,
     ) {
-        let t = trainer(MODELS[model], batch, DATAFLOWS[df], rows, cols);
+        let placement = PLACEMENTS[placement];
+        let t = trainer(MODELS[model], batch, DATAFLOWS[df], rows, cols, placement);
         let (p, sched, hw) = (t.exec.program(), &t.schedule, &t.exec.hw);
         let unit = [Unit::Ub, Unit::Acc, Unit::Wbuf, Unit::Dram, Unit::Dma][unit];
         let drawn = draw(&t, unit, pick, bit, at);
@@ -110,7 +127,7 @@ proptest! {
         let (_, hits) = memory::hits(&map, f).unwrap();
         let r = replay(p, sched, hw, Some(f)).unwrap();
         let read = |h: &WordHit| Read { instr: h.instr, buf: h.buf, elem: h.elem, part: h.part };
-        let why = format!("{} on {:?} {rows}x{cols} batch {batch}: flip {site} at cycle {cycle}", MODELS[model], DATAFLOWS[df]);
+        let why = format!("{} on {:?} {rows}x{cols} batch {batch} {placement:?}: flip {site} at cycle {cycle}", MODELS[model], DATAFLOWS[df]);
         if unit == Unit::Dma {
             // Sets: several misdirected words may land on one element.
             let predicted: BTreeSet<Read> = hits.iter().filter(|h| h.written).map(read).collect();

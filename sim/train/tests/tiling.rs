@@ -6,7 +6,7 @@
 
 use faultline_graph::ModelSpec;
 use faultline_hw::isa::{Instr, View};
-use faultline_hw::{ExecMode, HwConfig, Unit};
+use faultline_hw::{ExecMode, HwConfig, PlacementConfig, Unit, WordChoice};
 use faultline_train::{data::source, inject, MxuFormat, OptimizerKind, StepFault, TrainOptions, Trainer};
 use std::path::{Path, PathBuf};
 
@@ -17,8 +17,20 @@ fn root() -> PathBuf {
 /// A trainer of `model` (batch 16, Adam) on tpu-8x8 with `sram_bytes` of unified buffer and
 /// of accumulators.
 fn trainer(model: &str, sram_bytes: u64, precision: MxuFormat, mode: ExecMode) -> Trainer {
+    trainer_placed(model, sram_bytes, precision, mode, PlacementConfig::default())
+}
+
+/// [`trainer`] with `placement`.
+fn trainer_placed(
+    model: &str,
+    sram_bytes: u64,
+    precision: MxuFormat,
+    mode: ExecMode,
+    placement: PlacementConfig,
+) -> Trainer {
     let spec = ModelSpec::load(root().join(format!("models/{model}.ron"))).unwrap();
     let mut hw = HwConfig::load(root().join("configs/tpu-8x8.ron")).unwrap();
+    hw.placement = placement;
     hw.memory.unified_buffer.bytes = sram_bytes;
     hw.memory.accumulator.bytes = sram_bytes;
     hw.dram.fault_sites = true;
@@ -134,7 +146,7 @@ proptest::proptest! {
 
     /// A fault-free step interprets the program's direct form (staged copies read and written
     /// in their DRAM words, their transfers skipped): on any placement (roomy, spilled or
-    /// tiled SRAMs) it leaves the bits the placed program leaves in every buffer the step keeps
+    /// tiled SRAMs; forwarded stores, least recently used words) it leaves the bits the placed program leaves in every buffer the step keeps
     /// (loss, output, checks, next parameters and optimizer state), and issues the same cycles;
     /// also when every released buffer's vector is reused, stale words and all.
     #[test]
@@ -144,10 +156,14 @@ proptest::proptest! {
         kib in 20u64..1024,
         fp32 in proptest::prelude::any::<bool>(),
         pool in proptest::prelude::any::<bool>(),
+        forward_stored in proptest::prelude::any::<bool>(),
+        lru in proptest::prelude::any::<bool>(),
     ) {
         let model = ["mlp-digits", "cnn-small", "transformer-tiny"][model];
         let precision = if fp32 { MxuFormat::Fp32 } else { MxuFormat::Bf16 };
-        let mut t = trainer(model, kib * 1024, precision, ExecMode::Functional);
+        let words = if lru { WordChoice::LeastRecentlyUsed } else { WordChoice::FirstFit };
+        let placement = PlacementConfig { forward_stored, words };
+        let mut t = trainer_placed(model, kib * 1024, precision, ExecMode::Functional, placement);
         if pool {
             // Every released buffer's vector goes to a later destination, stale words and all.
             t.exec.pool_from(1);
