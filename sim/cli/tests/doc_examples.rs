@@ -17,6 +17,9 @@
 //!   `traces/examples` and `reports/examples` linked in; what a page writes stays there.
 //!
 //! `FAULTLINE_DOCS=substring` runs only the pages whose path contains it;
+//! `FAULTLINE_BLESS=1` writes what each differing example printed into its page instead of
+//! failing (keeping a page line with volatile fields where it still matches; an example whose
+//! page shows `...` still fails, to be edited by hand: which lines to leave out is a choice);
 //! `FAULTLINE_DOCS_ROOT=dir` checks the pages of another checkout (with this build). A failure
 //! prints the whole actual output, ready to paste.
 
@@ -31,6 +34,8 @@ struct Example {
     line: usize,
     command: String,
     expected: Vec<String>,
+    /// Where `expected` starts in the page (0-based line index).
+    expected_at: usize,
 }
 
 /// A page's executed examples, or the one-line reasons it is malformed.
@@ -74,12 +79,12 @@ fn parse(page: &str, text: &str) -> Result<Vec<Example>, Vec<String>> {
                             "{page}:{line}: `| head` makes the example flaky (the writer may die of SIGPIPE, exit 141); use `| sed -n 1,Np`"
                         ));
                     }
-                    let mut expected = Vec::new();
+                    let (mut expected, expected_at) = (Vec::new(), start + 1 + j);
                     while j < body.len() && !body[j].starts_with("$ ") {
                         expected.push(body[j].trim_end().to_string());
                         j += 1;
                     }
-                    out.push(Example { line, command, expected });
+                    out.push(Example { line, command, expected, expected_at });
                 }
             }
             "sh" | "bash" | "shell" => {
@@ -200,6 +205,9 @@ fn run_page(root: &Path, page: &Path, bin_dir: &Path) -> Vec<String> {
     let dir = scratch(root);
     let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
     let mut failures = Vec::new();
+    // With FAULTLINE_BLESS, the outputs to write into the page: (first line, lines, new lines).
+    let bless = std::env::var("FAULTLINE_BLESS").is_ok_and(|v| !v.is_empty() && v != "0");
+    let mut rewrites: Vec<(usize, usize, Vec<String>)> = Vec::new();
     for ex in &examples {
         let out = Command::new("timeout")
             .args(["600", "bash", "-o", "pipefail", "-c"])
@@ -224,6 +232,11 @@ fn run_page(root: &Path, page: &Path, bin_dir: &Path) -> Vec<String> {
             expected.pop();
         }
         if !matches(&expected, &actual) {
+            if bless && !expected.iter().any(|e| e.trim() == "...") {
+                let lines = actual.iter().map(|a| blessed(&expected, a)).collect();
+                rewrites.push((ex.expected_at, expected.len(), lines));
+                continue;
+            }
             failures.push(format!(
                 "{}:{}: `{}` printed something else than the page shows.\n--- page\n{}\n--- actual\n{}\n---",
                 page.display(),
@@ -234,7 +247,21 @@ fn run_page(root: &Path, page: &Path, bin_dir: &Path) -> Vec<String> {
             ));
         }
     }
+    if !rewrites.is_empty() {
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        for (at, n, new) in rewrites.into_iter().rev() {
+            lines.splice(at..at + n, new);
+        }
+        std::fs::write(root.join(page), lines.join("\n") + "\n").expect("rewrite the page");
+    }
     failures
+}
+
+/// An actual output line as a blessed page shows it: the page's own line where one of the
+/// expected lines stands for it (keeping its `[TIME]`-style fields), else the line itself.
+fn blessed(expected: &[String], actual: &str) -> String {
+    let actual = actual.trim_end();
+    expected.iter().find(|e| line_pattern(e).is_match(actual)).cloned().unwrap_or_else(|| actual.to_string())
 }
 
 #[test]
