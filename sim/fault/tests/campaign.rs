@@ -3,7 +3,7 @@
 //! name the field.
 
 use faultline_fault::model::Anchor;
-use faultline_fault::{merge, Campaign, CampaignSpec, Outcome, RunOptions, Shard, TrialMode};
+use faultline_fault::{merge, Campaign, CampaignSpec, Outcome, RunOptions, Shard, Summary, TrialMode};
 use faultline_hw::budget::HostMemory;
 use faultline_hw::isa::{ExecUnit, Instr};
 use faultline_hw::{FaultSite, Register, SiteClass, Unit};
@@ -403,41 +403,59 @@ fn bad_specs_name_the_file_and_field() {
     assert!(e.contains("field `sampling`") && e.contains("use Uniform or Stratified"), "{e}");
 }
 
-/// A machine whose compiler forwards stored values and reuses the least recently used words
-/// (`placement`): memory, DMA and sequencer trials record the same in hybrid and cycle-level
-/// mode, and the SRAM classes corrupt reads, forwarded Adam moments included.
-#[test]
-fn memory_campaigns_with_forwarded_stores_and_least_recently_used_words() {
+/// Runs a memory campaign of mlp-digits (batch 8, injection at step 3 of 8, 3 follow-up
+/// steps) on tpu-8x8 as `edit` changes its text, in hybrid and in cycle-level mode; checks that
+/// both record the same and returns the summary and the records.
+fn memory_campaign_both_modes(
+    edit: impl Fn(&str) -> String,
+    train: &str,
+    sites: &str,
+    per_class: usize,
+) -> (Summary, String) {
     let d = tempfile::tempdir().unwrap();
     let hw = std::fs::read_to_string(root().join("configs/tpu-8x8.ron")).unwrap();
-    let hw = format!(
-        "{},\n    placement: (forward_stored: true, words: LeastRecentlyUsed),\n)",
-        hw.trim_end().trim_end_matches(')').trim_end().trim_end_matches(',')
-    );
-    let hw_file = d.path().join("tpu-8x8-placed.ron");
-    std::fs::write(&hw_file, hw).unwrap();
+    let hw_file = d.path().join("tpu-8x8-edited.ron");
+    std::fs::write(&hw_file, edit(&hw)).unwrap();
     let text = format!(
-        "CampaignSpec(name: \"placed\", model: \"{}\", hw: \"{}\", train: (batch: 8, optimizer: adam), \
-         golden_steps: 8, inject_steps: List([3]), sites: [\"ub.*\", \"acc.*\", \"dma.*\", \"seq.*\"], \
-         fault: Flip, sampling: Stratified(per_class: 60), follow_up: 3, seed: 21, verify_dead_every: 0)",
+        "CampaignSpec(name: \"memory\", model: \"{}\", hw: \"{}\", train: ({train}), golden_steps: 8, \
+         inject_steps: List([3]), sites: [{sites}], fault: Flip, sampling: Stratified(per_class: {per_class}), \
+         follow_up: 3, seed: 21, verify_dead_every: 0)",
         root().join("models/mlp-digits.ron").display(),
         hw_file.display()
     );
-    let f = d.path().join("placed.ron");
+    let f = d.path().join("memory.ron");
     std::fs::write(&f, text).unwrap();
     let c = prepare(&f);
     let (h, cy) = (d.path().join("h"), d.path().join("c"));
     let s = c.run(&h, opts(2, Shard::ALL), |_| {}).unwrap();
     c.run(&cy, RunOptions { mode: TrialMode::CycleLevel, ..opts(2, Shard::ALL) }, |_| {}).unwrap();
     assert_eq!(read(&h, "records.jsonl"), read(&cy, "records.jsonl"));
-    let records = String::from_utf8(read(&h, "records.jsonl")).unwrap();
+    (s, String::from_utf8(read(&h, "records.jsonl")).unwrap())
+}
+
+/// Trials of class `class` in `records` whose fault corrupted some read.
+fn corrupting(records: &str, class: &str) -> usize {
+    records
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["class"] == class && r["injection"]["corrupted"].as_u64().unwrap_or(0) > 0)
+        .count()
+}
+
+/// A machine whose compiler forwards stored values and reuses the least recently used words
+/// (`placement`): memory, DMA and sequencer trials record the same in hybrid and cycle-level
+/// mode, and the SRAM classes corrupt reads, forwarded Adam moments included.
+#[test]
+fn memory_campaigns_with_forwarded_stores_and_least_recently_used_words() {
+    let dma = "dma: (setup_cycles: 8, buffers: 2),";
+    let placed = |hw: &str| {
+        assert!(hw.contains(dma));
+        hw.replace(dma, &format!("{dma}\n    placement: (forward_stored: true, words: LeastRecentlyUsed),"))
+    };
+    let sites = "\"ub.*\", \"acc.*\", \"dma.*\", \"seq.*\"";
+    let (s, records) = memory_campaign_both_modes(placed, "batch: 8, optimizer: adam", sites, 60);
     for class in ["ub.word[*]", "acc.word[*]"] {
-        let corrupting = records
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .filter(|r| r["class"] == class && r["injection"]["corrupted"].as_u64().unwrap_or(0) > 0)
-            .count();
-        assert!(corrupting > 0, "{class}: no trial corrupted a read ({:?})", s.classes);
+        assert!(corrupting(&records, class) > 0, "{class}: no trial corrupted a read ({:?})", s.classes);
     }
 }
 
@@ -446,34 +464,15 @@ fn memory_campaigns_with_forwarded_stores_and_least_recently_used_words() {
 /// hybrid and cycle-level trials record the same.
 #[test]
 fn memory_campaigns_on_an_input_stationary_machine() {
-    let d = tempfile::tempdir().unwrap();
-    let hw = std::fs::read_to_string(root().join("configs/tpu-8x8.ron")).unwrap();
-    assert!(hw.contains("dataflow: WeightStationary"));
-    let hw_file = d.path().join("tpu-8x8-is.ron");
-    std::fs::write(&hw_file, hw.replace("dataflow: WeightStationary", "dataflow: InputStationary")).unwrap();
-    let text = format!(
-        "CampaignSpec(name: \"is-memory\", model: \"{}\", hw: \"{}\", train: (batch: 8), golden_steps: 8, \
-         inject_steps: List([3]), sites: [\"ub.*\", \"acc.*\", \"wbuf.*\", \"dma.*\", \"seq.*\"], fault: Flip, \
-         sampling: Stratified(per_class: 40), follow_up: 3, seed: 21, verify_dead_every: 0)",
-        root().join("models/mlp-digits.ron").display(),
-        hw_file.display()
-    );
-    let f = d.path().join("is-memory.ron");
-    std::fs::write(&f, text).unwrap();
-    let c = prepare(&f);
-    let (h, cy) = (d.path().join("h"), d.path().join("c"));
-    let s = c.run(&h, opts(2, Shard::ALL), |_| {}).unwrap();
-    c.run(&cy, RunOptions { mode: TrialMode::CycleLevel, ..opts(2, Shard::ALL) }, |_| {}).unwrap();
-    assert_eq!(read(&h, "records.jsonl"), read(&cy, "records.jsonl"));
-    let records = String::from_utf8(read(&h, "records.jsonl")).unwrap();
+    let is = |hw: &str| {
+        assert!(hw.contains("dataflow: WeightStationary"));
+        hw.replace("dataflow: WeightStationary", "dataflow: InputStationary")
+    };
+    let sites = "\"ub.*\", \"acc.*\", \"wbuf.*\", \"dma.*\", \"seq.*\"";
+    let (s, records) = memory_campaign_both_modes(is, "batch: 8", sites, 40);
     for class in &s.classes {
-        let corrupting = records
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .filter(|r| r["class"] == class.class.as_str())
-            .filter(|r| r["injection"]["corrupted"].as_u64().unwrap_or(0) > 0)
-            .count();
-        assert!(corrupting > 0, "{}: no trial corrupted a read ({:?})", class.class, class.outcomes);
+        let n = corrupting(&records, class.class.as_str());
+        assert!(n > 0, "{}: no trial corrupted a read ({:?})", class.class, class.outcomes);
     }
     assert!(
         s.classes.iter().any(|x| x.class == "wbuf.word[*]"),

@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 
 fn shipped() -> Vec<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
-    ["tpu-8x8.ron", "tpu-32x32.ron", "tpu-128x128.ron"]
+    ["tpu-8x8.ron", "tpu-32x32.ron", "tpu-128x128.ron", "tpu-128x128-v2.ron"]
         .iter()
         .map(|n| std::fs::read_to_string(dir.join(n)).expect("shipped config"))
         .collect()
@@ -132,10 +132,17 @@ fn bases() -> &'static [HwConfig] {
     static BASES: OnceLock<Vec<HwConfig>> = OnceLock::new();
     BASES.get_or_init(|| {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
-        ["tpu-8x8.ron", "tpu-32x32.ron", "tpu-128x128.ron", "tpu-32x32-int8.ron", "tpu-8x8-fp32.ron"]
-            .iter()
-            .map(|n| HwConfig::load(dir.join(n)).expect("shipped config"))
-            .collect()
+        [
+            "tpu-8x8.ron",
+            "tpu-32x32.ron",
+            "tpu-128x128.ron",
+            "tpu-128x128-v2.ron",
+            "tpu-32x32-int8.ron",
+            "tpu-8x8-fp32.ron",
+        ]
+        .iter()
+        .map(|n| HwConfig::load(dir.join(n)).expect("shipped config"))
+        .collect()
     })
 }
 
