@@ -415,7 +415,8 @@ fn w(b: BufId) -> Operand {
     Operand::whole(b)
 }
 
-/// The row width [`Builder::col_sum`] packs narrow columns into: the widest VPU shipped.
+/// The row width [`Builder::col_sum`] packs narrow columns into: one 128-lane vector (the
+/// lowering is the same on every machine; a 1024-lane unit reads such a row in one vector too).
 const PACKED_COLS: usize = 128;
 
 /// `b`'s `len` words repeated over the rows: a per-column vector broadcast.
