@@ -266,7 +266,7 @@ pub struct HwConfig {
     /// The DMA engine.
     pub dma: DmaConfig,
     /// How the compiler places a training step's buffers in the SRAMs (optional; omitted:
-    /// the placement every shipped config uses).
+    /// first-fit words, stored values loaded back).
     #[serde(default, skip_serializing_if = "PlacementConfig::is_default")]
     pub placement: PlacementConfig,
 }
