@@ -18,8 +18,9 @@
 //! from its first access to its last, then they are reused (the lowest free words first, or
 //! with `placement.words: LeastRecentlyUsed` those last used the earliest, where that is
 //! faster), and the buffer that reuses them records whose words it takes so the schedule does
-//! not overwrite them early ([`Program::issue_times`]). When an SRAM is full, the longest-lived value live there is
-//! spilled to DRAM and placement starts again. DRAM words are never reused within a step.
+//! not overwrite them early ([`Program::issue_times`]). When an SRAM is full, the
+//! longest-lived value live there is spilled to DRAM and placement starts again. DRAM words
+//! are never reused within a step.
 //!
 //! When one instruction's tensors do not fit even with every other value spilled, the
 //! instruction is cut into tiles along its rows ([`Instr::split_rows`]: GEMM result rows, VPU
@@ -416,7 +417,8 @@ struct Full {
 /// were last used the earliest.
 struct Arena {
     /// Free `(start, len, last used)` ranges, sorted by start; "last used" is the instruction
-    /// that last touched the words (0 for words never used).
+    /// that last touched the words (0 for words never used; a merged range takes its latest
+    /// part's, so a fresh region next to a just-freed buffer counts as just used: cautious).
     free: Vec<(u64, u64, usize)>,
     /// Prefer the least recently used free words to the lowest.
     oldest: bool,
@@ -481,8 +483,7 @@ enum Policy {
 }
 
 /// Linear-scan homes for the buffers of staged program `q` (`dram[b]`: lives in DRAM), and for
-/// each buffer the earlier buffers whose SRAM words it reuses. With `alternate`, the buffers
-/// first touched by odd tiles of an instruction are placed from the top of their SRAM.
+/// each buffer the earlier buffers whose SRAM words it reuses; `policy` picks the words.
 fn allocate(q: &Program, cfg: &HwConfig, dram: &[bool], policy: Policy) -> Result<Placement, Full> {
     let (alternate, oldest) = (policy == Policy::Alternate, policy == Policy::Oldest);
     let n = q.buffers.len();
