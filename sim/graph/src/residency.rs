@@ -115,10 +115,11 @@ pub fn place(p: &Program, cfg: &HwConfig) -> Result<Program, GraphError> {
                 let forwarded = full
                     .live
                     .iter()
+                    .filter(|_| cfg.placement.forward_stored)
                     .filter_map(|&(b, span)| Some((origin[b.index()]?, span)))
                     .filter(|&(o, span)| span > 0 && !private[o.index()] && p.kept.contains(&o))
                     .max_by_key(|&(o, span)| (span, std::cmp::Reverse(o)));
-                if let (true, Some((o, _))) = (cfg.placement.forward_stored, forwarded) {
+                if let Some((o, _)) = forwarded {
                     private[o.index()] = true;
                     continue;
                 }

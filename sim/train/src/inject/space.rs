@@ -58,6 +58,20 @@ impl LiveWindow {
 pub fn windows(exec: &dyn Placed, sched: &StepSchedule) -> Vec<LiveWindow> {
     let (p, hw) = (exec.program(), exec.hw());
     let span = |i: usize| sched.instrs[i].start..sched.instrs[i].start + sched.instrs[i].cycles;
+    let cols = hw.mxu.cols as u64;
+    // Each GEMM's fold map and the columns its widest fold uses, once for every class that
+    // needs them (an `Err`: no fold schedule, a shape the MXU refuses; all columns count).
+    let gemms: Vec<(usize, crate::error::Result<Option<GemmMap>>, u64)> = (0..p.instrs.len())
+        .filter(|&i| p.instrs[i].unit() == ExecUnit::Mxu)
+        .map(|g| {
+            let map = GemmMap::new(hw, &p.instrs[g], sched.instrs[g].start);
+            let used = match &map {
+                Ok(Some(map)) => map.s.as_ws().folds.iter().map(|f| f.nc).max().unwrap_or(0) as u64,
+                _ => cols,
+            };
+            (g, map, used)
+        })
+        .collect();
     let mut w = Vec::new();
     for class in SiteClass::all(hw) {
         let mut push = |elems: Range<u64>, cycles: Range<u64>| {
@@ -69,15 +83,10 @@ pub fn windows(exec: &dyn Placed, sched: &StepSchedule) -> Vec<LiveWindow> {
         let on = |u: ExecUnit| (0..p.instrs.len()).filter(move |&i| p.instrs[i].unit() == u);
         match class.unit {
             Unit::Mxu => {
-                for g in on(ExecUnit::Mxu) {
+                for &(g, _, used) in &gemms {
                     // A GEMM's PEs right of its widest fold's columns: nothing they hold
                     // reaches a used column (activations and strobes move right, partial sums
                     // down) and the accumulators capture used columns only.
-                    let used = match GemmMap::new(hw, &p.instrs[g], sched.instrs[g].start) {
-                        Ok(Some(map)) => map.s.as_ws().folds.iter().map(|f| f.nc).max().unwrap_or(0) as u64,
-                        _ => hw.mxu.cols as u64,
-                    };
-                    let cols = hw.mxu.cols as u64;
                     if used >= cols {
                         push(all.clone(), span(g));
                     } else {
@@ -88,21 +97,21 @@ pub fn windows(exec: &dyn Placed, sched: &StepSchedule) -> Vec<LiveWindow> {
             Unit::Vpu => on(ExecUnit::Vpu).for_each(|i| push(all.clone(), span(i))),
             Unit::Dma => on(ExecUnit::Dma).for_each(|i| push(all.clone(), span(i).start + p.dma_overhead..span(i).end)),
             Unit::Seq | Unit::Wbuf => {
-                for g in on(ExecUnit::Mxu) {
-                    let map = match GemmMap::new(hw, &p.instrs[g], sched.instrs[g].start) {
+                for (g, map, _) in &gemms {
+                    let map = match map {
                         Ok(Some(map)) => map,
                         Ok(None) => continue,
                         // No fold schedule (a shape the MXU refuses): possibly live for the
                         // whole GEMM (injecting there is refused with the reason).
                         Err(_) => {
-                            push(all.clone(), span(g));
+                            push(all.clone(), span(*g));
                             continue;
                         }
                     };
                     // The sequencer's windows count from the GEMM's issue.
                     let from_issue = |r: Range<u64>| map.start + r.start..map.start + r.end;
                     match (class.unit, class.register) {
-                        (Unit::Wbuf, _) => wbuf_windows(&map, &mut push),
+                        (Unit::Wbuf, _) => wbuf_windows(map, &mut push),
                         (_, Register::TileCounter) => push(all.clone(), from_issue(sequencer::counter_window(&map.s))),
                         _ => {
                             for c in 0..map.s.folds.len() {
